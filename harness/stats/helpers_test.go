@@ -1,0 +1,22 @@
+package stats
+
+import (
+	"math"
+	"testing"
+)
+
+// relClose reports whether got is within a relative tol of want (absolute
+// when want is 0).
+func relClose(got, want, tol float64) bool {
+	if want == 0 {
+		return math.Abs(got) <= tol
+	}
+	return math.Abs(got-want) <= tol*math.Abs(want)
+}
+
+func checkRel(t *testing.T, name string, got, want, tol float64) {
+	t.Helper()
+	if !relClose(got, want, tol) {
+		t.Errorf("%s = %.17g, want %.17g (relative tolerance %g)", name, got, want, tol)
+	}
+}
