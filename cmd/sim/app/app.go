@@ -85,6 +85,12 @@ func Main(args []string, s Streams) int {
 	return ExitCode(err)
 }
 
+// extraCommands lets each command file register itself from init(), so that
+// adding a command does not touch this file:
+//
+//	func init() { extraCommands = append(extraCommands, newRules) }
+var extraCommands []func(Streams) *cobra.Command
+
 // NewRoot builds the sim command tree.
 func NewRoot(s Streams) *cobra.Command {
 	root := &cobra.Command{
@@ -106,6 +112,9 @@ Exit codes: 0 success; 1 a check failed; 2 bad input or usage;
 		return &UsageError{Err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
 	root.AddCommand(newVersion(s), newValidate(s), newRun(s))
+	for _, nc := range extraCommands {
+		root.AddCommand(nc(s))
+	}
 	for _, c := range root.Commands() {
 		if c.Args == nil {
 			c.Args = cobra.NoArgs
