@@ -18,8 +18,12 @@ func TestHolm(t *testing.T) {
 	if got, want := Holm(ps, 0.05), []bool{false, true, false, true, true}; !slices.Equal(got, want) {
 		t.Errorf("Holm at 0.05 = %v, want %v", got, want)
 	}
-	// Step-down stops at the first acceptance: 0.03 > 0.05/2 even though 0.03 < 0.05.
-	if got, want := Holm(ps, 0.039), []bool{false, true, false, false, true}; !slices.Equal(got, want) {
+	// Step-down stops at the first acceptance: 0.03 > 0.045/2 is kept although 0.03 < 0.045.
+	if got, want := Holm(ps, 0.045), []bool{false, true, false, true, true}; !slices.Equal(got, want) {
+		t.Errorf("Holm at 0.045 = %v, want %v", got, want)
+	}
+	// And a failure at step 2 stops everything after it: 0.01 > 0.039/4.
+	if got, want := Holm(ps, 0.039), []bool{false, true, false, false, false}; !slices.Equal(got, want) {
 		t.Errorf("Holm at 0.039 = %v, want %v", got, want)
 	}
 	// Holm rejects exactly where the adjusted p-value is at most alpha.

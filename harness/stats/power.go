@@ -7,16 +7,23 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
-// ncx2Tol bounds the Poisson mass left out of the noncentral chi-square mixture.
-const ncx2Tol = 1e-12
+// ncx2Tol bounds the Poisson mass left out of the noncentral chi-square
+// mixture, absolutely; ncx2RelTol relative to the sum so far, so that small
+// tails keep their digits.
+const (
+	ncx2Tol    = 1e-12
+	ncx2RelTol = 1e-15
+)
 
 // NoncentralChiSquareSurvival returns P(X > x) for X noncentral chi-square
 // with k degrees of freedom and noncentrality lambda (the mean is k+lambda).
 //
 // It sums the Poisson(lambda/2)-weighted mixture of central chi-square
 // survival functions outward from the Poisson mode, until the Poisson mass
-// left out on each side is below 1e-12 (bounded by a geometric series), so
-// the result is accurate to about 1e-12 absolute. gonum has no noncentral
+// left out on each side is below 1e-12 and below 1e-15 of the sum so far
+// (bounded by a geometric series), so the result is accurate to 1e-12
+// absolute and, down to about 1e-290, to some 1e-12 relative (the
+// precision of gonum's incomplete gamma functions). gonum has no noncentral
 // chi-square. It returns NaN for k <= 0, lambda < 0 or NaN arguments.
 func NoncentralChiSquareSurvival(x, k, lambda float64) float64 {
 	return ncx2(x, k, lambda, true)
@@ -60,7 +67,7 @@ func ncx2(x, k, lambda float64, upper bool) float64 {
 		w *= j / mu
 		i := j - 1
 		sum += w * central(k+2*i)
-		if r := i / mu; w*r/(1-r) < ncx2Tol/2 {
+		if r := i / mu; ncx2Done(w*r/(1-r), sum) {
 			break
 		}
 	}
@@ -71,11 +78,17 @@ func ncx2(x, k, lambda float64, upper bool) float64 {
 		w *= mu / (j + 1)
 		i := j + 1
 		sum += w * central(k+2*i)
-		if r := mu / (i + 1); w*r/(1-r) < ncx2Tol/2 {
+		if r := mu / (i + 1); ncx2Done(w*r/(1-r), sum) {
 			break
 		}
 	}
 	return min(max(sum, 0), 1)
+}
+
+// ncx2Done reports whether Poisson mass left out, at most bound, is
+// negligible against the sum so far (or underflows).
+func ncx2Done(bound, sum float64) bool {
+	return bound < ncx2Tol/2 && (bound < ncx2RelTol*sum || bound < 1e-300)
 }
 
 // chiSquareCritical returns the upper-alpha critical value of the central
