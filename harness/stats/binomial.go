@@ -10,7 +10,7 @@ import (
 // binomRelErr is the relative tolerance of the two-sided exact binomial
 // test: outcomes whose probability is within it of the observed one count as
 // "as extreme" (R's binom.test uses the same 1 + 1e-7).
-const binomRelErr = 1 - 1e-3
+const binomRelErr = 1 + 1e-7
 
 // BinomialTest runs the exact binomial test of k successes in n trials
 // against success probability p. TwoSided sums the probabilities of all

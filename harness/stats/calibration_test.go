@@ -234,9 +234,13 @@ func TestCalibrationBinomialTest(t *testing.T) {
 				if size > alpha {
 					t.Errorf("exact size %v > alpha %v", size, alpha)
 				}
+				// The fault on the side this alternative looks at (mirrored around p0).
 				p1 := c.p1
-				if alt == Greater {
-					p1 = 2*c.p0 - c.p1 // the side this alternative looks at
+				switch alt {
+				case Greater:
+					p1 = max(c.p1, 2*c.p0-c.p1)
+				case Less:
+					p1 = min(c.p1, 2*c.p0-c.p1)
 				}
 				power := BinomialPower(c.n, c.p0, p1, alpha, alt)
 				var null, hits int

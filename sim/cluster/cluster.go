@@ -1,0 +1,171 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kpsim/kpsim/sim/scenario"
+)
+
+// Cluster holds a scenario's objects in client-go's fake clientset and runs
+// shared informers over Services, EndpointSlices and Nodes.
+type Cluster struct {
+	// Client is the API: write events through it so that every tracker sees
+	// them as informer updates.
+	Client  kubernetes.Interface
+	factory informers.SharedInformerFactory
+	svc     cache.SharedIndexInformer
+	slice   cache.SharedIndexInformer
+	node    cache.SharedIndexInformer
+	regs    []cache.ResourceEventHandlerRegistration
+	cancel  context.CancelFunc
+	started bool
+}
+
+// Load expands a scenario straight into a fake clientset (objects are
+// streamed, never held twice) and prepares the informers.
+func Load(l *scenario.Loaded, seed *uint64) (*Cluster, *scenario.Expanded, error) {
+	client := fake.NewSimpleClientset()
+	tr := client.Tracker()
+	add := func(o runtime.Object) error {
+		if err := tr.Add(o); err != nil {
+			return fmt.Errorf("could not load %T into the fake clientset: %w", o, err)
+		}
+		return nil
+	}
+	exp, err := scenario.ExpandTo(l, seed, add)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range exp.Nodes {
+		if err := add(n); err != nil {
+			return nil, nil, err
+		}
+	}
+	c, err := newCluster(client)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, exp, nil
+}
+
+// New loads already expanded objects (Expand's lists) into a fake clientset.
+func New(exp *scenario.Expanded) (*Cluster, error) {
+	client := fake.NewSimpleClientset()
+	tr := client.Tracker()
+	var objs []runtime.Object
+	for _, n := range exp.Nodes {
+		objs = append(objs, n)
+	}
+	for _, s := range exp.Services {
+		objs = append(objs, s)
+	}
+	for _, s := range exp.Slices {
+		objs = append(objs, s)
+	}
+	for _, p := range exp.Pods {
+		objs = append(objs, p)
+	}
+	for _, o := range objs {
+		if err := tr.Add(o); err != nil {
+			return nil, fmt.Errorf("could not load %T into the fake clientset: %w", o, err)
+		}
+	}
+	return newCluster(client)
+}
+
+func newCluster(client *fake.Clientset) (*Cluster, error) {
+	f := informers.NewSharedInformerFactory(client, 0)
+	c := &Cluster{
+		Client:  client,
+		factory: f,
+		svc:     f.Core().V1().Services().Informer(),
+		slice:   f.Discovery().V1().EndpointSlices().Informer(),
+		node:    f.Core().V1().Nodes().Informer(),
+	}
+	err := c.slice.AddIndexers(cache.Indexers{byServiceIndex: func(o any) ([]string, error) {
+		s := o.(*discoveryv1.EndpointSlice)
+		return []string{s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]}, nil
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("could not index EndpointSlices: %w", err)
+	}
+	return c, nil
+}
+
+const byServiceIndex = "service"
+
+// AddTracker registers a new tracker's handlers on the shared informers. It
+// may be called before or after Start; a tracker added late is replayed the
+// current objects.
+func (c *Cluster) AddTracker() (*Tracker, error) {
+	t := NewTracker()
+	hs, hsl, hn := t.Handlers()
+	for _, p := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{{c.node, hn}, {c.svc, hs}, {c.slice, hsl}} {
+		reg, err := p.inf.AddEventHandler(p.h)
+		if err != nil {
+			return nil, fmt.Errorf("could not register tracker: %w", err)
+		}
+		c.regs = append(c.regs, reg)
+	}
+	return t, nil
+}
+
+// Start runs the informers and waits, bounded by timeout, until they have
+// listed every object and every tracker has received it.
+func (c *Cluster) Start(ctx context.Context, timeout time.Duration) error {
+	ctx, c.cancel = context.WithCancel(ctx)
+	c.factory.Start(ctx.Done())
+	c.started = true
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	synced := []cache.InformerSynced{c.svc.HasSynced, c.slice.HasSynced, c.node.HasSynced}
+	for _, r := range c.regs {
+		synced = append(synced, r.HasSynced)
+	}
+	if !cache.WaitForCacheSync(wctx.Done(), synced...) {
+		return fmt.Errorf("informers did not sync within %s", timeout)
+	}
+	return nil
+}
+
+// Stop ends the informers.
+func (c *Cluster) Stop() {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	if c.started {
+		c.factory.Shutdown()
+	}
+}
+
+// Service returns a Service from the informer cache.
+func (c *Cluster) Service(ns, name string) (*corev1.Service, bool) {
+	o, ok, err := c.svc.GetStore().GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	return o.(*corev1.Service), true
+}
+
+// SlicesOf returns the EndpointSlices of a Service from the informer cache.
+func (c *Cluster) SlicesOf(ns, name string) []*discoveryv1.EndpointSlice {
+	objs, _ := c.slice.GetIndexer().ByIndex(byServiceIndex, ns+"/"+name)
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.(*discoveryv1.EndpointSlice))
+	}
+	return out
+}

@@ -1,0 +1,61 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kpsim/kpsim/sim/scenario"
+)
+
+// SyncTimeout bounds the initial informer sync.
+const SyncTimeout = 2 * time.Minute
+
+// Model is a scenario loaded all the way: expanded into objects, held in the
+// fake clientset, watched by informers, with one tracker drained once.
+type Model struct {
+	Loaded   *scenario.Loaded
+	Expanded *scenario.Expanded
+	Cluster  *Cluster
+	Tracker  *Tracker
+	State    *State
+}
+
+// Open loads a scenario file and brings its cluster up. Bad input returns a
+// scenario.ErrorList. Close the model when done.
+func Open(ctx context.Context, file string, seed *uint64) (*Model, error) {
+	l, err := scenario.LoadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	c, exp, err := Load(l, seed)
+	if err != nil {
+		return nil, err
+	}
+	return start(ctx, l, exp, c)
+}
+
+// OpenExpanded brings up the cluster of an already expanded scenario.
+func OpenExpanded(ctx context.Context, l *scenario.Loaded, exp *scenario.Expanded) (*Model, error) {
+	c, err := New(exp)
+	if err != nil {
+		return nil, err
+	}
+	return start(ctx, l, exp, c)
+}
+
+func start(ctx context.Context, l *scenario.Loaded, exp *scenario.Expanded, c *Cluster) (*Model, error) {
+	t, err := c.AddTracker()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx, SyncTimeout); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("could not start the cluster model: %w", err)
+	}
+	st, _ := t.Drain()
+	return &Model{Loaded: l, Expanded: exp, Cluster: c, Tracker: t, State: st}, nil
+}
+
+// Close stops the informers.
+func (m *Model) Close() { m.Cluster.Stop() }

@@ -1,0 +1,486 @@
+package cluster
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+)
+
+// State is the proxy's view of the cluster after a Drain: every service port
+// with its settings and endpoints, and the nodes. Consumers read it between two
+// Drains of the tracker that owns it and must not modify it.
+type State struct {
+	Services  map[ServicePortName]*ServicePort
+	Endpoints map[ServicePortName][]*Endpoint
+	Nodes     map[string]*Node
+}
+
+// SortedServicePorts lists the service ports in a stable order.
+func (s *State) SortedServicePorts() []ServicePortName {
+	out := make([]ServicePortName, 0, len(s.Services))
+	for n := range s.Services {
+		out = append(out, n)
+	}
+	SortNames(out)
+	return out
+}
+
+// SortedNodes lists node names in order.
+func (s *State) SortedNodes() []string {
+	out := make([]string, 0, len(s.Nodes))
+	for n := range s.Nodes {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Tracker follows Service, EndpointSlice and Node events and keeps, for each
+// object, its current content beside the state last handed out (the previous
+// one), as kube-proxy's change trackers do. Drain applies what changed and
+// names the changed service ports; updates that change nothing the proxy uses
+// are dropped there.
+type Tracker struct {
+	mu        sync.Mutex
+	services  map[types.NamespacedName]*corev1.Service
+	slices    map[types.NamespacedName]map[string]*discoveryv1.EndpointSlice
+	nodes     map[string]*corev1.Node
+	dirtySvc  map[types.NamespacedName]bool
+	dirtyEps  map[types.NamespacedName]bool
+	dirtyNode bool
+	notify    chan struct{}
+
+	state State
+	// byService indexes the applied state's service ports per Service.
+	byService map[types.NamespacedName][]ServicePortName
+	// epPorts indexes the service ports that have endpoints per Service.
+	epPorts map[types.NamespacedName][]ServicePortName
+}
+
+// NewTracker returns an empty tracker; feed it with the informer handlers
+// from Handlers, or call its On* methods directly.
+func NewTracker() *Tracker {
+	return &Tracker{
+		services:  map[types.NamespacedName]*corev1.Service{},
+		slices:    map[types.NamespacedName]map[string]*discoveryv1.EndpointSlice{},
+		nodes:     map[string]*corev1.Node{},
+		dirtySvc:  map[types.NamespacedName]bool{},
+		dirtyEps:  map[types.NamespacedName]bool{},
+		notify:    make(chan struct{}, 1),
+		state:     State{Services: map[ServicePortName]*ServicePort{}, Endpoints: map[ServicePortName][]*Endpoint{}, Nodes: map[string]*Node{}},
+		byService: map[types.NamespacedName][]ServicePortName{},
+		epPorts:   map[types.NamespacedName][]ServicePortName{},
+	}
+}
+
+// Changed is signalled (without blocking, coalesced) whenever an event arrives
+// that may need a sync.
+func (t *Tracker) Changed() <-chan struct{} { return t.notify }
+
+func (t *Tracker) poke() {
+	select {
+	case t.notify <- struct{}{}:
+	default:
+	}
+}
+
+// OnService records a Service's new content (nil: deleted).
+func (t *Tracker) OnService(key types.NamespacedName, s *corev1.Service) {
+	t.mu.Lock()
+	if s == nil {
+		delete(t.services, key)
+	} else {
+		t.services[key] = s
+	}
+	t.dirtySvc[key] = true
+	t.mu.Unlock()
+	t.poke()
+}
+
+// OnEndpointSlice records a slice's new content (nil: deleted).
+func (t *Tracker) OnEndpointSlice(ns, name string, s *discoveryv1.EndpointSlice, svc string) {
+	if svc == "" {
+		return // not owned by a Service: kube-proxy ignores it
+	}
+	key := types.NamespacedName{Namespace: ns, Name: svc}
+	t.mu.Lock()
+	m := t.slices[key]
+	if s == nil {
+		delete(m, name)
+		if len(m) == 0 {
+			delete(t.slices, key)
+		}
+	} else {
+		if m == nil {
+			m = map[string]*discoveryv1.EndpointSlice{}
+			t.slices[key] = m
+		}
+		m[name] = s
+	}
+	t.dirtyEps[key] = true
+	t.mu.Unlock()
+	t.poke()
+}
+
+// OnNode records a node's new content (nil: deleted).
+func (t *Tracker) OnNode(name string, n *corev1.Node) {
+	t.mu.Lock()
+	if n == nil {
+		delete(t.nodes, name)
+	} else {
+		t.nodes[name] = n
+	}
+	t.dirtyNode = true
+	t.mu.Unlock()
+	t.poke()
+}
+
+// Handlers returns informer event handlers feeding the tracker.
+func (t *Tracker) Handlers() (svc, slice, node cache.ResourceEventHandler) {
+	svc = cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			s := o.(*corev1.Service)
+			t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, s)
+		},
+		UpdateFunc: func(_, o any) {
+			s := o.(*corev1.Service)
+			t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, s)
+		},
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if s, ok := o.(*corev1.Service); ok {
+				t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, nil)
+			}
+		},
+	}
+	sl := func(o any, deleted bool) {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		if deleted {
+			t.OnEndpointSlice(s.Namespace, s.Name, nil, s.Labels[discoveryv1.LabelServiceName])
+		} else {
+			t.OnEndpointSlice(s.Namespace, s.Name, s, s.Labels[discoveryv1.LabelServiceName])
+		}
+	}
+	slice = cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { sl(o, false) },
+		UpdateFunc: func(_, o any) { sl(o, false) },
+		DeleteFunc: func(o any) { sl(o, true) },
+	}
+	node = cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { n := o.(*corev1.Node); t.OnNode(n.Name, n) },
+		UpdateFunc: func(_, o any) { n := o.(*corev1.Node); t.OnNode(n.Name, n) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if n, ok := o.(*corev1.Node); ok {
+				t.OnNode(n.Name, nil)
+			}
+		},
+	}
+	return svc, slice, node
+}
+
+// Pending reports whether changes wait for a Drain.
+func (t *Tracker) Pending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.dirtySvc) > 0 || len(t.dirtyEps) > 0 || t.dirtyNode
+}
+
+// Drain applies the recorded changes to the state and returns the state and
+// what changed. The state stays valid until the next Drain.
+func (t *Tracker) Drain() (*State, Changes) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ch Changes
+	if t.dirtyNode {
+		t.dirtyNode = false
+		nodes := map[string]*Node{}
+		for name, n := range t.nodes {
+			nodes[name] = nodeInfo(n)
+		}
+		if !nodesEqual(nodes, t.state.Nodes) {
+			ch.Nodes = true
+		}
+		t.state.Nodes = nodes
+	}
+	for key := range t.dirtySvc {
+		t.applyService(key, &ch)
+	}
+	clear(t.dirtySvc)
+	for key := range t.dirtyEps {
+		t.applyEndpoints(key, &ch)
+	}
+	clear(t.dirtyEps)
+	SortNames(ch.Services)
+	SortNames(ch.Endpoints)
+	return &t.state, ch
+}
+
+func (t *Tracker) applyService(key types.NamespacedName, ch *Changes) {
+	var cur []*ServicePort
+	if s := t.services[key]; s != nil {
+		cur = servicePorts(s)
+	}
+	prev := t.byService[key]
+	seen := make(map[ServicePortName]bool, len(cur))
+	names := make([]ServicePortName, 0, len(cur))
+	for _, sp := range cur {
+		seen[sp.Name] = true
+		names = append(names, sp.Name)
+		if old, ok := t.state.Services[sp.Name]; !ok || *old != *sp {
+			t.state.Services[sp.Name] = sp
+			ch.Services = append(ch.Services, sp.Name)
+		}
+	}
+	for _, n := range prev {
+		if !seen[n] {
+			delete(t.state.Services, n)
+			ch.Services = append(ch.Services, n)
+		}
+	}
+	if len(names) == 0 {
+		delete(t.byService, key)
+	} else {
+		t.byService[key] = names
+	}
+}
+
+func (t *Tracker) applyEndpoints(key types.NamespacedName, ch *Changes) {
+	cur := mergeSlices(key, t.slices[key])
+	prev := t.epPorts[key]
+	names := make([]ServicePortName, 0, len(cur))
+	for n, eps := range cur {
+		names = append(names, n)
+		if !endpointsEqual(t.state.Endpoints[n], eps) {
+			t.state.Endpoints[n] = eps
+			ch.Endpoints = append(ch.Endpoints, n)
+		}
+	}
+	for _, n := range prev {
+		if _, ok := cur[n]; !ok {
+			delete(t.state.Endpoints, n)
+			ch.Endpoints = append(ch.Endpoints, n)
+		}
+	}
+	if len(names) == 0 {
+		delete(t.epPorts, key)
+	} else {
+		t.epPorts[key] = names
+	}
+}
+
+func nodeInfo(n *corev1.Node) *Node {
+	out := &Node{Name: n.Name, Zone: n.Labels["topology.kubernetes.io/zone"], Labels: n.Labels}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			out.IP, _ = netip.ParseAddr(a.Address)
+		}
+	}
+	out.PodCIDR, _ = netip.ParsePrefix(n.Spec.PodCIDR)
+	return out
+}
+
+func nodesEqual(a, b map[string]*Node) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, x := range a {
+		y, ok := b[k]
+		if !ok || x.Zone != y.Zone || x.IP != y.IP || x.PodCIDR != y.PodCIDR {
+			return false
+		}
+	}
+	return true
+}
+
+// servicePorts converts a Service to its service ports, skipping what
+// kube-proxy skips (headless and ExternalName Services).
+func servicePorts(s *corev1.Service) []*ServicePort {
+	if s.Spec.Type == corev1.ServiceTypeExternalName || s.Spec.ClusterIP == "" || s.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil
+	}
+	ip, err := netip.ParseAddr(s.Spec.ClusterIP)
+	if err != nil {
+		return nil
+	}
+	affinity := s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP
+	var timeout int32
+	if affinity {
+		timeout = 10800
+		if c := s.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			timeout = *c.ClientIP.TimeoutSeconds
+		}
+	}
+	itpLocal := s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	etpLocal := (s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer) &&
+		s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	out := make([]*ServicePort, 0, len(s.Spec.Ports))
+	for _, p := range s.Spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		out = append(out, &ServicePort{
+			Name:             ServicePortName{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, Port: p.Name, Protocol: proto},
+			Type:             s.Spec.Type,
+			ClusterIP:        ip,
+			Port:             p.Port,
+			NodePort:         p.NodePort,
+			TargetPort:       p.TargetPort.String(),
+			ClientIPAffinity: affinity,
+			AffinityTimeout:  timeout,
+			InternalLocal:    itpLocal,
+			ExternalLocal:    etpLocal,
+		})
+	}
+	return out
+}
+
+// mergeSlices builds the endpoints of each service port of a Service from its
+// slices, as kube-proxy's EndpointSliceCache does: endpoints are keyed by
+// ip:port, a ready copy wins over a not-ready duplicate, and the result is
+// sorted by address.
+func mergeSlices(key types.NamespacedName, slices map[string]*discoveryv1.EndpointSlice) map[ServicePortName][]*Endpoint {
+	if len(slices) == 0 {
+		return nil
+	}
+	out := map[ServicePortName][]*Endpoint{}
+	// Visit slices in name order so that duplicates resolve deterministically.
+	names := make([]string, 0, len(slices))
+	for n := range slices {
+		names = append(names, n)
+	}
+	if len(names) > 1 {
+		sortStrings(names)
+	}
+	var dups map[ServicePortName]map[string]int
+	for _, sn := range names {
+		s := slices[sn]
+		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		for _, p := range s.Ports {
+			if p.Port == nil {
+				continue
+			}
+			name := ""
+			if p.Name != nil {
+				name = *p.Name
+			}
+			proto := corev1.ProtocolTCP
+			if p.Protocol != nil {
+				proto = *p.Protocol
+			}
+			spn := ServicePortName{NamespacedName: key, Port: name, Protocol: proto}
+			list := out[spn]
+			if list == nil {
+				list = make([]*Endpoint, 0, len(s.Endpoints))
+			}
+			for i := range s.Endpoints {
+				ep := endpointOf(&s.Endpoints[i], *p.Port)
+				if ep == nil {
+					continue
+				}
+				if len(names) > 1 {
+					if dups == nil {
+						dups = map[ServicePortName]map[string]int{}
+					}
+					d := dups[spn]
+					if d == nil {
+						d = map[string]int{}
+						dups[spn] = d
+					}
+					k := ep.String()
+					if j, seen := d[k]; seen {
+						if ep.Ready && !list[j].Ready {
+							list[j] = ep
+						}
+						continue
+					}
+					d[k] = len(list)
+				}
+				list = append(list, ep)
+			}
+			out[spn] = list
+		}
+	}
+	for n, l := range out {
+		slicesSortEndpoints(l)
+		out[n] = l
+	}
+	return out
+}
+
+func endpointOf(e *discoveryv1.Endpoint, port int32) *Endpoint {
+	if len(e.Addresses) == 0 {
+		return nil
+	}
+	ip, err := netip.ParseAddr(e.Addresses[0])
+	if err != nil {
+		return nil
+	}
+	c := e.Conditions
+	ep := &Endpoint{
+		IP:          ip,
+		Port:        port,
+		Ready:       c.Ready == nil || *c.Ready,
+		Serving:     c.Serving == nil || *c.Serving,
+		Terminating: c.Terminating != nil && *c.Terminating,
+	}
+	if e.NodeName != nil {
+		ep.NodeName = *e.NodeName
+	}
+	if e.Zone != nil {
+		ep.Zone = *e.Zone
+	}
+	if e.TargetRef != nil {
+		ep.Pod = e.TargetRef.Name
+	}
+	if h := e.Hints; h != nil {
+		for _, z := range h.ForZones {
+			ep.ZoneHints = append(ep.ZoneHints, z.Name)
+		}
+		for _, n := range h.ForNodes {
+			ep.NodeHints = append(ep.NodeHints, n.Name)
+		}
+	}
+	return ep
+}
+
+func sortStrings(s []string) { slices.Sort(s) }
+
+func slicesSortEndpoints(l []*Endpoint) {
+	slices.SortFunc(l, func(a, b *Endpoint) int {
+		if c := a.IP.Compare(b.IP); c != 0 {
+			return c
+		}
+		return int(a.Port) - int(b.Port)
+	})
+}
+
+func endpointsEqual(a, b []*Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}

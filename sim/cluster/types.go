@@ -1,0 +1,143 @@
+// Package cluster is the scenario's Kubernetes cluster without a cluster: the
+// objects live in client-go's fake clientset, shared informers watch them, and
+// a change tracker keeps, per service port, the Service's settings and its
+// endpoints with their conditions and placement, as kube-proxy's trackers do.
+//
+// Everything downstream (the simulator's engines, the oracle, the real
+// dataplane) reads this state and its change notifications; scenario events
+// are written through the clientset, so they arrive as informer updates.
+package cluster
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ServicePortName identifies a service port as kube-proxy does:
+// namespace/name:port, with the protocol beside it.
+type ServicePortName struct {
+	types.NamespacedName
+	Port     string
+	Protocol corev1.Protocol
+}
+
+// String is "namespace/name:port", or "namespace/name" for an unnamed port,
+// exactly kube-proxy's ServicePortName.String().
+func (n ServicePortName) String() string {
+	if n.Port == "" {
+		return n.Namespace + "/" + n.Name
+	}
+	return fmt.Sprintf("%s/%s:%s", n.Namespace, n.Name, n.Port)
+}
+
+// ServicePort is one port of a Service with the settings kube-proxy programs.
+type ServicePort struct {
+	Name             ServicePortName
+	Type             corev1.ServiceType
+	ClusterIP        netip.Addr
+	Port             int32
+	NodePort         int32
+	TargetPort       string // a number or a port name, for display
+	ClientIPAffinity bool
+	// AffinityTimeout is the ClientIP timeout in seconds (when affinity is on).
+	AffinityTimeout int32
+	InternalLocal   bool
+	ExternalLocal   bool
+	// Headless Services (clusterIP None) are not load-balanced.
+	Headless bool
+}
+
+// Endpoint is one backend of a service port, with its EndpointSlice
+// conditions. Nil conditions are read as the API documents: ready unknown ⇒
+// ready; serving nil ⇒ same as ready; terminating nil ⇒ false.
+type Endpoint struct {
+	IP          netip.Addr
+	Port        int32
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	NodeName    string
+	Zone        string
+	ZoneHints   []string
+	NodeHints   []string
+	// Pod is the targetRef's name, when there is one.
+	Pod string
+}
+
+// String is "ip:port", kube-proxy's endpoint key.
+func (e *Endpoint) String() string { return netip.AddrPortFrom(e.IP, uint16(e.Port)).String() }
+
+func (e *Endpoint) equal(o *Endpoint) bool {
+	return e.IP == o.IP && e.Port == o.Port && e.Ready == o.Ready && e.Serving == o.Serving &&
+		e.Terminating == o.Terminating && e.NodeName == o.NodeName && e.Zone == o.Zone && e.Pod == o.Pod &&
+		slices.Equal(e.ZoneHints, o.ZoneHints) && slices.Equal(e.NodeHints, o.NodeHints)
+}
+
+// Node is what the proxy needs of a node.
+type Node struct {
+	Name    string
+	Zone    string
+	IP      netip.Addr
+	PodCIDR netip.Prefix
+	Labels  map[string]string
+}
+
+// Changes names the service ports whose Service or endpoints changed since the
+// previous Drain. No-op updates (an object rewritten with the same content as
+// far as the proxy is concerned) are not listed.
+type Changes struct {
+	Services  []ServicePortName // settings changed, added or removed
+	Endpoints []ServicePortName // endpoint set or conditions changed
+	Nodes     bool              // node labels or addresses changed
+}
+
+// Empty reports whether nothing changed.
+func (c *Changes) Empty() bool { return len(c.Services) == 0 && len(c.Endpoints) == 0 && !c.Nodes }
+
+// All is the union of changed service ports, sorted.
+func (c *Changes) All() []ServicePortName {
+	seen := map[ServicePortName]bool{}
+	var out []ServicePortName
+	for _, l := range [][]ServicePortName{c.Services, c.Endpoints} {
+		for _, n := range l {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	SortNames(out)
+	return out
+}
+
+// SortNames sorts service port names by namespace, name, port, protocol.
+func SortNames(l []ServicePortName) {
+	slices.SortFunc(l, CompareNames)
+}
+
+// CompareNames orders service port names.
+func CompareNames(a, b ServicePortName) int {
+	switch {
+	case a.Namespace != b.Namespace:
+		return cmpStr(a.Namespace, b.Namespace)
+	case a.Name != b.Name:
+		return cmpStr(a.Name, b.Name)
+	case a.Port != b.Port:
+		return cmpStr(a.Port, b.Port)
+	}
+	return cmpStr(string(a.Protocol), string(b.Protocol))
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

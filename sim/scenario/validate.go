@@ -1,0 +1,953 @@
+package scenario
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Defaults, documented in scenarios/README.md.
+const (
+	DefaultServiceCIDR      = "10.96.0.0/16"
+	DefaultPodCIDR          = "10.244.0.0/16"
+	DefaultNodeNetwork      = "198.18.0.0/16"
+	DefaultNodeCIDRMaskSize = 24
+	DefaultNodeNamePattern  = "node-{i}"
+	DefaultSeed             = 1
+	DefaultAffinityTimeout  = 10800
+	DefaultIPVSScheduler    = "rr"
+	// MaxEndpointsPerSlice is where the EndpointSlice controller splits.
+	MaxEndpointsPerSlice = 100
+	// apiMaxEndpointsPerSlice is the API server's limit for one slice.
+	apiMaxEndpointsPerSlice = 1000
+)
+
+var (
+	DefaultMinSyncPeriod = metav1.Duration{Duration: time.Second}
+	DefaultSyncPeriod    = metav1.Duration{Duration: 30 * time.Second}
+)
+
+// Enumerations.
+var (
+	Modes            = []string{"iptables", "nftables", "ipvs"}
+	IPVSSchedulers   = []string{"rr", "wrr", "lc", "wlc", "sed", "nq", "sh", "dh", "mh"}
+	IPTablesBackends = []string{"nft", "legacy"}
+	IPTablesAffinity = []string{"recent", "ipset"}
+	NFTablesLayouts  = []string{"kube-proxy", "fast"}
+	Placements       = []string{"spread", "random"}
+	DistKinds        = []string{"fixed", "uniform", "zipf", "lognormal"}
+	SourcePortModes  = []string{"random", "sequential", "fixed"}
+	EventTypes       = []string{EventReadiness, EventFlap, EventDeletePod, EventScale, EventServiceUpdate}
+	CheckTypes       = []string{CheckDistribution, CheckAffinity, CheckInternalTrafficLocal, CheckNoEndpoints, CheckFlapping, CheckTerminating}
+)
+
+func oneOf(v string, set []string) bool {
+	for _, s := range set {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func choices(set []string) string { return strings.Join(set, ", ") }
+
+// validate checks a decoded scenario and fills its defaults. It reports every
+// problem it finds, each located by position and field path.
+func validate(l *Loaded) ErrorList {
+	v := &validator{r: reporter{file: l.File, pos: l.pos}, sc: l.Scenario}
+	v.header()
+	v.cluster()
+	v.proxy()
+	v.objects()
+	v.generate()
+	v.traffic()
+	v.events()
+	v.checks()
+	return v.r.errs
+}
+
+type validator struct {
+	r  reporter
+	sc *Scenario
+
+	serviceCIDR, podCIDR, nodeNet netip.Prefix
+	nodes                         map[string]*nodeRef
+	services                      map[string]*svcRef // "ns/name"
+	clusterIPs                    map[netip.Addr]string
+}
+
+type nodeRef struct {
+	podCIDR netip.Prefix
+}
+
+type svcRef struct {
+	ports     map[string]bool // port names
+	pods      map[string]bool // endpoint targetRef names (objects only)
+	addrs     map[string]bool // endpoint addresses (objects only)
+	generated bool
+	endpoints int // objects only
+	typ       corev1.ServiceType
+}
+
+func (v *validator) header() {
+	if v.sc.APIVersion != APIVersion {
+		v.r.at("apiVersion", "must be %q, got %q", APIVersion, v.sc.APIVersion)
+	}
+	if v.sc.Kind != Kind {
+		v.r.at("kind", "must be %q, got %q", Kind, v.sc.Kind)
+	}
+	if v.sc.Metadata.Name == "" {
+		v.r.at("metadata.name", "required: name the scenario (it names the results folder)")
+	} else if errs := validation.IsDNS1123Subdomain(v.sc.Metadata.Name); len(errs) > 0 {
+		v.r.at("metadata.name", "%q is not a valid name: %s", v.sc.Metadata.Name, errs[0])
+	}
+	if v.sc.Seed == nil {
+		s := uint64(DefaultSeed)
+		v.sc.Seed = &s
+	}
+}
+
+func (v *validator) prefix(path, s, def string) netip.Prefix {
+	if s == "" {
+		s = def
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		v.r.at(path, "%q is not a CIDR such as 10.96.0.0/16", s)
+		return netip.Prefix{}
+	}
+	if !p.Addr().Is4() {
+		v.r.at(path, "%q: only IPv4 is supported", s)
+		return netip.Prefix{}
+	}
+	if p.Masked() != p {
+		v.r.at(path, "%q has host bits set; the network is %s", s, p.Masked())
+		return netip.Prefix{}
+	}
+	return p
+}
+
+func (v *validator) cluster() {
+	c := &v.sc.Cluster
+	v.serviceCIDR = v.prefix("cluster.serviceCIDR", c.ServiceCIDR, DefaultServiceCIDR)
+	v.podCIDR = v.prefix("cluster.podCIDR", c.PodCIDR, DefaultPodCIDR)
+	v.nodeNet = v.prefix("cluster.nodeNetwork", c.NodeNetwork, DefaultNodeNetwork)
+	if c.ServiceCIDR == "" {
+		c.ServiceCIDR = DefaultServiceCIDR
+	}
+	if c.PodCIDR == "" {
+		c.PodCIDR = DefaultPodCIDR
+	}
+	if c.NodeNetwork == "" {
+		c.NodeNetwork = DefaultNodeNetwork
+	}
+	pairs := []struct {
+		a, b   netip.Prefix
+		pa, pb string
+	}{
+		{v.serviceCIDR, v.podCIDR, "cluster.serviceCIDR", "cluster.podCIDR"},
+		{v.serviceCIDR, v.nodeNet, "cluster.serviceCIDR", "cluster.nodeNetwork"},
+		{v.podCIDR, v.nodeNet, "cluster.podCIDR", "cluster.nodeNetwork"},
+	}
+	for _, p := range pairs {
+		if p.a.IsValid() && p.b.IsValid() && p.a.Overlaps(p.b) {
+			v.r.at(p.pb, "%s overlaps %s %s", p.b, p.pa, p.a)
+		}
+	}
+	if c.NodeCIDRMaskSize == 0 {
+		c.NodeCIDRMaskSize = DefaultNodeCIDRMaskSize
+	}
+	if v.podCIDR.IsValid() && (c.NodeCIDRMaskSize < v.podCIDR.Bits() || c.NodeCIDRMaskSize > 30) {
+		v.r.at("cluster.nodeCIDRMaskSize", "must be between the pod CIDR's prefix length %d and 30, got %d", v.podCIDR.Bits(), c.NodeCIDRMaskSize)
+	}
+	if len(c.Nodes) > 0 && c.NodeCount > 0 {
+		v.r.at("cluster.nodeCount", "give either nodes or nodeCount, not both")
+	}
+	if c.NodeCount < 0 || c.NodeCount > 5000 {
+		v.r.at("cluster.nodeCount", "must be between 1 and 5000, got %d", c.NodeCount)
+	}
+	if c.NodeNamePattern == "" {
+		c.NodeNamePattern = DefaultNodeNamePattern
+	} else if !strings.Contains(c.NodeNamePattern, "{i}") {
+		v.r.at("cluster.nodeNamePattern", "must contain {i} (the node's index), got %q", c.NodeNamePattern)
+	}
+	for i, z := range c.Zones {
+		if z == "" {
+			v.r.at(fmt.Sprintf("cluster.zones[%d]", i), "zone names must not be empty")
+		}
+	}
+	v.nodes = map[string]*nodeRef{}
+	for i, n := range c.Nodes {
+		path := fmt.Sprintf("cluster.nodes[%d]", i)
+		v.node(path, n.Name, n.PodCIDR, n.IP)
+	}
+	if c.NodeCount > 0 && strings.Contains(c.NodeNamePattern, "{i}") {
+		for i := 1; i <= c.NodeCount; i++ {
+			name := NodeName(c.NodeNamePattern, i)
+			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+				v.r.at("cluster.nodeNamePattern", "gives node name %q: %s", name, errs[0])
+				break
+			}
+			v.nodes[name] = &nodeRef{}
+		}
+	}
+}
+
+// NodeName expands a node name pattern for the 1-based index i.
+func NodeName(pattern string, i int) string {
+	return strings.ReplaceAll(pattern, "{i}", fmt.Sprint(i))
+}
+
+func (v *validator) node(path, name, podCIDR, ip string) {
+	if name == "" {
+		v.r.at(path+".name", "required")
+		return
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		v.r.at(path+".name", "%q is not a valid node name: %s", name, errs[0])
+	}
+	if _, dup := v.nodes[name]; dup {
+		v.r.at(path+".name", "node %q is defined twice", name)
+		return
+	}
+	ref := &nodeRef{}
+	if podCIDR != "" {
+		p := v.prefix(path+".podCIDR", podCIDR, "")
+		if p.IsValid() && v.podCIDR.IsValid() {
+			if !v.podCIDR.Contains(p.Addr()) || p.Bits() < v.podCIDR.Bits() {
+				v.r.at(path+".podCIDR", "%s is not inside the cluster's podCIDR %s", p, v.podCIDR)
+			} else {
+				for other, r := range v.nodes {
+					if r.podCIDR.IsValid() && r.podCIDR.Overlaps(p) {
+						v.r.at(path+".podCIDR", "%s overlaps node %s's podCIDR %s", p, other, r.podCIDR)
+					}
+				}
+				ref.podCIDR = p
+			}
+		}
+	}
+	if ip != "" {
+		a, err := netip.ParseAddr(ip)
+		if err != nil || !a.Is4() {
+			v.r.at(path+".ip", "%q is not an IPv4 address", ip)
+		} else if v.nodeNet.IsValid() && !v.nodeNet.Contains(a) {
+			v.r.at(path+".ip", "%s is not inside cluster.nodeNetwork %s", a, v.nodeNet)
+		}
+	}
+	v.nodes[name] = ref
+}
+
+func (v *validator) proxy() {
+	p := &v.sc.Proxy
+	if len(p.Modes) == 0 {
+		p.Modes = []string{"iptables"}
+	}
+	seen := map[string]bool{}
+	for i, m := range p.Modes {
+		path := fmt.Sprintf("proxy.modes[%d]", i)
+		if !oneOf(m, Modes) {
+			v.r.at(path, "unknown mode %q (choose from %s)", m, choices(Modes))
+		} else if seen[m] {
+			v.r.at(path, "mode %q listed twice", m)
+		}
+		seen[m] = true
+	}
+	if p.IPVSScheduler == "" {
+		p.IPVSScheduler = DefaultIPVSScheduler
+	} else if !oneOf(p.IPVSScheduler, IPVSSchedulers) {
+		v.r.at("proxy.ipvsScheduler", "unknown scheduler %q (choose from %s)", p.IPVSScheduler, choices(IPVSSchedulers))
+	}
+	if p.MinSyncPeriod == nil {
+		d := DefaultMinSyncPeriod
+		p.MinSyncPeriod = &d
+	} else if p.MinSyncPeriod.Duration < 0 {
+		v.r.at("proxy.minSyncPeriod", "must not be negative")
+	}
+	if p.SyncPeriod == nil {
+		d := DefaultSyncPeriod
+		p.SyncPeriod = &d
+	} else if p.SyncPeriod.Duration <= 0 {
+		v.r.at("proxy.syncPeriod", "must be positive")
+	}
+	if p.SyncPeriod.Duration > 0 && p.MinSyncPeriod.Duration > p.SyncPeriod.Duration {
+		v.r.at("proxy.minSyncPeriod", "%s is longer than syncPeriod %s", p.MinSyncPeriod.Duration, p.SyncPeriod.Duration)
+	}
+	def := func(field *string, path, d string, set []string) {
+		if *field == "" {
+			*field = d
+		} else if !oneOf(*field, set) {
+			v.r.at(path, "unknown value %q (choose from %s)", *field, choices(set))
+		}
+	}
+	def(&p.IPTablesBackend, "proxy.iptablesBackend", "nft", IPTablesBackends)
+	def(&p.IPTablesAffinity, "proxy.iptablesAffinity", "recent", IPTablesAffinity)
+	def(&p.NFTablesLayout, "proxy.nftablesLayout", "kube-proxy", NFTablesLayouts)
+}
+
+func (v *validator) objects() {
+	v.services = map[string]*svcRef{}
+	v.clusterIPs = map[netip.Addr]string{}
+	// Nodes first, so that every other kind can refer to them.
+	for _, o := range v.sc.Objects {
+		if n, ok := o.Object.(*corev1.Node); ok {
+			v.node(o.Path, n.Name, n.Spec.PodCIDR, "")
+			if n.Name != "" && len(n.Spec.PodCIDRs) > 1 {
+				v.r.at(o.Path+".spec.podCIDRs", "only one (IPv4) pod CIDR per node is supported")
+			}
+		}
+	}
+	if len(v.nodes) == 0 {
+		v.r.at("cluster", "the cluster has no nodes: give cluster.nodes, cluster.nodeCount, or Node objects")
+	}
+	for _, o := range v.sc.Objects {
+		if s, ok := o.Object.(*corev1.Service); ok {
+			v.service(o.Path, s)
+		}
+	}
+	slices := map[string]string{}
+	for _, o := range v.sc.Objects {
+		switch x := o.Object.(type) {
+		case *discoveryv1.EndpointSlice:
+			key := x.Namespace + "/" + x.Name
+			if prev, dup := slices[key]; dup && x.Name != "" {
+				v.r.at(o.Path+".metadata.name", "EndpointSlice %s is also defined at %s", key, prev)
+			}
+			slices[key] = o.Path
+			v.slice(o.Path, x)
+		case *corev1.Pod:
+			v.pod(o.Path, x)
+		}
+	}
+}
+
+func defaultNamespace(m *metav1.ObjectMeta) {
+	if m.Namespace == "" {
+		m.Namespace = "default"
+	}
+}
+
+func (v *validator) meta(path string, m *metav1.ObjectMeta, dns1035 bool) bool {
+	defaultNamespace(m)
+	ok := true
+	if m.Name == "" {
+		v.r.at(path+".metadata.name", "required")
+		ok = false
+	} else {
+		check := validation.IsDNS1123Subdomain
+		if dns1035 {
+			check = validation.IsDNS1035Label
+		}
+		if errs := check(m.Name); len(errs) > 0 {
+			v.r.at(path+".metadata.name", "%q is not a valid name: %s", m.Name, errs[0])
+			ok = false
+		}
+	}
+	if errs := validation.IsDNS1123Label(m.Namespace); len(errs) > 0 {
+		v.r.at(path+".metadata.namespace", "%q is not a valid namespace: %s", m.Namespace, errs[0])
+		ok = false
+	}
+	return ok
+}
+
+func (v *validator) service(path string, s *corev1.Service) {
+	ok := v.meta(path, &s.ObjectMeta, true)
+	key := s.Namespace + "/" + s.Name
+	if ok {
+		if _, dup := v.services[key]; dup {
+			v.r.at(path+".metadata.name", "Service %s is defined twice", key)
+			ok = false
+		}
+	}
+	ref := &svcRef{ports: map[string]bool{}, pods: map[string]bool{}, addrs: map[string]bool{}, typ: s.Spec.Type}
+	if ok {
+		v.services[key] = ref
+	}
+	sp := path + ".spec"
+	switch s.Spec.Type {
+	case "":
+		s.Spec.Type = corev1.ServiceTypeClusterIP
+		ref.typ = s.Spec.Type
+	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
+	case corev1.ServiceTypeExternalName:
+		v.r.at(sp+".type", "ExternalName Services are not load-balanced by kube-proxy; remove it")
+	default:
+		v.r.at(sp+".type", "unknown Service type %q (ClusterIP, NodePort or LoadBalancer)", s.Spec.Type)
+	}
+	if s.Spec.ClusterIP != "" && s.Spec.ClusterIP != corev1.ClusterIPNone {
+		a, err := netip.ParseAddr(s.Spec.ClusterIP)
+		switch {
+		case err != nil || !a.Is4():
+			v.r.at(sp+".clusterIP", "%q is not an IPv4 address", s.Spec.ClusterIP)
+		case v.serviceCIDR.IsValid() && !v.serviceCIDR.Contains(a):
+			v.r.at(sp+".clusterIP", "%s is not inside cluster.serviceCIDR %s", a, v.serviceCIDR)
+		default:
+			if other, dup := v.clusterIPs[a]; dup {
+				v.r.at(sp+".clusterIP", "%s is already the clusterIP of %s", a, other)
+			}
+			v.clusterIPs[a] = key
+		}
+	}
+	if len(s.Spec.ClusterIPs) > 1 {
+		v.r.at(sp+".clusterIPs", "only single-stack IPv4 Services are supported")
+	}
+	if len(s.Spec.Ports) == 0 {
+		v.r.at(sp+".ports", "a Service needs at least one port")
+	}
+	type pk struct {
+		port  int32
+		proto corev1.Protocol
+	}
+	seenPort := map[pk]bool{}
+	for i, p := range s.Spec.Ports {
+		pp := fmt.Sprintf("%s.ports[%d]", sp, i)
+		if len(s.Spec.Ports) > 1 && p.Name == "" {
+			v.r.at(pp+".name", "required when a Service has more than one port")
+		}
+		if p.Name != "" {
+			if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
+				v.r.at(pp+".name", "%q is not a valid port name: %s", p.Name, errs[0])
+			}
+			if ref.ports[p.Name] {
+				v.r.at(pp+".name", "port name %q is used twice", p.Name)
+			}
+		}
+		ref.ports[p.Name] = true
+		switch p.Protocol {
+		case "":
+			s.Spec.Ports[i].Protocol = corev1.ProtocolTCP
+		case corev1.ProtocolTCP, corev1.ProtocolUDP:
+		case corev1.ProtocolSCTP:
+			v.r.at(pp+".protocol", "SCTP is not supported (TCP or UDP)")
+		default:
+			v.r.at(pp+".protocol", "unknown protocol %q (TCP or UDP)", p.Protocol)
+		}
+		if errs := validation.IsValidPortNum(int(p.Port)); len(errs) > 0 {
+			v.r.at(pp+".port", "%d: %s", p.Port, errs[0])
+		}
+		k := pk{p.Port, s.Spec.Ports[i].Protocol}
+		if seenPort[k] {
+			v.r.at(pp+".port", "port %d/%s is used twice", p.Port, k.proto)
+		}
+		seenPort[k] = true
+		switch p.TargetPort.Type {
+		case intstr.Int:
+			if p.TargetPort.IntVal == 0 {
+				s.Spec.Ports[i].TargetPort = intstr.FromInt32(p.Port)
+			} else if errs := validation.IsValidPortNum(int(p.TargetPort.IntVal)); len(errs) > 0 {
+				v.r.at(pp+".targetPort", "%d: %s", p.TargetPort.IntVal, errs[0])
+			}
+		case intstr.String:
+			if errs := validation.IsValidPortName(p.TargetPort.StrVal); len(errs) > 0 {
+				v.r.at(pp+".targetPort", "%q is neither a port number nor a valid port name: %s", p.TargetPort.StrVal, errs[0])
+			}
+		}
+		if p.NodePort != 0 {
+			if s.Spec.Type == corev1.ServiceTypeClusterIP {
+				v.r.at(pp+".nodePort", "only NodePort and LoadBalancer Services have node ports")
+			} else if p.NodePort < 30000 || p.NodePort > 32767 {
+				v.r.at(pp+".nodePort", "%d is outside the node port range 30000-32767", p.NodePort)
+			}
+		}
+	}
+	switch s.Spec.SessionAffinity {
+	case "":
+		s.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	case corev1.ServiceAffinityNone:
+		if s.Spec.SessionAffinityConfig != nil {
+			v.r.at(sp+".sessionAffinityConfig", "set only with sessionAffinity: ClientIP")
+		}
+	case corev1.ServiceAffinityClientIP:
+		if s.Spec.SessionAffinityConfig == nil || s.Spec.SessionAffinityConfig.ClientIP == nil || s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds == nil {
+			t := int32(DefaultAffinityTimeout)
+			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &t}}
+		} else if t := *s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds; t < 1 || t > 86400 {
+			v.r.at(sp+".sessionAffinityConfig.clientIP.timeoutSeconds", "must be between 1 and 86400, got %d", t)
+		}
+	default:
+		v.r.at(sp+".sessionAffinity", "unknown value %q (None or ClientIP)", s.Spec.SessionAffinity)
+	}
+	if s.Spec.InternalTrafficPolicy != nil {
+		switch *s.Spec.InternalTrafficPolicy {
+		case corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceInternalTrafficPolicyLocal:
+		default:
+			v.r.at(sp+".internalTrafficPolicy", "unknown value %q (Cluster or Local)", *s.Spec.InternalTrafficPolicy)
+		}
+	}
+	switch s.Spec.ExternalTrafficPolicy {
+	case "":
+	case corev1.ServiceExternalTrafficPolicyCluster, corev1.ServiceExternalTrafficPolicyLocal:
+		if s.Spec.Type == corev1.ServiceTypeClusterIP && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			v.r.at(sp+".externalTrafficPolicy", "Local applies only to NodePort and LoadBalancer Services")
+		}
+	default:
+		v.r.at(sp+".externalTrafficPolicy", "unknown value %q (Cluster or Local)", s.Spec.ExternalTrafficPolicy)
+	}
+}
+
+func (v *validator) inNodeCIDR(path string, a netip.Addr, node string) {
+	if v.podCIDR.IsValid() && !v.podCIDR.Contains(a) {
+		v.r.at(path, "%s is not inside the cluster's podCIDR %s", a, v.podCIDR)
+		return
+	}
+	if node == "" {
+		return
+	}
+	if n, ok := v.nodes[node]; ok && n.podCIDR.IsValid() && !n.podCIDR.Contains(a) {
+		v.r.at(path, "%s is not inside node %s's podCIDR %s", a, node, n.podCIDR)
+	}
+}
+
+func (v *validator) slice(path string, s *discoveryv1.EndpointSlice) {
+	v.meta(path, &s.ObjectMeta, false)
+	svcName := s.Labels[discoveryv1.LabelServiceName]
+	var ref *svcRef
+	if svcName == "" {
+		v.r.at(path+".metadata.labels", "needs the label %s naming its Service", discoveryv1.LabelServiceName)
+	} else if ref = v.services[s.Namespace+"/"+svcName]; ref == nil {
+		v.r.at(path+".metadata.labels."+discoveryv1.LabelServiceName, "Service %s/%s is not defined in this scenario", s.Namespace, svcName)
+	}
+	if s.AddressType != discoveryv1.AddressTypeIPv4 {
+		v.r.at(path+".addressType", "must be IPv4, got %q", s.AddressType)
+	}
+	if len(s.Endpoints) > apiMaxEndpointsPerSlice {
+		v.r.at(path+".endpoints", "%d endpoints: the API allows at most %d per slice", len(s.Endpoints), apiMaxEndpointsPerSlice)
+	}
+	for i, p := range s.Ports {
+		pp := fmt.Sprintf("%s.ports[%d]", path, i)
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if ref != nil && !ref.ports[name] {
+			v.r.at(pp+".name", "Service %s has no port named %q", svcName, name)
+		}
+		if p.Port == nil {
+			v.r.at(pp+".port", "required")
+		} else if errs := validation.IsValidPortNum(int(*p.Port)); len(errs) > 0 {
+			v.r.at(pp+".port", "%d: %s", *p.Port, errs[0])
+		}
+		if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP && *p.Protocol != corev1.ProtocolUDP {
+			v.r.at(pp+".protocol", "unknown protocol %q (TCP or UDP)", *p.Protocol)
+		}
+	}
+	for i, e := range s.Endpoints {
+		ep := fmt.Sprintf("%s.endpoints[%d]", path, i)
+		if len(e.Addresses) != 1 {
+			v.r.at(ep+".addresses", "an endpoint has exactly one address, got %d", len(e.Addresses))
+		}
+		node := ""
+		if e.NodeName != nil {
+			node = *e.NodeName
+			if _, ok := v.nodes[node]; !ok {
+				v.r.at(ep+".nodeName", "node %q is not defined", node)
+			}
+		}
+		for j, addr := range e.Addresses {
+			a, err := netip.ParseAddr(addr)
+			ap := fmt.Sprintf("%s.addresses[%d]", ep, j)
+			if err != nil || !a.Is4() {
+				v.r.at(ap, "%q is not an IPv4 address", addr)
+				continue
+			}
+			v.inNodeCIDR(ap, a, node)
+			if ref != nil {
+				ref.addrs[addr] = true
+			}
+		}
+		if ref != nil {
+			ref.endpoints++
+			if e.TargetRef != nil && e.TargetRef.Name != "" {
+				ref.pods[e.TargetRef.Name] = true
+			}
+		}
+	}
+}
+
+func (v *validator) pod(path string, p *corev1.Pod) {
+	v.meta(path, &p.ObjectMeta, false)
+	if p.Spec.NodeName != "" {
+		if _, ok := v.nodes[p.Spec.NodeName]; !ok {
+			v.r.at(path+".spec.nodeName", "node %q is not defined", p.Spec.NodeName)
+		}
+	}
+	if p.Status.PodIP != "" {
+		a, err := netip.ParseAddr(p.Status.PodIP)
+		if err != nil || !a.Is4() {
+			v.r.at(path+".status.podIP", "%q is not an IPv4 address", p.Status.PodIP)
+		} else if !p.Spec.HostNetwork {
+			v.inNodeCIDR(path+".status.podIP", a, p.Spec.NodeName)
+		}
+	}
+}
+
+func (v *validator) fraction(path string, f float64) {
+	if f < 0 || f > 1 {
+		v.r.at(path, "a fraction must be between 0 and 1, got %g", f)
+	}
+}
+
+func (v *validator) generate() {
+	g := v.sc.Generate
+	if g == nil {
+		return
+	}
+	if g.Services < 1 || g.Services > 100000 {
+		v.r.at("generate.services", "must be between 1 and 100000, got %d", g.Services)
+	}
+	if g.Namespaces == 0 {
+		g.Namespaces = 1
+	} else if g.Namespaces < 0 || g.Namespaces > g.Services {
+		v.r.at("generate.namespaces", "must be between 1 and the number of Services, got %d", g.Namespaces)
+	}
+	if g.NamePrefix == "" {
+		g.NamePrefix = "svc-"
+	} else if errs := validation.IsDNS1035Label(g.NamePrefix + "1"); len(errs) > 0 {
+		v.r.at("generate.namePrefix", "%q does not make valid Service names: %s", g.NamePrefix, errs[0])
+	}
+	d := &g.EndpointsPerService
+	dp := "generate.endpointsPerService"
+	switch d.Kind {
+	case "fixed":
+		if d.Value < 0 || d.Value > 1000 {
+			v.r.at(dp+".value", "must be between 0 and 1000, got %d", d.Value)
+		}
+		d.Min, d.Max = d.Value, d.Value
+	case "uniform", "zipf", "lognormal":
+		if d.Min < 0 || d.Max < d.Min || d.Max > 1000 {
+			v.r.at(dp, "needs 0 <= min <= max <= 1000, got min %d, max %d", d.Min, d.Max)
+		}
+		if d.Kind == "zipf" && d.S <= 0 {
+			v.r.at(dp+".s", "the zipf exponent must be positive, got %g", d.S)
+		}
+		if d.Kind == "lognormal" && d.Sigma <= 0 {
+			v.r.at(dp+".sigma", "must be positive, got %g", d.Sigma)
+		}
+	case "":
+		v.r.at(dp+".kind", "required (choose from %s)", choices(DistKinds))
+	default:
+		v.r.at(dp+".kind", "unknown distribution %q (choose from %s)", d.Kind, choices(DistKinds))
+	}
+	if g.Placement == "" {
+		g.Placement = "spread"
+	} else if !oneOf(g.Placement, Placements) {
+		v.r.at("generate.placement", "unknown placement %q (choose from %s)", g.Placement, choices(Placements))
+	}
+	p := &g.Ports
+	if p.PerService == 0 {
+		p.PerService = 1
+	} else if p.PerService < 1 || p.PerService > 20 {
+		v.r.at("generate.ports.perService", "must be between 1 and 20, got %d", p.PerService)
+	}
+	v.fraction("generate.ports.named", p.Named)
+	v.fraction("generate.ports.udp", p.UDP)
+	if p.Port == 0 {
+		p.Port = 80
+	}
+	if p.TargetPort == 0 {
+		p.TargetPort = 8080
+	}
+	if p.Port < 1 || int(p.Port)+p.PerService-1 > 65535 {
+		v.r.at("generate.ports.port", "ports %d..%d are not valid port numbers", p.Port, int(p.Port)+p.PerService-1)
+	}
+	if p.TargetPort < 1 || int(p.TargetPort)+p.PerService-1 > 65535 {
+		v.r.at("generate.ports.targetPort", "ports %d..%d are not valid port numbers", p.TargetPort, int(p.TargetPort)+p.PerService-1)
+	}
+	v.fraction("generate.sessionAffinity.fraction", g.SessionAffinity.Fraction)
+	if g.SessionAffinity.TimeoutSeconds == 0 {
+		g.SessionAffinity.TimeoutSeconds = DefaultAffinityTimeout
+	} else if t := g.SessionAffinity.TimeoutSeconds; t < 1 || t > 86400 {
+		v.r.at("generate.sessionAffinity.timeoutSeconds", "must be between 1 and 86400, got %d", t)
+	}
+	v.fraction("generate.internalTrafficPolicyLocal", g.InternalTrafficPolicyLocal)
+	v.fraction("generate.externalTrafficPolicyLocal", g.ExternalTrafficPolicyLocal)
+	v.fraction("generate.notReady", g.NotReady)
+	v.fraction("generate.terminating", g.Terminating)
+	if g.NotReady+g.Terminating > 1 {
+		v.r.at("generate.terminating", "notReady + terminating must not exceed 1")
+	}
+	if g.Services < 1 || g.Namespaces < 1 || g.Services > 100000 {
+		return
+	}
+	for i := 0; i < g.Services; i++ {
+		ns, name := GeneratedServiceName(g, i)
+		key := ns + "/" + name
+		if _, dup := v.services[key]; dup {
+			v.r.at("generate.namePrefix", "generated Service %s clashes with an object of the same name", key)
+			return
+		}
+		ref := &svcRef{ports: map[string]bool{}, generated: true, typ: corev1.ServiceTypeClusterIP}
+		for j := 0; j < p.PerService; j++ {
+			ref.ports[GeneratedPortName(g, j, true)] = true
+		}
+		if p.PerService == 1 {
+			ref.ports[""] = true // unnamed unless chosen as named
+		}
+		v.services[key] = ref
+	}
+}
+
+// GeneratedServiceName gives the namespace and name of the i-th (0-based)
+// generated Service.
+func GeneratedServiceName(g *Generate, i int) (string, string) {
+	ns := "default"
+	if g.Namespaces > 1 {
+		ns = fmt.Sprintf("ns-%d", i%g.Namespaces+1)
+	}
+	return ns, fmt.Sprintf("%s%d", g.NamePrefix, i+1)
+}
+
+// GeneratedPortName names the j-th port of a generated Service: "p<port>"
+// when named. Ports of multi-port Services are always named (the API
+// requires it); a single port is named when the generator chose it.
+func GeneratedPortName(g *Generate, j int, named bool) string {
+	if !named && g.Ports.PerService == 1 {
+		return ""
+	}
+	return fmt.Sprintf("p%d", int(g.Ports.Port)+j)
+}
+
+func (v *validator) svcTarget(path, target string) (*svcRef, string, bool) {
+	name, port, hasPort := strings.Cut(target, ":")
+	if !strings.Contains(name, "/") {
+		v.r.at(path, "%q: name a Service as namespace/name or namespace/name:port", target)
+		return nil, "", false
+	}
+	ref := v.services[name]
+	if ref == nil {
+		v.r.at(path, "Service %s is not defined in this scenario", name)
+		return nil, "", false
+	}
+	if hasPort && !ref.ports[port] {
+		v.r.at(path, "Service %s has no port named %q", name, port)
+		return nil, "", false
+	}
+	return ref, port, true
+}
+
+func (v *validator) traffic() {
+	t := v.sc.Traffic
+	if t == nil {
+		return
+	}
+	if len(t.Clients) == 0 {
+		v.r.at("traffic.clients", "at least one client is needed")
+	}
+	names := map[string]bool{}
+	for i := range t.Clients {
+		c := &t.Clients[i]
+		cp := fmt.Sprintf("traffic.clients[%d]", i)
+		if c.Name == "" {
+			c.Name = fmt.Sprintf("client-%d", i+1)
+		} else if errs := validation.IsDNS1123Label(c.Name); len(errs) > 0 {
+			v.r.at(cp+".name", "%q is not a valid name: %s", c.Name, errs[0])
+		}
+		if names[c.Name] {
+			v.r.at(cp+".name", "client %q is defined twice", c.Name)
+		}
+		names[c.Name] = true
+		for j, n := range c.Nodes {
+			if _, ok := v.nodes[n]; !ok {
+				v.r.at(fmt.Sprintf("%s.nodes[%d]", cp, j), "node %q is not defined", n)
+			}
+		}
+		if c.PodsPerNode == 0 {
+			c.PodsPerNode = 1
+		} else if c.PodsPerNode < 1 || c.PodsPerNode > 64 {
+			v.r.at(cp+".podsPerNode", "must be between 1 and 64, got %d", c.PodsPerNode)
+		}
+		if c.SourceIPs == 0 {
+			c.SourceIPs = 1
+		} else if c.SourceIPs < 1 || c.SourceIPs > 65536 {
+			v.r.at(cp+".sourceIPs", "must be between 1 and 65536, got %d", c.SourceIPs)
+		}
+		if c.SourcePorts == "" {
+			c.SourcePorts = "random"
+		} else if !oneOf(c.SourcePorts, SourcePortModes) {
+			v.r.at(cp+".sourcePorts", "unknown value %q (choose from %s)", c.SourcePorts, choices(SourcePortModes))
+		}
+		if c.Protocol != "" && c.Protocol != "TCP" && c.Protocol != "UDP" {
+			v.r.at(cp+".protocol", "unknown protocol %q (TCP or UDP)", c.Protocol)
+		}
+		if c.Weight < 0 {
+			v.r.at(cp+".weight", "must not be negative, got %g", c.Weight)
+		} else if c.Weight == 0 {
+			c.Weight = 1
+		}
+		for j, s := range c.Services {
+			v.svcTarget(fmt.Sprintf("%s.services[%d]", cp, j), s)
+		}
+	}
+	hasRate := t.Rate != 0 || t.Duration != nil
+	switch {
+	case t.Connections != 0 && hasRate:
+		v.r.at("traffic.connections", "give either connections or rate and duration, not both")
+	case t.Connections < 0 || t.Connections > 1e10:
+		v.r.at("traffic.connections", "must be between 1 and 10^10, got %d", t.Connections)
+	case t.Connections == 0 && !hasRate:
+		v.r.at("traffic", "give connections, or rate and duration")
+	case hasRate && (t.Rate <= 0 || t.Duration == nil || t.Duration.Duration <= 0):
+		v.r.at("traffic.rate", "rate and duration must both be positive")
+	case hasRate && t.Rate*t.Duration.Seconds() > 1e10:
+		v.r.at("traffic.rate", "rate x duration must not exceed 10^10 connections")
+	}
+	if d := t.ConnectionDuration; d != nil {
+		if d.Kind != "fixed" && d.Kind != "exponential" {
+			v.r.at("traffic.connectionDuration.kind", "unknown distribution %q (fixed or exponential)", d.Kind)
+		}
+		if d.Mean.Duration < 0 {
+			v.r.at("traffic.connectionDuration.mean", "must not be negative")
+		}
+	}
+}
+
+func (v *validator) events() {
+	for i := range v.sc.Events {
+		e := &v.sc.Events[i]
+		ep := fmt.Sprintf("events[%d]", i)
+		if e.At.Duration < 0 {
+			v.r.at(ep+".at", "must not be negative")
+		}
+		if !oneOf(e.Type, EventTypes) {
+			v.r.at(ep+".type", "unknown event type %q (choose from %s)", e.Type, choices(EventTypes))
+			continue
+		}
+		ref, _, ok := v.svcTarget(ep+".service", e.Service)
+		if e.Service == "" {
+			continue
+		}
+		needsEndpoint := e.Type == EventReadiness || e.Type == EventFlap || e.Type == EventDeletePod
+		picks := 0
+		for _, s := range []string{e.Pod, e.Endpoint} {
+			if s != "" {
+				picks++
+			}
+		}
+		if e.Endpoints > 0 {
+			picks++
+		}
+		if needsEndpoint {
+			if picks != 1 {
+				v.r.at(ep, "a %s event names exactly one of pod, endpoint or endpoints (a count)", e.Type)
+			} else if ok && !ref.generated {
+				if e.Pod != "" && !ref.pods[e.Pod] {
+					v.r.at(ep+".pod", "Service %s has no endpoint whose targetRef is pod %q", e.Service, e.Pod)
+				}
+				if e.Endpoint != "" && !ref.addrs[e.Endpoint] {
+					v.r.at(ep+".endpoint", "Service %s has no endpoint with address %q", e.Service, e.Endpoint)
+				}
+				if e.Endpoints > ref.endpoints {
+					v.r.at(ep+".endpoints", "Service %s has only %d endpoints", e.Service, ref.endpoints)
+				}
+			}
+			if e.Endpoints < 0 {
+				v.r.at(ep+".endpoints", "must be positive")
+			}
+		} else if picks > 0 {
+			v.r.at(ep, "a %s event does not name endpoints", e.Type)
+		}
+		switch e.Type {
+		case EventReadiness:
+			if e.Ready == nil {
+				v.r.at(ep+".ready", "required: the new readiness (true or false)")
+			}
+		case EventFlap:
+			if e.Period == nil || e.Period.Duration <= 0 {
+				v.r.at(ep+".period", "required and positive")
+			}
+			if e.Duty <= 0 || e.Duty >= 1 {
+				v.r.at(ep+".duty", "the not-ready share of each period must be between 0 and 1 (exclusive), got %g", e.Duty)
+			}
+			if e.Count < 1 || e.Count > 10000 {
+				v.r.at(ep+".count", "must be between 1 and 10000, got %d", e.Count)
+			}
+		case EventDeletePod:
+			if e.GracePeriod == nil {
+				e.GracePeriod = &metav1.Duration{Duration: 30 * time.Second}
+			} else if e.GracePeriod.Duration < 0 {
+				v.r.at(ep+".gracePeriod", "must not be negative")
+			}
+		case EventScale:
+			if e.Replicas == nil || *e.Replicas < 0 || *e.Replicas > 1000 {
+				v.r.at(ep+".replicas", "required, between 0 and 1000")
+			}
+		case EventServiceUpdate:
+			if e.SessionAffinity == "" && e.AffinityTimeout == nil && e.InternalTrafficPolicy == "" && e.ExternalTrafficPolicy == "" {
+				v.r.at(ep, "a service-update event changes at least one of sessionAffinity, affinityTimeoutSeconds, internalTrafficPolicy, externalTrafficPolicy")
+			}
+			if e.SessionAffinity != "" && e.SessionAffinity != "None" && e.SessionAffinity != "ClientIP" {
+				v.r.at(ep+".sessionAffinity", "unknown value %q (None or ClientIP)", e.SessionAffinity)
+			}
+			if e.AffinityTimeout != nil && (*e.AffinityTimeout < 1 || *e.AffinityTimeout > 86400) {
+				v.r.at(ep+".affinityTimeoutSeconds", "must be between 1 and 86400")
+			}
+			if e.InternalTrafficPolicy != "" && e.InternalTrafficPolicy != "Cluster" && e.InternalTrafficPolicy != "Local" {
+				v.r.at(ep+".internalTrafficPolicy", "unknown value %q (Cluster or Local)", e.InternalTrafficPolicy)
+			}
+			if e.ExternalTrafficPolicy != "" {
+				if e.ExternalTrafficPolicy != "Cluster" && e.ExternalTrafficPolicy != "Local" {
+					v.r.at(ep+".externalTrafficPolicy", "unknown value %q (Cluster or Local)", e.ExternalTrafficPolicy)
+				} else if ok && ref.typ == corev1.ServiceTypeClusterIP {
+					v.r.at(ep+".externalTrafficPolicy", "Service %s is of type ClusterIP; externalTrafficPolicy applies to NodePort and LoadBalancer", e.Service)
+				}
+			}
+		}
+	}
+}
+
+func (v *validator) checks() {
+	names := map[string]bool{}
+	for i := range v.sc.Checks {
+		c := &v.sc.Checks[i]
+		cp := fmt.Sprintf("checks[%d]", i)
+		if !oneOf(c.Type, CheckTypes) {
+			v.r.at(cp+".type", "unknown check %q (choose from %s)", c.Type, choices(CheckTypes))
+		}
+		if c.Service == "" {
+			v.r.at(cp+".service", "required: the Service to check, as namespace/name")
+		} else {
+			target := c.Service
+			if c.Port != "" {
+				target += ":" + c.Port
+			}
+			v.svcTarget(cp+".service", target)
+		}
+		for j, n := range c.ClientNodes {
+			if _, ok := v.nodes[n]; !ok {
+				v.r.at(fmt.Sprintf("%s.clientNodes[%d]", cp, j), "node %q is not defined", n)
+			}
+		}
+		if c.Name == "" {
+			c.Name = c.Type + ":" + c.Service
+			if c.Port != "" {
+				c.Name += ":" + c.Port
+			}
+		}
+		if names[c.Name] {
+			v.r.at(cp+".name", "check %q is defined twice; give each a distinct name", c.Name)
+		}
+		names[c.Name] = true
+		if c.Alpha == 0 {
+			c.Alpha = DefaultAlpha
+		} else if c.Alpha <= 0 || c.Alpha >= 0.5 {
+			v.r.at(cp+".alpha", "must be between 0 and 0.5 (exclusive), got %g", c.Alpha)
+		}
+		if c.MDE == 0 {
+			c.MDE = DefaultMDE
+		} else if c.MDE <= 0 || c.MDE > 1 {
+			v.r.at(cp+".mde", "the minimum detectable effect is a relative change between 0 and 1, got %g", c.MDE)
+		}
+		if c.Power == 0 {
+			c.Power = DefaultPower
+		} else if c.Power <= 0.5 || c.Power >= 1 {
+			v.r.at(cp+".power", "must be between 0.5 and 1 (exclusive), got %g", c.Power)
+		}
+	}
+}
