@@ -29,14 +29,17 @@ func BenchmarkFloor30000(b *testing.B) {
 			if err := tr.Add(svc); err != nil {
 				b.Fatal(err)
 			}
-			port, proto := int32(8080), corev1.ProtocolTCP
-			sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-abcde", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-				AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Port: &port, Protocol: &proto}}}
+			// The same fields as the generator writes, so that the floor
+			// carries objects of the same size.
+			port, proto, pname := int32(8080), corev1.ProtocolTCP, ""
+			sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-abcde", Namespace: ns,
+				Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+				AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &pname, Port: &port, Protocol: &proto}}}
 			for e := 0; e < 10; e++ {
-				ready := true
-				node := fmt.Sprintf("node-%d", e)
+				ready, serving, terminating := true, true, false
+				node, zone := fmt.Sprintf("node-%d", e), fmt.Sprintf("zone-%d", e%3)
 				sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.%d.%d.%d", 128+s/4000, (s/16)%250, (s%16)*10+e+1)},
-					Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &node})
+					Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating}, NodeName: &node, Zone: &zone})
 			}
 			if err := tr.Add(sl); err != nil {
 				b.Fatal(err)

@@ -836,6 +836,8 @@ func (v *validator) events() {
 		if needsEndpoint {
 			if picks != 1 {
 				v.r.at(ep, "a %s event names exactly one of pod, endpoint or endpoints (a count)", e.Type)
+			} else if ok && ref.generated && e.Pod != "" {
+				v.r.at(ep+".pod", "generated Services have no pods: name the endpoint by address (endpoint) or pick a count (endpoints)")
 			} else if ok && !ref.generated {
 				if e.Pod != "" && !ref.pods[e.Pod] {
 					v.r.at(ep+".pod", "Service %s has no endpoint whose targetRef is pod %q", e.Service, e.Pod)
