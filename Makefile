@@ -1,0 +1,70 @@
+# kpsim: the two set-up commands are `make run` and `make test`.
+#
+#   make run      build sim and simulate scenarios/1000-services.yaml
+#   make test     install what the tests need (Debian packages included,
+#                 idempotently), then run every test tier; as root the
+#                 namespace tier runs and a skipped test is a failure
+#   make build    build bin/sim
+#   make bench    benchmarks (loading, engines, statistics)
+#   make lint     go vet and staticcheck
+#   make results  regenerate the committed outputs in results/
+
+SHELL       := /bin/bash
+GO          ?= go
+BIN         := bin/sim
+VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X github.com/kpsim/kpsim/cmd/sim/app.Version=$(VERSION)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Debian packages the test tiers use: netfilter userland for the namespace
+# tier, iproute2 for inspection.
+DEB_PACKAGES := iptables nftables ipset conntrack iproute2
+TEST_LOG    := $(or $(TMPDIR),/tmp)/kpsim-test.log
+
+.PHONY: run test build bench lint results deps test-go check-skips clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
+
+run: build
+	$(BIN) run scenarios/1000-services.yaml
+
+# deps installs the Debian packages once (apt-get only when one is missing).
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make test: missing Debian packages:$$missing (run as root to install them)"; exit 3; fi; \
+		echo "installing:$$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "Debian packages present: $(DEB_PACKAGES)"; fi
+
+# test runs every tier. As root (CI), KPSIM_REQUIRE_ALL=1 turns the skip of a
+# privileged test into a failure, and check-skips fails on any skipped test.
+test: deps build
+	@if [ "$$(id -u)" = 0 ]; then export KPSIM_REQUIRE_ALL=1; fi; \
+	$(GO) test -count=1 -timeout 15m -v ./... > $(TEST_LOG) 2>&1; status=$$?; \
+	grep -E '^(ok|FAIL|panic|---)|^\s+--- (FAIL|SKIP)|^\s+[a-z_]+\.go:[0-9]+:' $(TEST_LOG) | grep -v -- '--- PASS' ; \
+	$(MAKE) --no-print-directory check-skips || status=1; exit $$status
+
+check-skips:
+	@skips=$$(grep -E -- '--- SKIP' $(TEST_LOG) | wc -l); \
+	if [ "$$(id -u)" = 0 ] && [ "$$skips" -gt 0 ]; then \
+		echo "make test: $$skips test(s) skipped as root; every tier must run:"; grep -E -- '--- SKIP' -A2 $(TEST_LOG); exit 1; \
+	fi; \
+	pass=$$(grep -cE -- '^\s*--- PASS' $(TEST_LOG)); fail=$$(grep -cE -- '^\s*--- FAIL' $(TEST_LOG)); \
+	echo "$$pass passed, $$fail failed, $$skips skipped"
+
+bench:
+	$(GO) test -run XXX -bench . -benchtime 3x -count 5 ./sim/cluster/
+	$(GO) test -run XXX -bench . -count 5 ./harness/stats/
+
+lint:
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+results: build
+	mkdir -p results/1000-services
+	$(BIN) run scenarios/1000-services.yaml -o json > results/1000-services/cluster.json
+
+clean:
+	rm -rf bin
