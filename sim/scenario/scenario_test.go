@@ -282,3 +282,30 @@ func TestPositionsOfNestedFields(t *testing.T) {
 		t.Errorf("a missing field must be located at its parent, got %+v", p)
 	}
 }
+
+// TestReadmeExample keeps the complete example of scenarios/README.md valid.
+func TestReadmeExample(t *testing.T) {
+	data, err := os.ReadFile("../../scenarios/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(data), "```yaml\n")
+	found := 0
+	for _, b := range blocks[1:] {
+		body, _, _ := strings.Cut(b, "```")
+		if !strings.HasPrefix(body, "apiVersion: kpsim.dev/v1alpha1") {
+			continue
+		}
+		found++
+		l, err := Load("README.md example", []byte(body))
+		if err == nil {
+			_, err = Expand(l, nil)
+		}
+		if err != nil {
+			t.Errorf("README example is invalid: %v", err)
+		}
+	}
+	if found == 0 {
+		t.Fatal("no complete example in scenarios/README.md")
+	}
+}
