@@ -169,6 +169,7 @@ func (c *Cluster) Apply(ctx context.Context, s Step) error {
 			}
 			copies[i].Endpoints = kept
 		}
+		stampTrigger(copies[i])
 		if _, err := c.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, copies[i], metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("event %d: could not update EndpointSlice %s/%s: %w", s.Event, ns, copies[i].Name, err)
 		}
@@ -294,6 +295,7 @@ func (c *Cluster) scale(ctx context.Context, sl []*discoveryv1.EndpointSlice, s 
 		}
 	}
 	for i := range changed {
+		stampTrigger(sl[i])
 		if _, err := c.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, sl[i], metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("event %d: could not update EndpointSlice %s/%s: %w", s.Event, ns, sl[i].Name, err)
 		}
@@ -334,4 +336,14 @@ func (c *Cluster) updateService(ctx context.Context, ns, name string, e *scenari
 		return fmt.Errorf("could not update Service %s/%s: %w", ns, name, err)
 	}
 	return nil
+}
+
+// stampTrigger sets the annotation the EndpointSlice controller writes: when
+// the change that caused this write happened. Proxies measure the network
+// programming latency from it.
+func stampTrigger(s *discoveryv1.EndpointSlice) {
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[corev1.EndpointsLastChangeTriggerTime] = time.Now().UTC().Format(time.RFC3339Nano)
 }

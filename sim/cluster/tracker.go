@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -54,6 +55,10 @@ type Tracker struct {
 	dirtyEps  map[types.NamespacedName]bool
 	dirtyNode bool
 	notify    chan struct{}
+	// triggers holds, per Service with pending endpoint changes, the
+	// earliest last-change-trigger-time annotation seen (as kube-proxy's
+	// EndpointChangeTracker does for the network programming latency).
+	triggers map[types.NamespacedName]time.Time
 
 	state State
 	// byService indexes the applied state's service ports per Service.
@@ -71,6 +76,7 @@ func NewTracker() *Tracker {
 		nodes:     map[string]*corev1.Node{},
 		dirtySvc:  map[types.NamespacedName]bool{},
 		dirtyEps:  map[types.NamespacedName]bool{},
+		triggers:  map[types.NamespacedName]time.Time{},
 		notify:    make(chan struct{}, 1),
 		state:     State{Services: map[ServicePortName]*ServicePort{}, Endpoints: map[ServicePortName][]*Endpoint{}, Nodes: map[string]*Node{}},
 		byService: map[types.NamespacedName][]ServicePortName{},
@@ -123,6 +129,15 @@ func (t *Tracker) OnEndpointSlice(ns, name string, s *discoveryv1.EndpointSlice,
 		m[name] = s
 	}
 	t.dirtyEps[key] = true
+	if s != nil {
+		if v, ok := s.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
+			if ts, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				if cur, seen := t.triggers[key]; !seen || ts.Before(cur) {
+					t.triggers[key] = ts
+				}
+			}
+		}
+	}
 	t.mu.Unlock()
 	t.poke()
 }
@@ -226,6 +241,11 @@ func (t *Tracker) Drain() (*State, Changes) {
 		t.applyEndpoints(key, &ch)
 	}
 	clear(t.dirtyEps)
+	for _, ts := range t.triggers {
+		ch.TriggerTimes = append(ch.TriggerTimes, ts)
+	}
+	clear(t.triggers)
+	slices.SortFunc(ch.TriggerTimes, func(a, b time.Time) int { return a.Compare(b) })
 	SortNames(ch.Services)
 	SortNames(ch.Endpoints)
 	return &t.state, ch

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -93,6 +94,10 @@ type Changes struct {
 	Services  []ServicePortName // settings changed, added or removed
 	Endpoints []ServicePortName // endpoint set or conditions changed
 	Nodes     bool              // node labels or addresses changed
+	// TriggerTimes are the last-change-trigger-time annotations of the
+	// drained EndpointSlice changes, one per Service: the start of the
+	// network programming latency a sync ends.
+	TriggerTimes []time.Time
 }
 
 // Empty reports whether nothing changed.
