@@ -1,0 +1,342 @@
+// Package cost models what each kube-proxy mode costs a node at a given
+// cluster state: rules or objects programmed, bytes sent per sync, full and
+// partial sync time, the work a first packet does, and conntrack memory.
+//
+// Counts follow kube-proxy's rule layout (reference kube-proxy.md §1.4, §2.1,
+// §3) as formulas, independently of the dataplane's renderers; a test holds
+// the iptables formula against the real renderer's output. Sync times come
+// from calibration files in results/calibration/ that `sim calibrate`
+// measures on a real kernel; without one, the defaults below (measured on
+// this project's reference machine, design.md) are used and the report says
+// so.
+package cost
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// Counts are the objects one node programs.
+type Counts struct {
+	Mode string `json:"mode"`
+	// iptables: rules per table and chains.
+	NatRules    int `json:"natRules,omitempty"`
+	FilterRules int `json:"filterRules,omitempty"`
+	Chains      int `json:"chains,omitempty"`
+	// nftables: chains, rules, map and set elements.
+	NFTChains   int `json:"nftChains,omitempty"`
+	NFTRules    int `json:"nftRules,omitempty"`
+	MapElements int `json:"mapElements,omitempty"`
+	Sets        int `json:"sets,omitempty"`
+	// ipvs: virtual servers, real servers, ipset entries, iptables rules.
+	VirtualServers int `json:"virtualServers,omitempty"`
+	RealServers    int `json:"realServers,omitempty"`
+	IPSetEntries   int `json:"ipsetEntries,omitempty"`
+	IPVSRules      int `json:"ipvsIptablesRules,omitempty"`
+	// Objects is the size measure sync time is interpolated on: rules for
+	// iptables, rules plus elements for nftables, real servers plus ipset
+	// entries for IPVS.
+	Objects int `json:"objects"`
+	// Bytes is the size of a full restore / transaction.
+	Bytes int `json:"bytes"`
+}
+
+// Per-line sizes of kube-proxy's text, measured on rendered rules (the
+// renderer test checks the iptables ones within 10 %).
+const (
+	bytesSvcRule      = 150 // -A KUBE-SERVICES ... cluster IP ... -j KUBE-SVC-...
+	bytesMasqRule     = 160
+	bytesProbRule     = 170
+	bytesSepRule      = 110
+	bytesAffinityRule = 190
+	bytesNFTElement   = 90
+	bytesNFTRule      = 120
+)
+
+// ServicePortInput is what the counting needs of one service port on a node.
+type ServicePortInput struct {
+	Name      cluster.ServicePortName
+	Endpoints int  // endpoints in its chain on this node (after policy)
+	Reachable int  // endpoints with a SEP chain (all locally reachable)
+	Affinity  bool // ClientIP
+	Reject    bool // no endpoints: filter REJECT
+	Drop      bool // Local without local endpoints: filter DROP
+}
+
+// Count computes a node's objects in one mode. masquerade says whether the
+// per-Service masquerade rule is written (a pod CIDR is known or
+// masqueradeAll).
+func Count(mode string, in []ServicePortInput, masquerade bool) Counts {
+	c := Counts{Mode: mode}
+	switch mode {
+	case "iptables":
+		// Constant chains and jumps (KUBE-SERVICES, -MARK-MASQ, -POSTROUTING,
+		// -FORWARD, -NODEPORTS, -EXTERNAL-SERVICES, -PROXY-FIREWALL, ...).
+		c.Chains, c.NatRules, c.FilterRules = 12, 6, 8
+		for _, s := range in {
+			switch {
+			case s.Reject || s.Drop:
+				c.FilterRules++
+				c.Bytes += bytesSvcRule
+				continue
+			}
+			c.Chains += 1 + s.Reachable // SVC + SEPs
+			c.NatRules += 1             // KUBE-SERVICES
+			c.Bytes += bytesSvcRule
+			if masquerade {
+				c.NatRules++
+				c.Bytes += bytesMasqRule
+			}
+			c.NatRules += s.Endpoints + 2*s.Reachable
+			c.Bytes += s.Endpoints*bytesProbRule + 2*s.Reachable*bytesSepRule
+			if s.Affinity {
+				c.NatRules += s.Endpoints
+				c.Bytes += s.Endpoints * bytesAffinityRule
+			}
+		}
+		c.Objects = c.NatRules + c.FilterRules + c.Chains // restore lines
+	case "nftables":
+		c.NFTChains, c.NFTRules = 14, 20
+		for _, s := range in {
+			c.MapElements++ // service-ips or no-endpoint-services
+			c.Bytes += bytesNFTElement
+			if s.Reject || s.Drop {
+				continue
+			}
+			c.NFTChains += 1 + s.Reachable
+			c.NFTRules += 2 + 2*s.Reachable // masq + numgen; endpoint: masq + dnat
+			c.Bytes += (2 + 2*s.Reachable) * bytesNFTRule
+			if s.Affinity {
+				c.Sets += s.Reachable
+				c.NFTRules += 2 * s.Reachable // lookup in service chain, update in endpoint chain
+				c.Bytes += 2 * s.Reachable * bytesNFTRule
+			}
+		}
+		c.Objects = c.NFTRules + c.MapElements + c.NFTChains + c.Sets
+	case "ipvs":
+		c.IPVSRules = 24 // the constant rule set of kube-proxy's IPVS mode
+		for _, s := range in {
+			c.VirtualServers++
+			c.IPSetEntries++ // KUBE-CLUSTER-IP
+			c.RealServers += s.Endpoints
+			c.IPSetEntries += s.Reachable // KUBE-LOOP-BACK
+		}
+		c.Objects = c.RealServers + c.VirtualServers + c.IPSetEntries
+		c.Bytes = c.Objects * 64 // netlink messages
+	}
+	return c
+}
+
+// Calibration is sync time against size for one mode and variant, as `sim
+// calibrate` writes it.
+type Calibration struct {
+	Mode    string  `json:"mode"`
+	Variant string  `json:"variant"` // e.g. "nft", "legacy", "kube-proxy", "fast"
+	Kernel  string  `json:"kernel,omitempty"`
+	Source  string  `json:"source"`
+	Points  []Point `json:"points"`
+}
+
+// Point is one measured size.
+type Point struct {
+	Services            int     `json:"services"`
+	EndpointsPerService int     `json:"endpointsPerService"`
+	Objects             int     `json:"objects"`
+	FullSeconds         float64 `json:"fullSyncSeconds"`
+	PartialSeconds      float64 `json:"partialSyncSeconds,omitempty"`
+}
+
+// Defaults measured on this project's reference machine (design.md, "Facts"):
+// raw restores of kube-proxy-shaped rules at 1000 and 5000 Services x 10
+// endpoints. Used only when results/calibration has no file for the mode.
+func Defaults() []Calibration {
+	src := "design.md defaults (measured on the reference machine, not on this one)"
+	pt := func(mode string, services int, seconds float64) Point {
+		return Point{Services: services, EndpointsPerService: 10, Objects: SyntheticObjects(mode, services, 10), FullSeconds: seconds}
+	}
+	return []Calibration{
+		{Mode: "iptables", Variant: "nft", Source: src, Points: []Point{pt("iptables", 1000, 0.83), pt("iptables", 5000, 4.7)}},
+		{Mode: "iptables", Variant: "legacy", Source: src, Points: []Point{pt("iptables", 1000, 0.50), pt("iptables", 5000, 2.1)}},
+		{Mode: "nftables", Variant: "kube-proxy", Source: src, Points: []Point{pt("nftables", 1000, 1.0), pt("nftables", 2000, 2.7), pt("nftables", 3000, 16.8), pt("nftables", 5000, 60)}},
+		{Mode: "nftables", Variant: "fast", Source: src, Points: []Point{pt("nftables", 1000, 0.24), pt("nftables", 5000, 2.7)}},
+	}
+}
+
+// SyntheticObjects is the size measure of services x endpoints ClusterIP
+// Services in kube-proxy's layout: the x axis of every calibration.
+func SyntheticObjects(mode string, services, endpoints int) int {
+	in := make([]ServicePortInput, services)
+	for i := range in {
+		in[i] = ServicePortInput{Endpoints: endpoints, Reachable: endpoints}
+	}
+	return Count(mode, in, true).Objects
+}
+
+// LoadCalibrations reads results/calibration/*.json under dir (a missing
+// folder is not an error) and adds the defaults for any mode and variant
+// not covered.
+func LoadCalibrations(dir string) ([]Calibration, error) {
+	var out []Calibration
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("could not read calibration: %w", err)
+		}
+		var cs []Calibration
+		if err := json.Unmarshal(data, &cs); err != nil {
+			return nil, fmt.Errorf("could not parse calibration %s: %w", f, err)
+		}
+		for i := range cs {
+			if cs[i].Source == "" {
+				cs[i].Source = f
+			}
+		}
+		out = append(out, cs...)
+	}
+	for _, d := range Defaults() {
+		if !slices.ContainsFunc(out, func(c Calibration) bool { return c.Mode == d.Mode && c.Variant == d.Variant }) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// Find returns the calibration of a mode and variant.
+func Find(cs []Calibration, mode, variant string) (Calibration, bool) {
+	for _, c := range cs {
+		if c.Mode == mode && c.Variant == variant {
+			return c, true
+		}
+	}
+	return Calibration{}, false
+}
+
+// FullSync estimates the full sync time at a size by interpolating the
+// calibration in log-log space (a power law between neighbouring points, which
+// fits both the linear iptables growth and the superlinear nftables one), and
+// extrapolating with the slope of the last two points.
+func (c Calibration) FullSync(objects int) float64 {
+	return interp(c.Points, objects, func(p Point) float64 { return p.FullSeconds })
+}
+
+// PartialSync estimates a partial sync; without partial points it is the full
+// sync time (iptables rewrites KUBE-SERVICES in full on every sync).
+func (c Calibration) PartialSync(objects int) float64 {
+	var pts []Point
+	for _, p := range c.Points {
+		if p.PartialSeconds > 0 {
+			pts = append(pts, p)
+		}
+	}
+	if len(pts) == 0 {
+		return c.FullSync(objects)
+	}
+	return interp(pts, objects, func(p Point) float64 { return p.PartialSeconds })
+}
+
+func interp(pts []Point, objects int, y func(Point) float64) float64 {
+	if len(pts) == 0 || objects <= 0 {
+		return 0
+	}
+	pts = slices.Clone(pts)
+	sort.Slice(pts, func(i, j int) bool { return pts[i].Objects < pts[j].Objects })
+	if len(pts) == 1 {
+		return y(pts[0]) * float64(objects) / float64(pts[0].Objects)
+	}
+	x := math.Log(float64(objects))
+	i := sort.Search(len(pts), func(i int) bool { return pts[i].Objects >= objects })
+	switch {
+	case i == 0:
+		i = 1
+	case i == len(pts):
+		i = len(pts) - 1
+	}
+	a, b := pts[i-1], pts[i]
+	x0, x1 := math.Log(float64(a.Objects)), math.Log(float64(b.Objects))
+	y0, y1 := math.Log(y(a)), math.Log(y(b))
+	if x1 == x0 {
+		return y(a)
+	}
+	slope := (y1 - y0) / (x1 - x0)
+	if i == 1 && objects < a.Objects {
+		slope = math.Max(slope, 1) // below the smallest point, no faster than linear decrease
+	}
+	return math.Exp(y0 + slope*(x-x0))
+}
+
+// FirstPacket is the work the first packet of a new connection does.
+type FirstPacket struct {
+	// RulesP50/P99 are rules evaluated (iptables: KUBE-SERVICES position plus
+	// the Service chain's rules up to the chosen endpoint), weighted by
+	// connections; lookups for nftables and IPVS are constant.
+	RulesP50 float64 `json:"rulesP50"`
+	RulesP99 float64 `json:"rulesP99"`
+	Note     string  `json:"note"`
+}
+
+// IPTablesFirstPacket computes rules walked per new connection. positions
+// are the service ports in KUBE-SERVICES order, with their connection share
+// and endpoint count (the cascade stops at rule i with the chosen endpoint,
+// (n+1)/2 rules on average, plus the masquerade rule and the SEP's two).
+func IPTablesFirstPacket(order []ServicePortInput, weights []float64) FirstPacket {
+	type wv struct{ w, v float64 }
+	var xs []wv
+	total := 0.0
+	for i, s := range order {
+		w := 1.0
+		if weights != nil {
+			w = weights[i]
+		}
+		if w == 0 {
+			continue
+		}
+		n := float64(max(s.Endpoints, 1))
+		rules := float64(i+1) + 1 + (n+1)/2 + 2
+		if s.Affinity {
+			rules += n
+		}
+		xs = append(xs, wv{w, rules})
+		total += w
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i].v < xs[j].v })
+	q := func(p float64) float64 {
+		acc := 0.0
+		for _, x := range xs {
+			acc += x.w
+			if acc >= p*total {
+				return x.v
+			}
+		}
+		if len(xs) == 0 {
+			return 0
+		}
+		return xs[len(xs)-1].v
+	}
+	return FirstPacket{RulesP50: q(0.5), RulesP99: q(0.99), Note: "KUBE-SERVICES is linear in Service count: a Service's position sets its cost"}
+}
+
+// Conntrack sizes a node's conntrack table.
+type Conntrack struct {
+	PeakEntries int64 `json:"peakEntries"`
+	Bytes       int64 `json:"bytes"`
+}
+
+// ConntrackEntryBytes is the kernel's per-entry cost (struct nf_conn with
+// its NAT extension, slab-rounded, on 6.x kernels; about 320 bytes).
+const ConntrackEntryBytes = 320
+
+// ConntrackFor sizes a table of peak entries.
+func ConntrackFor(peak int64) Conntrack { return Conntrack{PeakEntries: peak, Bytes: peak * ConntrackEntryBytes} }
