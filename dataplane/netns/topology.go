@@ -1,0 +1,720 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// Topology is a run's set of namespaces and links (see README.md for the
+// diagram):
+//
+//   - a fabric namespace with a bridge that joins the nodes;
+//   - per node, a node namespace (where proxy rules go) whose uplink sits on
+//     the bridge with the node's address, and routes to every other node's
+//     pod CIDR via that node's address, as a CNI installs;
+//   - per node, one backend namespace holding every endpoint address of the
+//     node as a /32, behind a veth whose node side holds the pod CIDR's .1
+//     gateway;
+//   - per client pod, a namespace with the pod's address(es) and a default
+//     route via its node's gateway.
+//
+// Nothing is created in the root network namespace: veth pairs are created
+// from inside a namespace with their peer placed directly in another.
+//
+// The accessors (Nodes, Node, Clients, BackendFor, Namespaces) describe the
+// built topology: call them after Build has returned.
+type Topology struct {
+	cfg *Config
+
+	// mu serialises Build, SyncEndpoints and Close.
+	mu       sync.Mutex
+	stop     chan struct{} // closed by Close to interrupt Build
+	stopOnce sync.Once
+	built    bool
+	closed   bool
+	closeErr error
+
+	marker *marker
+	all    []*Namespace // creation order
+	fabric *Namespace
+	nodes  []*Node
+	byName map[string]*Node
+}
+
+// Node is one node's namespaces, as built.
+type Node struct {
+	Config NodeConfig
+	// NS is the node namespace: proxy rules, ip_forward on.
+	NS *Namespace
+	// Backends holds every endpoint address of the node.
+	Backends *Namespace
+	// Clients are the node's client pods.
+	Clients []*Client
+
+	index int // 1-based, in the fabric port's name
+}
+
+// Client is one client pod's namespace, as built.
+type Client struct {
+	Config ClientConfig
+	// Node is the name of the node the pod runs on.
+	Node string
+	NS   *Namespace
+}
+
+// New validates cfg and returns a topology with nothing created yet: call
+// Build. Creating it first lets WithSignalCleanup cover the build itself.
+func New(cfg *Config) (*Topology, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Topology{cfg: cfg, stop: make(chan struct{}), byName: map[string]*Node{}}, nil
+}
+
+// Build creates a topology from cfg (New then Build). On failure nothing it
+// created is left behind.
+func Build(ctx context.Context, cfg *Config) (*Topology, error) {
+	t, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Build(ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// RunID is the topology's run ID.
+func (t *Topology) RunID() string { return t.cfg.RunID }
+
+// Config is the configuration the topology was built from.
+func (t *Topology) Config() *Config { return t.cfg }
+
+// Fabric is the namespace of the bridge.
+func (t *Topology) Fabric() *Namespace { return t.fabric }
+
+// Nodes lists the nodes in name order.
+func (t *Topology) Nodes() []*Node { return t.nodes }
+
+// Node returns a node by its Kubernetes name.
+func (t *Topology) Node(name string) (*Node, bool) {
+	n, ok := t.byName[name]
+	return n, ok
+}
+
+// Clients lists every client pod, node by node.
+func (t *Topology) Clients() []*Client {
+	var out []*Client
+	for _, n := range t.nodes {
+		out = append(out, n.Clients...)
+	}
+	return out
+}
+
+// BackendFor returns the backend namespace that holds endpoint address a.
+func (t *Topology) BackendFor(a netip.Addr) (*Namespace, bool) {
+	for _, n := range t.nodes {
+		if _, found := slices.BinarySearchFunc(n.Config.Endpoints, a, netip.Addr.Compare); found {
+			return n.Backends, true
+		}
+	}
+	return nil, false
+}
+
+// Namespaces lists every namespace of the topology in creation order.
+func (t *Topology) Namespaces() []*Namespace { return slices.Clone(t.all) }
+
+// Build creates the namespaces and links. It checks ctx (and Close) between
+// steps; when interrupted or failing it removes what it created and returns
+// the error. Build runs once.
+func (t *Topology) Build(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.closed:
+		return errors.New("could not build the topology: it is closed")
+	case t.built:
+		return errors.New("could not build the topology: it is already built")
+	}
+	t.built = true
+	if hostNSErr != nil {
+		return fmt.Errorf("could not open the process's network namespace: %w", hostNSErr)
+	}
+	check := func() error {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topology build interrupted: %w", context.Cause(ctx))
+		case <-t.stop:
+			return errors.New("topology build interrupted: the topology was closed")
+		default:
+			return nil
+		}
+	}
+	if err := t.build(check); err != nil {
+		return errors.Join(err, t.teardown())
+	}
+	return nil
+}
+
+func (t *Topology) build(check func() error) error {
+	if err := check(); err != nil {
+		return err
+	}
+	// The marker comes first: a namespace of ours never exists without it
+	// while the run lives, so a cleanup never takes a live run for dead.
+	m, err := acquireMarker(t.cfg.RunID)
+	if err != nil {
+		return err
+	}
+	t.marker = m
+	id := t.cfg.RunID
+	fab, err := t.newNamespace(FabricName(id), RoleFabric)
+	if err != nil {
+		return err
+	}
+	t.fabric = fab
+	fh, err := fab.Netlink()
+	if err != nil {
+		return err
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeLink(id), Flags: net.FlagUp}}
+	if err := fh.LinkAdd(br); err != nil {
+		return fmt.Errorf("could not add bridge %s in %s: %w", br.Name, fab.Name, err)
+	}
+	if err := addAltName(fh, br, RunPrefix(id)+"fabric-br"); err != nil {
+		return err
+	}
+	for i := range t.cfg.Nodes {
+		if err := check(); err != nil {
+			return err
+		}
+		n := &Node{Config: t.cfg.Nodes[i], index: i + 1}
+		t.nodes = append(t.nodes, n)
+		t.byName[n.Config.Name] = n
+		if err := t.buildNode(n, br.Index); err != nil {
+			return err
+		}
+		for j := range n.Config.Clients {
+			if err := check(); err != nil {
+				return err
+			}
+			if err := t.buildClient(n, j); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range t.nodes {
+		if err := check(); err != nil {
+			return err
+		}
+		if err := t.nodeRoutes(n); err != nil {
+			return err
+		}
+	}
+	// Pod namespaces need no netlink socket once built; node namespaces keep
+	// theirs for the backends.
+	for _, ns := range t.all {
+		if ns.Role == RoleBackend || ns.Role == RoleClient {
+			ns.closeNetlink()
+		}
+	}
+	return nil
+}
+
+// common sysctls: no IPv6 (scenarios are IPv4; no router solicitations or
+// DAD on the bridge), no reverse-path filter (a client's extra source
+// addresses and asymmetric paths through DNAT must not be dropped). Keys
+// that do not exist on this kernel are skipped when optional.
+type sysctl struct {
+	key, value string
+	optional   bool
+}
+
+var (
+	commonSysctls = []sysctl{
+		{"net/ipv6/conf/all/disable_ipv6", "1", true},
+		{"net/ipv6/conf/default/disable_ipv6", "1", true},
+		{"net/ipv4/conf/all/rp_filter", "0", false},
+		{"net/ipv4/conf/default/rp_filter", "0", false},
+	}
+	nodeSysctls = []sysctl{
+		{"net/ipv4/ip_forward", "1", false},
+	}
+	// With br_netfilter loaded, bridged frames would cross the fabric's
+	// (empty) iptables and conntrack; keep the fabric a plain wire.
+	fabricSysctls = []sysctl{
+		{"net/bridge/bridge-nf-call-iptables", "0", true},
+		{"net/bridge/bridge-nf-call-ip6tables", "0", true},
+		{"net/bridge/bridge-nf-call-arptables", "0", true},
+	}
+)
+
+// newNamespace creates a namespace, records it for teardown, applies the
+// sysctls of its role and brings lo up.
+func (t *Topology) newNamespace(name string, role Role) (*Namespace, error) {
+	ns, err := create(name, role)
+	if err != nil {
+		return nil, err
+	}
+	t.all = append(t.all, ns)
+	sysctls := slices.Clone(commonSysctls)
+	switch role {
+	case RoleNode:
+		sysctls = append(sysctls, nodeSysctls...)
+	case RoleFabric:
+		sysctls = append(sysctls, fabricSysctls...)
+	}
+	err = ns.Do(func() error {
+		for _, s := range sysctls {
+			err := os.WriteFile("/proc/sys/"+s.key, []byte(s.value), 0o644)
+			if err != nil && !(s.optional && errors.Is(err, os.ErrNotExist)) {
+				return fmt.Errorf("could not set %s to %s: %w", s.key, s.value, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h, err := ns.Netlink()
+	if err != nil {
+		return nil, err
+	}
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetUp(lo)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("could not bring lo up in %s: %w", name, err)
+	}
+	return ns, nil
+}
+
+func addAltName(h *netlink.Handle, l netlink.Link, alt string) error {
+	if err := h.LinkAddAltName(l, alt); err != nil {
+		return fmt.Errorf("could not add alternative name %s to link %s: %w", alt, l.Attrs().Name, err)
+	}
+	return nil
+}
+
+// vethPair creates a veth pair from inside a (its end named name, with
+// alternative name alt, addresses and up) with its peer created directly in
+// b (named peer, alternative name peerAlt, up). The pair never exists in the
+// root namespace. It returns the two ends as seen from a and b.
+func vethPair(a *Namespace, name, alt string, b *Namespace, peer, peerAlt string) (netlink.Link, netlink.Link, error) {
+	ah, err := a.Netlink()
+	if err != nil {
+		return nil, nil, err
+	}
+	bh, err := b.Netlink()
+	if err != nil {
+		return nil, nil, err
+	}
+	v := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: name},
+		PeerName:      peer,
+		PeerNamespace: netlink.NsFd(b.Handle()),
+	}
+	if err := ah.LinkAdd(v); err != nil {
+		return nil, nil, fmt.Errorf("could not add veth %s (in %s) / %s (in %s): %w", name, a.Name, peer, b.Name, err)
+	}
+	al, err := ah.LinkByName(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("could not find link %s in %s: %w", name, a.Name, err)
+	}
+	bl, err := bh.LinkByName(peer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("could not find link %s in %s: %w", peer, b.Name, err)
+	}
+	if err := addAltName(ah, al, alt); err != nil {
+		return nil, nil, err
+	}
+	if err := addAltName(bh, bl, peerAlt); err != nil {
+		return nil, nil, err
+	}
+	return al, bl, nil
+}
+
+func hostPrefix(a netip.Addr) *net.IPNet {
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 32)}
+}
+
+func addAddr(h *netlink.Handle, ns *Namespace, l netlink.Link, p netip.Prefix) error {
+	if err := h.AddrAdd(l, &netlink.Addr{IPNet: ipNet(p)}); err != nil {
+		return fmt.Errorf("could not add address %s to %s in %s: %w", p, l.Attrs().Name, ns.Name, err)
+	}
+	return nil
+}
+
+func setUp(h *netlink.Handle, ns *Namespace, l netlink.Link) error {
+	if err := h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("could not bring %s up in %s: %w", l.Attrs().Name, ns.Name, err)
+	}
+	return nil
+}
+
+// linkRoute adds "dst dev l scope link". Equivalent to
+// `ip route add dst dev l scope link`.
+func linkRoute(h *netlink.Handle, ns *Namespace, l netlink.Link, dst netip.Prefix) error {
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst), Scope: netlink.SCOPE_LINK}
+	if err := h.RouteAdd(r); err != nil {
+		return fmt.Errorf("could not add route %s dev %s in %s: %w", dst, l.Attrs().Name, ns.Name, err)
+	}
+	return nil
+}
+
+// viaRoute adds "dst via gw dev l" (dst invalid: the default route).
+func viaRoute(h *netlink.Handle, ns *Namespace, l netlink.Link, dst netip.Prefix, gw, src netip.Addr) error {
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.IP(gw.AsSlice())}
+	if dst.IsValid() {
+		r.Dst = ipNet(dst)
+	}
+	if src.IsValid() {
+		r.Src = net.IP(src.AsSlice())
+	}
+	if err := h.RouteAdd(r); err != nil {
+		return fmt.Errorf("could not add route %v via %s dev %s in %s: %w", dst, gw, l.Attrs().Name, ns.Name, err)
+	}
+	return nil
+}
+
+func (t *Topology) buildNode(n *Node, bridgeIndex int) error {
+	id, c := t.cfg.RunID, n.Config
+	label := Label(c.Name)
+	ns, err := t.newNamespace(NodeName(id, c.Name), RoleNode)
+	if err != nil {
+		return err
+	}
+	n.NS = ns
+	nh, _ := ns.Netlink()
+	fh, _ := t.fabric.Netlink()
+	up, port, err := vethPair(ns, uplinkLink(id), RunPrefix(id)+label+"-eth0",
+		t.fabric, fabricPortLink(id, n.index), RunPrefix(id)+"fabric-"+label)
+	if err != nil {
+		return err
+	}
+	if err := fh.LinkSetMasterByIndex(port, bridgeIndex); err != nil {
+		return fmt.Errorf("could not attach %s to the bridge in %s: %w", port.Attrs().Name, t.fabric.Name, err)
+	}
+	if err := setUp(fh, t.fabric, port); err != nil {
+		return err
+	}
+	if err := addAddr(nh, ns, up, c.Addr); err != nil {
+		return err
+	}
+	if err := setUp(nh, ns, up); err != nil {
+		return err
+	}
+
+	be, err := t.newNamespace(BackendName(id, c.Name), RoleBackend)
+	if err != nil {
+		return err
+	}
+	n.Backends = be
+	bh, _ := be.Netlink()
+	gwLink, eth, err := vethPair(ns, backendPortLink(id), RunPrefix(id)+label+"-be",
+		be, podLink(id), RunPrefix(id)+label+"_be-eth0")
+	if err != nil {
+		return err
+	}
+	if err := addAddr(nh, ns, gwLink, netip.PrefixFrom(c.Gateway, 32)); err != nil {
+		return err
+	}
+	if err := setUp(nh, ns, gwLink); err != nil {
+		return err
+	}
+	for _, a := range c.Endpoints {
+		if err := addAddr(bh, be, eth, netip.PrefixFrom(a, 32)); err != nil {
+			return err
+		}
+	}
+	if err := setUp(bh, be, eth); err != nil {
+		return err
+	}
+	if err := podRoutes(bh, be, eth, c.Gateway, netip.Addr{}); err != nil {
+		return err
+	}
+	for _, a := range c.Endpoints {
+		if err := linkRoute(nh, ns, gwLink, netip.PrefixFrom(a, 32)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// podRoutes gives a pod namespace "gw dev eth scope link" and
+// "default via gw dev eth [src src]", as the ptp CNI plugin does: pod
+// addresses are /32s, so every packet goes through the node.
+func podRoutes(h *netlink.Handle, ns *Namespace, eth netlink.Link, gw, src netip.Addr) error {
+	if err := linkRoute(h, ns, eth, netip.PrefixFrom(gw, 32)); err != nil {
+		return err
+	}
+	return viaRoute(h, ns, eth, netip.Prefix{}, gw, src)
+}
+
+func (t *Topology) buildClient(n *Node, j int) error {
+	id, c := t.cfg.RunID, n.Config.Clients[j]
+	name := ClientName(id, n.Config.Name, c.Group, c.Index)
+	ns, err := t.newNamespace(name, RoleClient)
+	if err != nil {
+		return err
+	}
+	cl := &Client{Config: c, Node: n.Config.Name, NS: ns}
+	n.Clients = append(n.Clients, cl)
+	rest := name[len(RunPrefix(id)):]
+	nl, eth, err := vethPair(n.NS, clientPortLink(id, j), RunPrefix(id)+rest+"-port",
+		ns, podLink(id), RunPrefix(id)+rest+"-eth0")
+	if err != nil {
+		return err
+	}
+	nh, _ := n.NS.Netlink()
+	ch, _ := ns.Netlink()
+	for _, a := range c.Addrs {
+		if err := addAddr(ch, ns, eth, netip.PrefixFrom(a, 32)); err != nil {
+			return err
+		}
+	}
+	if err := setUp(ch, ns, eth); err != nil {
+		return err
+	}
+	if err := podRoutes(ch, ns, eth, n.Config.Gateway, c.Addrs[0]); err != nil {
+		return err
+	}
+	if err := setUp(nh, n.NS, nl); err != nil {
+		return err
+	}
+	for _, a := range c.Addrs {
+		if err := linkRoute(nh, n.NS, nl, netip.PrefixFrom(a, 32)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeRoutes gives node n a route to every other node's pod CIDR via that
+// node's address, as a CNI does, plus /32 routes to the other nodes'
+// endpoints outside their pod CIDR, and a link route to any other node
+// address outside n's own node network.
+func (t *Topology) nodeRoutes(n *Node) error {
+	h, err := n.NS.Netlink()
+	if err != nil {
+		return err
+	}
+	up, err := h.LinkByName(uplinkLink(t.cfg.RunID))
+	if err != nil {
+		return fmt.Errorf("could not find the uplink in %s: %w", n.NS.Name, err)
+	}
+	own := n.Config.Addr.Masked()
+	for _, o := range t.nodes {
+		if o == n {
+			continue
+		}
+		oip := o.Config.Addr.Addr()
+		if !own.Contains(oip) {
+			if err := linkRoute(h, n.NS, up, netip.PrefixFrom(oip, 32)); err != nil {
+				return err
+			}
+		}
+		if err := viaRoute(h, n.NS, up, o.Config.PodCIDR, oip, netip.Addr{}); err != nil {
+			return err
+		}
+		for _, a := range o.Config.Endpoints {
+			if !o.Config.PodCIDR.Contains(a) {
+				if err := viaRoute(h, n.NS, up, netip.PrefixFrom(a, 32), oip, netip.Addr{}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// SyncEndpoints makes the backend namespaces hold exactly the endpoint
+// addresses of st (placed as ConfigFromState does), adding and removing /32
+// addresses and their routes, for Services that scale during a run. It
+// refuses addresses that clash with a node, gateway or client address.
+func (t *Topology) SyncEndpoints(st *cluster.State) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.fabric == nil {
+		return errors.New("could not sync endpoints: the topology is not built")
+	}
+	want := &Config{RunID: t.cfg.RunID}
+	index := map[string]int{}
+	for i, n := range t.nodes {
+		c := n.Config
+		c.Endpoints = nil
+		want.Nodes = append(want.Nodes, c)
+		index[c.Name] = i
+	}
+	if err := placeEndpoints(want, st, index); err != nil {
+		return fmt.Errorf("could not sync endpoints: %w", err)
+	}
+	if err := want.Validate(); err != nil {
+		return fmt.Errorf("could not sync endpoints: %w", err)
+	}
+	for i, n := range t.nodes {
+		add, del := diffAddrs(n.Config.Endpoints, want.Nodes[i].Endpoints)
+		if err := t.moveEndpoints(n, add, del); err != nil {
+			return err
+		}
+		n.Config.Endpoints = want.Nodes[i].Endpoints
+		t.cfg.Nodes[i].Endpoints = want.Nodes[i].Endpoints
+	}
+	return nil
+}
+
+func diffAddrs(have, want []netip.Addr) (add, del []netip.Addr) {
+	for _, a := range want {
+		if _, ok := slices.BinarySearchFunc(have, a, netip.Addr.Compare); !ok {
+			add = append(add, a)
+		}
+	}
+	for _, a := range have {
+		if _, ok := slices.BinarySearchFunc(want, a, netip.Addr.Compare); !ok {
+			del = append(del, a)
+		}
+	}
+	return add, del
+}
+
+func (t *Topology) moveEndpoints(n *Node, add, del []netip.Addr) error {
+	if len(add) == 0 && len(del) == 0 {
+		return nil
+	}
+	id := t.cfg.RunID
+	bh, err := n.Backends.Netlink()
+	if err != nil {
+		return err
+	}
+	defer n.Backends.closeNetlink()
+	nh, err := n.NS.Netlink()
+	if err != nil {
+		return err
+	}
+	eth, err := bh.LinkByName(podLink(id))
+	if err != nil {
+		return fmt.Errorf("could not find %s in %s: %w", podLink(id), n.Backends.Name, err)
+	}
+	gwLink, err := nh.LinkByName(backendPortLink(id))
+	if err != nil {
+		return fmt.Errorf("could not find %s in %s: %w", backendPortLink(id), n.NS.Name, err)
+	}
+	outside := func(a netip.Addr) bool { return !n.Config.PodCIDR.Contains(a) }
+	for _, a := range del {
+		p := netip.PrefixFrom(a, 32)
+		r := &netlink.Route{LinkIndex: gwLink.Attrs().Index, Dst: ipNet(p), Scope: netlink.SCOPE_LINK}
+		if err := nh.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("could not delete route %s in %s: %w", p, n.NS.Name, err)
+		}
+		if err := bh.AddrDel(eth, &netlink.Addr{IPNet: ipNet(p)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("could not delete address %s in %s: %w", p, n.Backends.Name, err)
+		}
+		if outside(a) {
+			if err := t.otherNodeRoutes(n, p, false); err != nil {
+				return err
+			}
+		}
+	}
+	for _, a := range add {
+		p := netip.PrefixFrom(a, 32)
+		if err := addAddr(bh, n.Backends, eth, p); err != nil {
+			return err
+		}
+		if err := linkRoute(nh, n.NS, gwLink, p); err != nil {
+			return err
+		}
+		if outside(a) {
+			if err := t.otherNodeRoutes(n, p, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// otherNodeRoutes adds (or deletes) "p via n's address" in every other node.
+func (t *Topology) otherNodeRoutes(n *Node, p netip.Prefix, add bool) error {
+	for _, o := range t.nodes {
+		if o == n {
+			continue
+		}
+		h, err := o.NS.Netlink()
+		if err != nil {
+			return err
+		}
+		up, err := h.LinkByName(uplinkLink(t.cfg.RunID))
+		if err != nil {
+			return fmt.Errorf("could not find the uplink in %s: %w", o.NS.Name, err)
+		}
+		if add {
+			if err := viaRoute(h, o.NS, up, p, n.Config.Addr.Addr(), netip.Addr{}); err != nil {
+				return err
+			}
+			continue
+		}
+		r := &netlink.Route{LinkIndex: up.Attrs().Index, Dst: ipNet(p), Gw: net.IP(n.Config.Addr.Addr().AsSlice())}
+		if err := h.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("could not delete route %s in %s: %w", p, o.NS.Name, err)
+		}
+	}
+	return nil
+}
+
+// Close removes everything the topology created: its namespaces (and with
+// them every link and route in them) and its run marker. It interrupts a
+// Build in progress, is safe to call more than once and from several
+// goroutines (a signal handler and a deferred call), and returns the first
+// call's result.
+func (t *Topology) Close() error {
+	t.stopOnce.Do(func() { close(t.stop) })
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return t.closeErr
+	}
+	t.closed = true
+	t.closeErr = t.teardown()
+	return t.closeErr
+}
+
+// teardown deletes the namespaces, pods first and the fabric last, then
+// releases the marker. Callers hold mu.
+func (t *Topology) teardown() error {
+	var errs []error
+	for i := len(t.all) - 1; i >= 0; i-- {
+		if err := t.all[i].Delete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	t.all = nil
+	if len(errs) == 0 {
+		// Keep the marker when a namespace could not be removed: the run
+		// then looks dead with leftovers, which `sim cleanup` removes.
+		if err := t.marker.release(); err != nil {
+			errs = append(errs, err)
+		}
+	} else if t.marker != nil && t.marker.f != nil {
+		t.marker.f.Close()
+		t.marker.f = nil
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("could not remove the topology of run %s: %w", t.cfg.RunID, errors.Join(errs...))
+	}
+	return nil
+}
