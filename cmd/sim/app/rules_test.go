@@ -1,0 +1,80 @@
+package app
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kpsim/kpsim/dataplane/iptables"
+)
+
+const svc1Scenario = "../../../scenarios/testdata/svc1.yaml"
+
+// TestRulesSvc1: kube-proxy's test Service gets kube-proxy's chain names,
+// and the printed text is input iptables-restore (the fake) accepts.
+func TestRulesSvc1(t *testing.T) {
+	code, out, errs := run("rules", svc1Scenario, "--mode", "iptables")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"KUBE-SVC-XPGD46QRK7WJZT7O",
+		"KUBE-SEP-SXIVWICOYRO3J4NJ",
+		"-A KUBE-SEP-SXIVWICOYRO3J4NJ -m comment --comment ns1/svc1:p80 -m tcp -p tcp -j DNAT --to-destination 10.180.0.1:80\n",
+		"for node node-1 ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	f := iptables.NewFake()
+	if err := f.Restore(out); err != nil {
+		t.Fatalf("the fake refuses the output: %v", err)
+	}
+	if !strings.Contains(f.Dump(), "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {
+		t.Error("jump rules missing")
+	}
+	// --node picks another node; the mode flag defaults to iptables.
+	code, out, _ = run("rules", svc1Scenario, "--node", "node-2")
+	if code != 0 || !strings.Contains(out, "for node node-2 ") {
+		t.Errorf("--node node-2: exit %d\n%s", code, out)
+	}
+}
+
+func TestRulesUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rules", svc1Scenario, "--node", "nope"}, "node-1, node-2"},
+		{[]string{"rules", svc1Scenario, "--mode", "nftables"}, "not available yet"},
+		{[]string{"rules", svc1Scenario, "--mode", "ipvs"}, "not available yet"},
+		{[]string{"rules", svc1Scenario, "--mode", "userspace"}, "unknown mode"},
+		{[]string{"rules", svc1Scenario, "--fault", "bogus"}, "uniform-probability"},
+		{[]string{"rules", svc1Scenario, "--affinity", "hash"}, "recent or ipset"},
+		{[]string{"rules"}, ""},
+		{[]string{"rules", "no-such-file.yaml"}, ""},
+	} {
+		code, _, errs := run(c.args...)
+		if code != ExitBadInput || !strings.Contains(errs, c.want) {
+			t.Errorf("sim %v: exit %d, stderr %q; want exit %d naming %q", c.args, code, errs, ExitBadInput, c.want)
+		}
+	}
+}
+
+func TestRulesAffinityAndFaults(t *testing.T) {
+	const affinity = "../../../scenarios/conformance/affinity.yaml"
+	code, out, errs := run("rules", affinity, "--affinity", "ipset")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "# ipset restore -exist input") || !strings.Contains(out, "-m set --match-set KUBE-AFF-") {
+		t.Errorf("no ipset affinity in:\n%s", out)
+	}
+	code, out, errs = run("rules", affinity, "--fault", "affinity-no-timeout", "--fault", "uniform-probability")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "faults affinity-no-timeout,uniform-probability") || strings.Contains(out, "--seconds") {
+		t.Errorf("faults not applied:\n%s", out)
+	}
+}

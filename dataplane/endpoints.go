@@ -1,0 +1,267 @@
+package dataplane
+
+// Endpoint eligibility, written from kube-proxy's CategorizeEndpoints
+// (pkg/proxy/topology.go, the version with PreferSameNode, about v1.33) and
+// the traffic-policy predicates of its ServicePort. This is the dataplane's
+// own reading of that behaviour; the simulator's oracle has another one, and
+// the two are never shared (see the package comment).
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// Topology modes chosen from the endpoints' hints, as kube-proxy names them
+// (the Service trafficDistribution values).
+const (
+	TopologyNone           = ""
+	TopologyPreferSameZone = "PreferSameZone"
+	TopologyPreferSameNode = "PreferSameNode"
+)
+
+// Categorized is the outcome of endpoint eligibility for one service port on
+// one node.
+type Categorized struct {
+	// Cluster are the endpoints for Cluster traffic policy: ready ones
+	// (filtered by topology hints), else every serving and terminating one.
+	// Empty when the service port never uses Cluster policy.
+	Cluster []*cluster.Endpoint
+	// Local are the endpoints on this node for Local traffic policy: ready
+	// local ones, else serving and terminating local ones. Empty when the
+	// service port never uses Local policy.
+	Local []*cluster.Endpoint
+	// AllReachable is the union of Cluster and Local: the endpoints that
+	// need a chain of their own on this node. Sorted by address, then port.
+	AllReachable []*cluster.Endpoint
+	// HasAny reports whether a usable endpoint exists anywhere in the
+	// cluster (ready, or serving and terminating). When false, traffic is
+	// rejected.
+	HasAny bool
+	// Topology is the topology mode in force ("" for none).
+	Topology string
+	// LocalTerminating reports that Local fell back to serving and
+	// terminating endpoints.
+	LocalTerminating bool
+}
+
+// Categorizer holds what eligibility depends on besides the endpoints: the
+// node, its zone, the PreferSameNode feature gate and the faults in force.
+type Categorizer struct {
+	Node string
+	Zone string
+	// PreferSameNode is kube-proxy's PreferSameTrafficDistribution feature
+	// gate (alpha, off by default, in v1.33): with it, node hints are
+	// honoured before zone hints.
+	PreferSameNode bool
+	// Faults may include FaultKeepNotReady and FaultIgnoreLocalPolicy; the
+	// other faults act in the backends.
+	Faults Faults
+}
+
+// Categorize splits a service port's endpoints for node (in zone) into the
+// Cluster and Local sets, with no fault and the PreferSameNode gate off.
+func Categorize(eps []*cluster.Endpoint, sp *cluster.ServicePort, node string, zone string) Categorized {
+	return Categorizer{Node: node, Zone: zone}.Categorize(eps, sp)
+}
+
+// Categorize splits the endpoints of sp as kube-proxy's CategorizeEndpoints
+// does: the Cluster set is ready endpoints available for the topology mode,
+// falling back to every serving-and-terminating endpoint (topology ignored);
+// the Local set is, independently, the ready local endpoints, falling back to
+// serving-and-terminating local ones. Endpoints that are not serving are never
+// used.
+func (c Categorizer) Categorize(eps []*cluster.Endpoint, sp *cluster.ServicePort) Categorized {
+	var out Categorized
+	// clusterReady is readiness as the Cluster set sees it: the
+	// keep-not-ready fault makes every endpoint look ready there.
+	clusterReady := func(ep *cluster.Endpoint) bool {
+		return ep.Ready || c.Faults.Has(FaultKeepNotReady)
+	}
+	ready := func(ep *cluster.Endpoint) bool { return ep.Ready }
+	local := func(ep *cluster.Endpoint) bool {
+		return ep.NodeName == c.Node || c.Faults.Has(FaultIgnoreLocalPolicy)
+	}
+	servingTerminating := func(ep *cluster.Endpoint) bool { return ep.Serving && ep.Terminating }
+
+	if UsesClusterEndpoints(sp) {
+		out.Topology = c.topologyMode(eps)
+		out.Cluster = filter(eps, func(ep *cluster.Endpoint) bool {
+			return clusterReady(ep) && availableForTopology(ep, out.Topology, c.Node, c.Zone)
+		})
+		// An empty result means there is no ready endpoint anywhere: the
+		// topology mode is only chosen when a ready endpoint matches it.
+		if len(out.Cluster) == 0 {
+			out.Cluster = filter(eps, servingTerminating)
+		}
+		out.HasAny = len(out.Cluster) > 0
+	}
+	if !UsesLocalEndpoints(sp) {
+		out.AllReachable = out.Cluster
+		return out
+	}
+
+	var localReady, localST bool
+	for _, ep := range eps {
+		switch {
+		case ready(ep):
+			out.HasAny = true
+			localReady = localReady || local(ep)
+		case servingTerminating(ep):
+			out.HasAny = true
+			localST = localST || local(ep)
+		}
+	}
+	switch {
+	case localReady:
+		out.Local = filter(eps, func(ep *cluster.Endpoint) bool { return local(ep) && ready(ep) })
+	case localST:
+		out.LocalTerminating = true
+		out.Local = filter(eps, func(ep *cluster.Endpoint) bool { return local(ep) && servingTerminating(ep) })
+	}
+	switch {
+	case !UsesClusterEndpoints(sp):
+		out.AllReachable = out.Local
+	case len(out.Local) == 0:
+		out.AllReachable = out.Cluster
+	default:
+		out.AllReachable = union(out.Cluster, out.Local)
+	}
+	return out
+}
+
+// topologyMode is kube-proxy's topologyModeFromHints: only ready endpoints
+// count; a mode applies when every one of them carries a hint of that kind
+// and at least one hints this node (zone). There is no per-endpoint fallback.
+func (c Categorizer) topologyMode(eps []*cluster.Endpoint) string {
+	allNode, anyNode := true, false
+	allZone, anyZone := true, false
+	for _, ep := range eps {
+		if !ep.Ready {
+			continue
+		}
+		if len(ep.NodeHints) == 0 {
+			allNode = false
+		} else if slices.Contains(ep.NodeHints, c.Node) {
+			anyNode = true
+		}
+		if len(ep.ZoneHints) == 0 {
+			allZone = false
+		} else if slices.Contains(ep.ZoneHints, c.Zone) {
+			anyZone = true
+		}
+	}
+	if c.PreferSameNode && allNode && anyNode {
+		return TopologyPreferSameNode
+	}
+	if allZone && anyZone {
+		return TopologyPreferSameZone
+	}
+	return TopologyNone
+}
+
+func availableForTopology(ep *cluster.Endpoint, mode, node, zone string) bool {
+	switch mode {
+	case TopologyPreferSameNode:
+		return slices.Contains(ep.NodeHints, node)
+	case TopologyPreferSameZone:
+		return slices.Contains(ep.ZoneHints, zone)
+	}
+	return true
+}
+
+func filter(eps []*cluster.Endpoint, keep func(*cluster.Endpoint) bool) []*cluster.Endpoint {
+	var out []*cluster.Endpoint
+	for _, ep := range eps {
+		if keep(ep) {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// union merges two endpoint lists keyed by ip:port, sorted by address then
+// port (kube-proxy uses a map and no order; a stable order keeps rendered
+// rules deterministic).
+func union(a, b []*cluster.Endpoint) []*cluster.Endpoint {
+	seen := make(map[string]bool, len(a)+len(b))
+	out := make([]*cluster.Endpoint, 0, len(a)+len(b))
+	for _, l := range [][]*cluster.Endpoint{a, b} {
+		for _, ep := range l {
+			if k := ep.String(); !seen[k] {
+				seen[k] = true
+				out = append(out, ep)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y *cluster.Endpoint) int {
+		if c := x.IP.Compare(y.IP); c != 0 {
+			return c
+		}
+		return int(x.Port) - int(y.Port)
+	})
+	return out
+}
+
+// ExternallyAccessible reports whether the service port has destinations
+// outside the cluster IP: here, a node port (external IPs and load-balancer
+// IPs are not part of the cluster model).
+func ExternallyAccessible(sp *cluster.ServicePort) bool {
+	return sp.NodePort != 0 && (sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer)
+}
+
+// InternalPolicyLocal reports internalTrafficPolicy: Local.
+func InternalPolicyLocal(sp *cluster.ServicePort) bool { return sp.InternalLocal }
+
+// ExternalPolicyLocal reports externalTrafficPolicy: Local on an externally
+// accessible service port.
+func ExternalPolicyLocal(sp *cluster.ServicePort) bool {
+	return sp.ExternalLocal && ExternallyAccessible(sp)
+}
+
+// UsesClusterEndpoints reports whether the service port ever sends traffic by
+// Cluster policy: when the internal policy is Cluster, or when it accepts
+// external traffic at all (even with external policy Local, pod and host
+// traffic to external destinations is short-circuited to the Cluster chain).
+func UsesClusterEndpoints(sp *cluster.ServicePort) bool {
+	return !InternalPolicyLocal(sp) || ExternallyAccessible(sp)
+}
+
+// UsesLocalEndpoints reports whether the service port ever sends traffic by
+// Local policy.
+func UsesLocalEndpoints(sp *cluster.ServicePort) bool {
+	return InternalPolicyLocal(sp) || ExternalPolicyLocal(sp)
+}
+
+// Internal returns the endpoints for traffic to the cluster IP: the Local set
+// under internalTrafficPolicy Local, else the Cluster set. Empty with HasAny
+// true means the traffic is dropped (no local endpoints); empty with HasAny
+// false means it is rejected.
+func (c Categorized) Internal(sp *cluster.ServicePort) []*cluster.Endpoint {
+	if InternalPolicyLocal(sp) {
+		return c.Local
+	}
+	return c.Cluster
+}
+
+// External returns the endpoints for traffic to the node port (and external
+// destinations) that is not short-circuited: the Local set under
+// externalTrafficPolicy Local, else the Cluster set.
+func (c Categorized) External(sp *cluster.ServicePort) []*cluster.Endpoint {
+	if ExternalPolicyLocal(sp) {
+		return c.Local
+	}
+	return c.Cluster
+}
+
+// HasInternal reports whether cluster-IP traffic has somewhere to go.
+func (c Categorized) HasInternal(sp *cluster.ServicePort) bool {
+	return c.HasAny && len(c.Internal(sp)) > 0
+}
+
+// HasExternal reports whether external traffic has somewhere to go.
+func (c Categorized) HasExternal(sp *cluster.ServicePort) bool {
+	return c.HasAny && len(c.External(sp)) > 0
+}

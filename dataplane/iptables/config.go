@@ -1,0 +1,99 @@
+// Package iptables renders kube-proxy's iptables layout for one node from the
+// cluster state, as iptables-restore input, without touching the kernel; it
+// also holds a behavioural fake of the nat and filter tables, a tracer that
+// walks a NEW connection through them with its probabilities, and the parser
+// that maps iptables-save counters back to service ports and endpoints.
+//
+// The layout is kube-proxy's (pkg/proxy/iptables/proxier.go, about v1.33),
+// limits included: a `recent` list per endpoint for ClientIP affinity holds at
+// most 100 clients. Beside it, AffinityIPSet is an option of our own that keeps
+// affinity in ipset hash:ip sets with per-entry timeouts instead. See README.md
+// for the chain flow and the faults.
+//
+// The Backend that applies a Ruleset to a kernel lives elsewhere; it calls
+// Renderer.Render, runs iptables-restore --noflush (and ipset restore), and
+// calls Renderer.Commit when the kernel took it.
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/kpsim/kpsim/dataplane"
+)
+
+// AffinityMode chooses how ClientIP session affinity is programmed.
+type AffinityMode string
+
+const (
+	// AffinityRecent is kube-proxy's layout: one `recent` list per endpoint
+	// chain, checked with --rcheck --seconds T --reap and refreshed with
+	// --set. A list holds at most ip_list_tot (100) addresses.
+	AffinityRecent AffinityMode = "recent"
+	// AffinityIPSet is our option: one ipset hash:ip set with timeout per
+	// endpoint, matched with -m set --match-set and refreshed with
+	// -j SET --add-set ... --exist --timeout T. No 100-client limit.
+	AffinityIPSet AffinityMode = "ipset"
+)
+
+// Defaults, as kube-proxy's.
+const (
+	// DefaultMasqueradeBit gives the mark 0x4000.
+	DefaultMasqueradeBit = 14
+	// DefaultLargeClusterThreshold is kube-proxy's
+	// largeClusterEndpointsThreshold: above this many endpoints, the
+	// per-endpoint comments are left out.
+	DefaultLargeClusterThreshold = 1000
+)
+
+// Config is what the renderer needs besides the cluster state.
+type Config struct {
+	// NodeName is the node whose rules are rendered (it decides which
+	// endpoints are local).
+	NodeName string
+	// ClusterCIDR is the cluster's pod range, kube-proxy's local-traffic
+	// detector: traffic to a cluster IP from outside it is masqueraded.
+	// The zero value disables the detector (no such rule, no pod
+	// short-circuit in KUBE-EXT chains).
+	ClusterCIDR netip.Prefix
+	// MasqueradeAll masquerades all traffic to cluster IPs.
+	MasqueradeAll bool
+	// Affinity is AffinityRecent (default when empty) or AffinityIPSet.
+	Affinity AffinityMode
+	// Faults are the named faults to build in (nil: none).
+	Faults dataplane.Faults
+	// MasqueradeBit is the bit of the masquerade mark (0: 14, mark 0x4000).
+	MasqueradeBit int
+	// LargeClusterThreshold is the endpoint count above which per-endpoint
+	// comments are dropped (0: 1000; negative: never).
+	LargeClusterThreshold int
+	// PreferSameNode turns on the PreferSameTrafficDistribution gate for
+	// topology hints (off by default, as in kube-proxy v1.33).
+	PreferSameNode bool
+	// ConntrackTCPLiberal reports nf_conntrack_tcp_be_liberal=1, which makes
+	// kube-proxy leave out its INVALID-state DROP rule.
+	ConntrackTCPLiberal bool
+}
+
+func (c *Config) defaults() error {
+	switch c.Affinity {
+	case "":
+		c.Affinity = AffinityRecent
+	case AffinityRecent, AffinityIPSet:
+	default:
+		return fmt.Errorf("unknown affinity mode %q (valid: %s, %s)", c.Affinity, AffinityRecent, AffinityIPSet)
+	}
+	if c.MasqueradeBit == 0 {
+		c.MasqueradeBit = DefaultMasqueradeBit
+	}
+	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
+		return fmt.Errorf("masquerade bit %d is outside 0..31", c.MasqueradeBit)
+	}
+	if c.LargeClusterThreshold == 0 {
+		c.LargeClusterThreshold = DefaultLargeClusterThreshold
+	}
+	if c.ClusterCIDR.IsValid() && !c.ClusterCIDR.Addr().Is4() {
+		return fmt.Errorf("cluster CIDR %s is not IPv4", c.ClusterCIDR)
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+package iptables
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// TestPartialSync: a partial render after some changes leaves the fake in
+// the same state as a full render of the new state on a fresh fake, writes
+// only the changed service ports' chains and deletes the stale ones.
+func TestPartialSync(t *testing.T) {
+	for _, mode := range []AffinityMode{AffinityRecent, AffinityIPSet} {
+		t.Run(string(mode), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Affinity = mode
+			st := overallState()
+			f, r, full := load(t, cfg, st)
+
+			n2, n3, n7 := name("ns2", "svc2", "p80"), name("ns3", "svc3", "p80"), name("ns7", "svc7", "p80")
+			n10 := name("ns10", "svc10", "p80")
+			// svc2 loses an endpoint, svc7 is deleted, svc10 is new, svc3
+			// (affinity) changes its timeout.
+			removed := st.Endpoints[n2][0]
+			st.Endpoints[n2] = st.Endpoints[n2][1:]
+			delete(st.Services, n7)
+			delete(st.Endpoints, n7)
+			add(st, clusterIPPort(n10, "172.30.0.50", 80), ep("10.180.0.20", 80, otherNode, "R"))
+			sp3 := *st.Services[n3]
+			sp3.AffinityTimeout = 60
+			st.Services[n3] = &sp3
+			changed := []cluster.ServicePortName{n2, n3, n7, n10}
+			rs := apply(t, r, f, st, changed, false)
+			if rs.Full {
+				t.Fatal("render after a commit with full=false is full")
+			}
+			if mode == AffinityRecent {
+				golden(t, "partial-restore", rs.Restore)
+			} else {
+				golden(t, "partial-ipset", rs.IPSetRestore+"---\n"+rs.IPSetDestroy)
+			}
+
+			fresh, _, want := load(t, cfg, st)
+			if d := lineDiff(fresh.Dump(), f.Dump()); d != "" {
+				t.Errorf("partial sync differs from a full one (-full +partial):\n%s", d)
+			}
+			if d := lineDiff(fresh.DumpIPSets(), f.DumpIPSets()); d != "" {
+				t.Errorf("sets differ (-full +partial):\n%s", d)
+			}
+			if rs.NATRules != want.NATRules || rs.NATChains != want.NATChains || rs.FilterRules != want.FilterRules {
+				t.Errorf("partial counts nat %d/%d filter %d, full %d/%d %d",
+					rs.NATRules, rs.NATChains, rs.FilterRules, want.NATRules, want.NATChains, want.FilterRules)
+			}
+			if rs.Lines >= full.Lines {
+				t.Errorf("partial sync wrote %d lines, the full one %d", rs.Lines, full.Lines)
+			}
+			sep := EndpointChain(n2, removed.String())
+			for _, c := range []string{sep, ServiceChain(n7)} {
+				if !slices.Contains(rs.Stale, c) {
+					t.Errorf("stale chains %v miss %s", rs.Stale, c)
+				}
+				if !strings.Contains(rs.Restore, "-X "+c+"\n") {
+					t.Errorf("no -X %s", c)
+				}
+			}
+			// Unchanged service ports are not written.
+			if strings.Contains(rs.Restore, ":"+ServiceChain(name("ns1", "svc1", "p80"))) {
+				t.Error("partial sync rewrote an unchanged service port")
+			}
+			// Nothing left to delete on the next sync.
+			rs = apply(t, r, f, st, nil, false)
+			if len(rs.Stale) != 0 || len(rs.StaleSets) != 0 {
+				t.Errorf("stale again: %v %v", rs.Stale, rs.StaleSets)
+			}
+		})
+	}
+}
+
+// TestPartialSyncMissedChange: a partial render trusts the changes it is
+// given: a change it is not told about stays unapplied (the removed endpoint
+// still gets traffic) until a full render, which repairs it.
+func TestPartialSyncMissedChange(t *testing.T) {
+	st := overallState()
+	f, r, _ := load(t, testConfig(), st)
+	n2 := name("ns2", "svc2", "p80")
+	removed := st.Endpoints[n2][0].String()
+	st.Endpoints[n2] = st.Endpoints[n2][1:]
+	apply(t, r, f, st, nil, false)
+	if p := trace(t, f, podIP, "172.30.0.42", 80, nil).P(removed); p == 0 {
+		t.Error("a partial render applied a change it was not told about")
+	}
+	rs := apply(t, r, f, st, nil, true)
+	if !slices.Contains(rs.Stale, EndpointChain(n2, removed)) {
+		t.Errorf("full render does not delete %s: %v", EndpointChain(n2, removed), rs.Stale)
+	}
+	fresh, _, _ := load(t, testConfig(), st)
+	if d := lineDiff(fresh.Dump(), f.Dump()); d != "" {
+		t.Errorf("full sync after a missed change differs:\n%s", d)
+	}
+}
+
+// TestRestoreFailureLeavesTables: a restore that iptables-restore refuses
+// (here an endpoint chain deleted while an unchanged service chain still
+// jumps to it) changes nothing; without a commit, the next render is
+// compared with what the kernel really holds.
+func TestRestoreFailureLeavesTables(t *testing.T) {
+	st := overallState()
+	f, r, _ := load(t, testConfig(), st)
+	before := f.Dump()
+	n2 := name("ns2", "svc2", "p80")
+	sep := EndpointChain(n2, st.Endpoints[n2][0].String())
+	bad := "*nat\n:" + sep + " - [0:0]\n-X " + sep + "\nCOMMIT\n"
+	if err := f.Restore(bad); !errors.Is(err, ErrChainInUse) {
+		t.Fatalf("restore error = %v, want ErrChainInUse", err)
+	}
+	if f.Dump() != before {
+		t.Error("a failed restore changed the tables")
+	}
+	st.Endpoints[n2] = st.Endpoints[n2][1:]
+	if _, err := r.Render(st, []cluster.ServicePortName{n2}, false); err != nil {
+		t.Fatal(err)
+	}
+	// Not applied, not committed: a full render still deletes sep.
+	rs := apply(t, r, f, st, nil, true)
+	if !slices.Contains(rs.Stale, sep) {
+		t.Errorf("stale %v lacks %s", rs.Stale, sep)
+	}
+}
+
+// TestFirstRenderIsFull: without a commit, a partial render is full.
+func TestFirstRenderIsFull(t *testing.T) {
+	r := mustRenderer(t, testConfig())
+	rs, err := r.Render(overallState(), nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rs.Full || !strings.Contains(rs.Restore, ":"+ServiceChain(name("ns1", "svc1", "p80"))) {
+		t.Error("first render is not full")
+	}
+	r.Commit(rs)
+	r.Reset()
+	if rs, _ = r.Render(overallState(), nil, false); !rs.Full {
+		t.Error("render after Reset is not full")
+	}
+}

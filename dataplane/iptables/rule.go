@@ -1,0 +1,401 @@
+package iptables
+
+// A parsed iptables rule: the subset of iptables' matches and targets that
+// kube-proxy's layout (and our ipset option) uses. The fake refuses anything
+// else, so a typo in the renderer fails a unit test instead of a kernel.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// ErrBadRule is wrapped by errors about a rule the fake cannot parse.
+var ErrBadRule = errors.New("bad rule")
+
+// Standard targets, which need no chain of that name.
+var builtinTargets = map[string]bool{
+	"ACCEPT": true, "DROP": true, "RETURN": true, "REJECT": true,
+	"DNAT": true, "SNAT": true, "MASQUERADE": true, "MARK": true, "SET": true,
+}
+
+// addrMatch is -s/-d, possibly negated.
+type addrMatch struct {
+	set    bool
+	neg    bool
+	prefix netip.Prefix
+}
+
+func (a addrMatch) match(ip netip.Addr) bool {
+	if !a.set {
+		return true
+	}
+	return a.prefix.Contains(ip) != a.neg
+}
+
+// Rule is one parsed rule.
+type Rule struct {
+	// Args are the rule's arguments after "-A CHAIN", tokenised.
+	Args []string
+
+	proto    string
+	src, dst addrMatch
+	dport    int
+	dportNeg bool
+
+	// statistic
+	probSet bool
+	prob    float64 // quantised as the kernel does
+	// recent
+	recentName    string
+	recentCheck   bool // --rcheck
+	recentSet     bool // --set
+	recentSeconds int  // 0: no --seconds
+	// set match
+	matchSet string
+	// mark
+	markSet        bool
+	markNeg        bool
+	markVal, markM uint32
+	// addrtype
+	srcLocal, dstLocal       int // 0 any, 1 LOCAL, -1 ! LOCAL
+	ctSet, ctNeg             bool
+	ctStates                 map[string]bool
+	target                   string
+	isGoto                   bool
+	toDest                   netip.AddrPort
+	toDestIP                 netip.Addr
+	markOp                   string
+	markArg                  uint32
+	addSet                   string
+	addTimeout               int // -1: none
+	rejectWith, masqRandFull string
+}
+
+// Target is the rule's -j or -g target ("" for none).
+func (r *Rule) Target() string { return r.target }
+
+// QuantizedProbability is the kernel's probability for a --probability
+// string: userspace stores lround(0x80000000*p) and the kernel matches
+// (prandom_u32() & 0x7FFFFFFF) < that, so the probability is that over 2^31.
+func QuantizedProbability(s string) (float64, error) {
+	p, err := strconv.ParseFloat(s, 64)
+	if err != nil || p < 0 || p > 1 {
+		return 0, fmt.Errorf("%w: probability %q is not between 0 and 1", ErrBadRule, s)
+	}
+	return math.Round(0x80000000*p) / 0x80000000, nil
+}
+
+// ParseRule parses the arguments of a rule (after "-A CHAIN").
+func ParseRule(args []string) (*Rule, error) {
+	r := &Rule{Args: args, addTimeout: -1}
+	modules := map[string]bool{}
+	neg := false
+	need := func(i int) (string, error) {
+		if i+1 >= len(args) {
+			return "", fmt.Errorf("%w: %s needs a value", ErrBadRule, args[i])
+		}
+		return args[i+1], nil
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "!" {
+			neg = true
+			continue
+		}
+		wasNeg := neg
+		neg = false
+		// Options with a value.
+		val := ""
+		switch a {
+		case "-p", "--protocol", "-s", "--source", "-d", "--destination", "-m", "--match", "-j", "--jump", "-g", "--goto",
+			"--comment", "--mode", "--probability", "--name", "--seconds", "--match-set", "--mark", "--dst-type", "--src-type",
+			"--ctstate", "--dport", "--destination-port":
+			v, err := need(i)
+			if err != nil {
+				return nil, err
+			}
+			val = v
+			i++
+		}
+		switch a {
+		case "-p", "--protocol":
+			r.proto = strings.ToLower(val)
+		case "-s", "--source", "-d", "--destination":
+			p, err := parsePrefix(val)
+			if err != nil {
+				return nil, err
+			}
+			m := addrMatch{set: true, neg: wasNeg, prefix: p}
+			if a == "-s" || a == "--source" {
+				r.src = m
+			} else {
+				r.dst = m
+			}
+		case "-m", "--match":
+			switch val {
+			case "tcp", "udp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack":
+				modules[val] = true
+			default:
+				return nil, fmt.Errorf("%w: match %q is not modelled", ErrBadRule, val)
+			}
+		case "--comment":
+			if !modules["comment"] {
+				return nil, fmt.Errorf("%w: --comment without -m comment", ErrBadRule)
+			}
+		case "--mode":
+			if !modules["statistic"] || val != "random" {
+				return nil, fmt.Errorf("%w: --mode %s needs -m statistic and mode random", ErrBadRule, val)
+			}
+		case "--probability":
+			if !modules["statistic"] {
+				return nil, fmt.Errorf("%w: --probability without -m statistic", ErrBadRule)
+			}
+			q, err := QuantizedProbability(val)
+			if err != nil {
+				return nil, err
+			}
+			r.probSet, r.prob = true, q
+		case "--name":
+			if !modules["recent"] {
+				return nil, fmt.Errorf("%w: --name without -m recent", ErrBadRule)
+			}
+			r.recentName = val
+		case "--rcheck", "--set", "--reap":
+			if !modules["recent"] {
+				return nil, fmt.Errorf("%w: %s without -m recent", ErrBadRule, a)
+			}
+			r.recentCheck = r.recentCheck || a == "--rcheck"
+			r.recentSet = r.recentSet || a == "--set"
+			if a == "--reap" && r.recentSeconds == 0 {
+				// libxt_recent: "--reap is only valid with --seconds"
+				// (checked once all options are read, below).
+				r.recentSeconds = -1
+			}
+		case "--seconds":
+			if !modules["recent"] {
+				return nil, fmt.Errorf("%w: --seconds without -m recent", ErrBadRule)
+			}
+			n, err := strconv.Atoi(val)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("%w: --seconds %q", ErrBadRule, val)
+			}
+			r.recentSeconds = n
+		case "--match-set":
+			if !modules["set"] || i+1 >= len(args) || args[i+1] != "src" {
+				return nil, fmt.Errorf("%w: --match-set needs -m set and the flag src", ErrBadRule)
+			}
+			r.matchSet = val
+			i++
+		case "--mark":
+			if !modules["mark"] {
+				return nil, fmt.Errorf("%w: --mark without -m mark", ErrBadRule)
+			}
+			v, m, err := parseMark(val)
+			if err != nil {
+				return nil, err
+			}
+			r.markSet, r.markNeg, r.markVal, r.markM = true, wasNeg, v, m
+		case "--dst-type", "--src-type":
+			if !modules["addrtype"] || val != "LOCAL" {
+				return nil, fmt.Errorf("%w: %s %s needs -m addrtype and type LOCAL", ErrBadRule, a, val)
+			}
+			t := 1
+			if wasNeg {
+				t = -1
+			}
+			if a == "--dst-type" {
+				r.dstLocal = t
+			} else {
+				r.srcLocal = t
+			}
+		case "--ctstate":
+			if !modules["conntrack"] {
+				return nil, fmt.Errorf("%w: --ctstate without -m conntrack", ErrBadRule)
+			}
+			r.ctSet, r.ctNeg, r.ctStates = true, wasNeg, map[string]bool{}
+			for _, s := range strings.Split(val, ",") {
+				r.ctStates[s] = true
+			}
+		case "--dport", "--destination-port":
+			if !modules["tcp"] && !modules["udp"] && r.proto != "tcp" && r.proto != "udp" {
+				return nil, fmt.Errorf("%w: --dport without -p tcp or udp", ErrBadRule)
+			}
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > 65535 {
+				return nil, fmt.Errorf("%w: --dport %q", ErrBadRule, val)
+			}
+			r.dport, r.dportNeg = n, wasNeg
+		case "-j", "--jump", "-g", "--goto":
+			r.target = val
+			r.isGoto = a == "-g" || a == "--goto"
+			if err := r.parseTarget(args[i+1:]); err != nil {
+				return nil, err
+			}
+			i = len(args)
+		default:
+			return nil, fmt.Errorf("%w: option %q is not modelled", ErrBadRule, a)
+		}
+	}
+	if r.recentSeconds < 0 {
+		return nil, fmt.Errorf("%w: recent: --reap is only valid with --seconds", ErrBadRule)
+	}
+	if modules["recent"] && (r.recentName == "" || r.recentCheck == r.recentSet) {
+		return nil, fmt.Errorf("%w: -m recent needs --name and one of --rcheck or --set", ErrBadRule)
+	}
+	if r.proto != "" && (modules["tcp"] && r.proto != "tcp" || modules["udp"] && r.proto != "udp") {
+		return nil, fmt.Errorf("%w: -m tcp/udp does not match -p %s", ErrBadRule, r.proto)
+	}
+	return r, nil
+}
+
+// parseTarget reads the target's options.
+func (r *Rule) parseTarget(opts []string) error {
+	next := func(i int) (string, error) {
+		if i+1 >= len(opts) {
+			return "", fmt.Errorf("%w: %s %s needs a value", ErrBadRule, r.target, opts[i])
+		}
+		return opts[i+1], nil
+	}
+	if !builtinTargets[r.target] {
+		if len(opts) > 0 {
+			return fmt.Errorf("%w: a jump to chain %s takes no options", ErrBadRule, r.target)
+		}
+		return nil
+	}
+	for i := 0; i < len(opts); i++ {
+		o := opts[i]
+		switch {
+		case r.target == "DNAT" && o == "--to-destination":
+			v, err := next(i)
+			if err != nil {
+				return err
+			}
+			i++
+			if ap, err := netip.ParseAddrPort(v); err == nil {
+				r.toDest = ap
+			} else if ip, err := netip.ParseAddr(v); err == nil {
+				r.toDestIP = ip
+			} else {
+				return fmt.Errorf("%w: DNAT --to-destination %q", ErrBadRule, v)
+			}
+		case r.target == "MASQUERADE" && o == "--random-fully":
+			r.masqRandFull = o
+		case r.target == "REJECT" && o == "--reject-with":
+			v, err := next(i)
+			if err != nil {
+				return err
+			}
+			r.rejectWith = v
+			i++
+		case r.target == "MARK" && (o == "--or-mark" || o == "--xor-mark" || o == "--and-mark" || o == "--set-mark"):
+			v, err := next(i)
+			if err != nil {
+				return err
+			}
+			m, err := strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 32)
+			if err != nil || !strings.HasPrefix(v, "0x") {
+				return fmt.Errorf("%w: MARK %s %q is not a hexadecimal mark", ErrBadRule, o, v)
+			}
+			r.markOp, r.markArg = o, uint32(m)
+			i++
+		case r.target == "SET" && o == "--add-set":
+			v, err := next(i)
+			if err != nil {
+				return err
+			}
+			if i+2 >= len(opts) || opts[i+2] != "src" {
+				return fmt.Errorf("%w: SET --add-set needs the flag src", ErrBadRule)
+			}
+			r.addSet = v
+			i += 2
+		case r.target == "SET" && o == "--exist":
+		case r.target == "SET" && o == "--timeout":
+			v, err := next(i)
+			if err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("%w: SET --timeout %q", ErrBadRule, v)
+			}
+			r.addTimeout = n
+			i++
+		default:
+			return fmt.Errorf("%w: target %s option %q is not modelled", ErrBadRule, r.target, o)
+		}
+	}
+	switch {
+	case r.target == "DNAT" && !r.toDest.IsValid() && !r.toDestIP.IsValid():
+		return fmt.Errorf("%w: DNAT needs --to-destination", ErrBadRule)
+	case r.target == "MARK" && r.markOp == "":
+		return fmt.Errorf("%w: MARK needs a mark operation", ErrBadRule)
+	case r.target == "SET" && r.addSet == "":
+		return fmt.Errorf("%w: SET needs --add-set", ErrBadRule)
+	}
+	return nil
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%w: %q is not an address or prefix", ErrBadRule, s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func parseMark(s string) (val, mask uint32, err error) {
+	v, m, hasMask := strings.Cut(s, "/")
+	pv, err1 := strconv.ParseUint(v, 0, 32)
+	pm := uint64(0xffffffff)
+	var err2 error
+	if hasMask {
+		pm, err2 = strconv.ParseUint(m, 0, 32)
+	}
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("%w: mark %q", ErrBadRule, s)
+	}
+	return uint32(pv), uint32(pm), nil
+}
+
+// Tokenize splits a restore line into arguments as iptables-restore does:
+// on blanks, with double quotes grouping and \" escaping a quote.
+func Tokenize(line string) ([]string, error) {
+	var out []string
+	var cur strings.Builder
+	inQuote, have := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\\' && i+1 < len(line) && line[i+1] == '"':
+			cur.WriteByte('"')
+			have = true
+			i++
+		case c == '"':
+			inQuote = !inQuote
+			have = true
+		case (c == ' ' || c == '\t') && !inQuote:
+			if have {
+				out = append(out, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteByte(c)
+			have = true
+		}
+	}
+	if inQuote {
+		return nil, fmt.Errorf("%w: unterminated quote", ErrBadRule)
+	}
+	if have {
+		out = append(out, cur.String())
+	}
+	return out, nil
+}

@@ -1,0 +1,452 @@
+package iptables
+
+// The tracer walks the first packet of a NEW connection through the fake's
+// tables, as kube-proxy's tracePacket does, but it carries probabilities: at
+// each -m statistic rule the flow splits into a matching and a non-matching
+// part, weighted by the kernel's quantised probability. It also models the
+// `recent` and `set` affinity matches from a client history (which lists or
+// sets hold the source, and since when), so affinity can be tested.
+//
+// Path of the packet (netfilter hook order):
+//   - from the node itself (source is a local address): nat OUTPUT, filter
+//     OUTPUT, nat POSTROUTING;
+//   - otherwise (from a pod or another host): nat PREROUTING, then filter
+//     INPUT if the (possibly DNATed) destination is local, else filter
+//     FORWARD and nat POSTROUTING.
+//
+// Not modelled: conntrack beyond the NEW state and the DNAT pseudo-state,
+// recording into lists and sets (--set, -j SET), interfaces, the
+// ip_list_tot eviction of recent lists (the history says what is in them).
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Outcomes of a trace besides an endpoint "ip:port".
+const (
+	OutcomeDrop   = "DROP"
+	OutcomeReject = "REJECT"
+	// OutcomeAccept is a packet accepted without DNAT: it goes on to its
+	// original destination (for a cluster IP, nowhere).
+	OutcomeAccept = "ACCEPT"
+)
+
+// History is a client's affinity state: for each recent list or ipset name
+// (see AffinityList) that holds the client's address, how long ago it was
+// last recorded there. Names absent from the map do not hold the client.
+type History map[string]time.Duration
+
+// Packet is the first packet of a new connection.
+type Packet struct {
+	Src      netip.Addr
+	Protocol string // "tcp" or "udp"
+	Dst      netip.Addr
+	DPort    int
+}
+
+// Outcome is one possible fate of the connection.
+type Outcome struct {
+	// Target is the endpoint "ip:port" the connection was DNATed to, or
+	// OutcomeDrop, OutcomeReject or OutcomeAccept.
+	Target string
+	// Masquerade reports that the source was masqueraded (SNAT to the
+	// node) on the way out.
+	Masquerade bool
+	// P is the probability of this outcome.
+	P float64
+}
+
+// Result lists a trace's outcomes, sorted by target then masquerade; the
+// probabilities sum to 1 (up to rounding).
+type Result []Outcome
+
+// P is the total probability of a target.
+func (r Result) P(target string) float64 {
+	p := 0.0
+	for _, o := range r {
+		if o.Target == target {
+			p += o.P
+		}
+	}
+	return p
+}
+
+// Targets lists the targets reached with a positive probability.
+func (r Result) Targets() []string {
+	var out []string
+	for _, o := range r {
+		if o.P > 0 && !slices.Contains(out, o.Target) {
+			out = append(out, o.Target)
+		}
+	}
+	return out
+}
+
+// String prints one outcome per line: target, masquerade, probability.
+func (r Result) String() string {
+	var b strings.Builder
+	for _, o := range r {
+		fmt.Fprintf(&b, "%s masq=%t p=%.10f\n", o.Target, o.Masquerade, o.P)
+	}
+	return b.String()
+}
+
+// flow is a share of the connection with its state.
+type flow struct {
+	p      float64
+	mark   uint32
+	dst    netip.Addr
+	dport  int
+	dnat   bool
+	masq   bool
+	reject string // final verdict DROP or REJECT, "" while accepted
+}
+
+type flowKey struct {
+	mark   uint32
+	dst    netip.Addr
+	dport  int
+	dnat   bool
+	masq   bool
+	reject string
+}
+
+func (f flow) key() flowKey {
+	return flowKey{f.mark, f.dst, f.dport, f.dnat, f.masq, f.reject}
+}
+
+// merge adds up flows in the same state, keeping the first one's position.
+func merge(in []flow) []flow {
+	if len(in) < 2 {
+		return in
+	}
+	idx := map[flowKey]int{}
+	out := in[:0:0]
+	for _, f := range in {
+		if f.p <= 0 {
+			continue
+		}
+		if i, ok := idx[f.key()]; ok {
+			out[i].p += f.p
+			continue
+		}
+		idx[f.key()] = len(out)
+		out = append(out, f)
+	}
+	return out
+}
+
+type tracer struct {
+	f        *Fake
+	pkt      Packet
+	hist     History
+	fromHost bool
+	// setTimeout is each set's entry timeout in seconds (-1: none), from
+	// the -j SET rules that add to it, else from the set.
+	setTimeout map[string]int
+}
+
+// maxDepth bounds chain nesting, as a loop guard (the kernel refuses loops).
+const maxDepth = 64
+
+// Trace walks the first packet of a new connection from src to dst:dport
+// through the tables and returns the probability of each outcome.
+func (f *Fake) Trace(src netip.Addr, proto string, dst netip.Addr, dport int, h History) (Result, error) {
+	return f.TracePacket(Packet{Src: src, Protocol: proto, Dst: dst, DPort: dport}, h)
+}
+
+// TracePacket is Trace with a Packet.
+func (f *Fake) TracePacket(pkt Packet, h History) (Result, error) {
+	pkt.Protocol = strings.ToLower(pkt.Protocol)
+	t := &tracer{f: f, pkt: pkt, hist: h, fromHost: f.isLocal(pkt.Src), setTimeout: map[string]int{}}
+	for n, s := range f.Sets {
+		t.setTimeout[n] = s.Timeout
+	}
+	for _, tb := range f.Tables {
+		for _, c := range tb.Chains {
+			for _, r := range c.Rules {
+				if r.addSet != "" && r.addTimeout >= 0 {
+					t.setTimeout[r.addSet] = r.addTimeout
+				}
+			}
+		}
+	}
+	flows := []flow{{p: 1, dst: pkt.Dst, dport: pkt.DPort}}
+	var done []flow
+	hook := func(table, chain string, in []flow) ([]flow, error) {
+		out, err := t.hook(table, chain, in)
+		if err != nil {
+			return nil, err
+		}
+		var pass []flow
+		for _, fl := range out {
+			if fl.reject != "" {
+				done = append(done, fl)
+			} else {
+				pass = append(pass, fl)
+			}
+		}
+		return pass, nil
+	}
+	var err error
+	if t.fromHost {
+		if flows, err = hook("nat", "OUTPUT", flows); err != nil {
+			return nil, err
+		}
+		if flows, err = hook("filter", "OUTPUT", flows); err != nil {
+			return nil, err
+		}
+		if flows, err = hook("nat", "POSTROUTING", flows); err != nil {
+			return nil, err
+		}
+	} else {
+		if flows, err = hook("nat", "PREROUTING", flows); err != nil {
+			return nil, err
+		}
+		var input, forward []flow
+		for _, fl := range flows {
+			if f.isLocal(fl.dst) {
+				input = append(input, fl)
+			} else {
+				forward = append(forward, fl)
+			}
+		}
+		if input, err = hook("filter", "INPUT", input); err != nil {
+			return nil, err
+		}
+		if forward, err = hook("filter", "FORWARD", forward); err != nil {
+			return nil, err
+		}
+		if forward, err = hook("nat", "POSTROUTING", forward); err != nil {
+			return nil, err
+		}
+		flows = append(input, forward...)
+	}
+	return result(append(done, flows...)), nil
+}
+
+func result(flows []flow) Result {
+	type key struct {
+		target string
+		masq   bool
+	}
+	sum := map[key]float64{}
+	for _, fl := range flows {
+		k := key{OutcomeAccept, fl.masq}
+		switch {
+		case fl.reject != "":
+			k = key{fl.reject, false}
+		case fl.dnat:
+			k.target = netip.AddrPortFrom(fl.dst, uint16(fl.dport)).String()
+		}
+		sum[k] += fl.p
+	}
+	out := make(Result, 0, len(sum))
+	for k, p := range sum {
+		out = append(out, Outcome{Target: k.target, Masquerade: k.masq, P: p})
+	}
+	slices.SortFunc(out, func(a, b Outcome) int {
+		if c := strings.Compare(a.Target, b.Target); c != 0 {
+			return c
+		}
+		switch {
+		case a.Masquerade == b.Masquerade:
+			return 0
+		case !a.Masquerade:
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// hook runs flows through a built-in chain and applies its policy to what
+// falls off its end. Flows come back accepted (reject "") or with a DROP or
+// REJECT verdict.
+func (t *tracer) hook(table, chain string, in []flow) ([]flow, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	tb := t.f.Tables[table]
+	c := tb.Chains[chain]
+	if c == nil {
+		return nil, fmt.Errorf("could not trace: chain %s missing from table %s", chain, table)
+	}
+	verdicts, returned, err := t.run(tb, c, in, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, fl := range returned {
+		if c.Policy == "DROP" {
+			fl.reject = OutcomeDrop
+		}
+		verdicts = append(verdicts, fl)
+	}
+	return merge(verdicts), nil
+}
+
+// run walks flows through one chain. It returns the flows that got a verdict
+// (ACCEPT, DROP, REJECT, or a terminating NAT target) and those that returned
+// from the chain (RETURN or its end).
+func (t *tracer) run(tb *Table, c *Chain, active []flow, depth int) (verdicts, returned []flow, err error) {
+	if depth > maxDepth {
+		return nil, nil, fmt.Errorf("could not trace: chains nested deeper than %d at %s", maxDepth, c.Name)
+	}
+	for _, r := range c.Rules {
+		if len(active) == 0 {
+			break
+		}
+		var next []flow
+		for _, fl := range active {
+			q := t.matchP(r, fl)
+			if q < 1 {
+				miss := fl
+				miss.p *= 1 - q
+				next = append(next, miss)
+			}
+			if q <= 0 {
+				continue
+			}
+			hit := fl
+			hit.p *= q
+			v, cont, ret, err := t.target(tb, r, hit, depth)
+			if err != nil {
+				return nil, nil, err
+			}
+			verdicts = append(verdicts, v...)
+			next = append(next, cont...)
+			returned = append(returned, ret...)
+		}
+		active = merge(next)
+	}
+	return verdicts, merge(append(returned, active...)), nil
+}
+
+// target applies a matched rule's target to a flow: it returns the flows with
+// a verdict, those that continue with the next rule, and those that return.
+func (t *tracer) target(tb *Table, r *Rule, fl flow, depth int) (verdicts, cont, ret []flow, err error) {
+	switch r.target {
+	case "":
+		return nil, []flow{fl}, nil, nil
+	case "ACCEPT":
+		return []flow{fl}, nil, nil, nil
+	case "DROP", "REJECT":
+		fl.reject = r.target
+		return []flow{fl}, nil, nil, nil
+	case "RETURN":
+		return nil, nil, []flow{fl}, nil
+	case "DNAT":
+		if r.toDest.IsValid() {
+			fl.dst, fl.dport = r.toDest.Addr(), int(r.toDest.Port())
+		} else {
+			fl.dst = r.toDestIP
+		}
+		fl.dnat = true
+		return []flow{fl}, nil, nil, nil
+	case "MASQUERADE", "SNAT":
+		fl.masq = true
+		return []flow{fl}, nil, nil, nil
+	case "MARK":
+		switch r.markOp {
+		case "--or-mark":
+			fl.mark |= r.markArg
+		case "--xor-mark":
+			fl.mark ^= r.markArg
+		case "--and-mark":
+			fl.mark &= r.markArg
+		case "--set-mark":
+			fl.mark = r.markArg
+		}
+		return nil, []flow{fl}, nil, nil
+	case "SET":
+		return nil, []flow{fl}, nil, nil
+	}
+	sub := tb.Chains[r.target]
+	if sub == nil {
+		return nil, nil, nil, fmt.Errorf("could not trace: rule jumps to missing chain %s", r.target)
+	}
+	v, back, err := t.run(tb, sub, []flow{fl}, depth+1)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if r.isGoto {
+		return v, nil, back, nil
+	}
+	return v, back, nil, nil
+}
+
+// matchP is the probability that the rule's matches all hold for the flow.
+func (t *tracer) matchP(r *Rule, fl flow) float64 {
+	if r.proto != "" && r.proto != t.pkt.Protocol {
+		return 0
+	}
+	if !r.src.match(t.pkt.Src) || !r.dst.match(fl.dst) {
+		return 0
+	}
+	if r.dport != 0 && (fl.dport == r.dport) == r.dportNeg {
+		return 0
+	}
+	if r.markSet && (fl.mark&r.markM == r.markVal&r.markM) == r.markNeg {
+		return 0
+	}
+	if r.srcLocal != 0 && t.f.isLocal(t.pkt.Src) != (r.srcLocal > 0) {
+		return 0
+	}
+	if r.dstLocal != 0 && t.f.isLocal(fl.dst) != (r.dstLocal > 0) {
+		return 0
+	}
+	if r.ctSet {
+		in := r.ctStates["NEW"] || (fl.dnat && r.ctStates["DNAT"])
+		if in == r.ctNeg {
+			return 0
+		}
+	}
+	if r.recentCheck && !t.remembered(r.recentName, r.recentSeconds) {
+		return 0
+	}
+	if r.matchSet != "" && !t.remembered(r.matchSet, t.setTimeout[r.matchSet]) {
+		return 0
+	}
+	if r.probSet {
+		return r.prob
+	}
+	return 1
+}
+
+// remembered reports whether the history holds the client in the list or
+// set within the timeout (seconds; <= 0: any age).
+func (t *tracer) remembered(name string, seconds int) bool {
+	age, ok := t.hist[name]
+	if !ok {
+		return false
+	}
+	return seconds <= 0 || age <= time.Duration(seconds)*time.Second
+}
+
+func (f *Fake) isLocal(a netip.Addr) bool {
+	if a.Is4() && a.As4()[0] == 127 {
+		return true
+	}
+	return slices.Contains(f.LocalAddrs, a)
+}
+
+// Uniform reports the largest deviation of a result's endpoint probabilities
+// from 1/n over the given endpoints (math.Inf(1) if the outcomes include
+// anything else).
+func Uniform(r Result, endpoints []string) float64 {
+	worst := 0.0
+	for _, o := range r {
+		if !slices.Contains(endpoints, o.Target) && o.P > 0 {
+			return math.Inf(1)
+		}
+	}
+	for _, e := range endpoints {
+		worst = max(worst, math.Abs(r.P(e)-1/float64(len(endpoints))))
+	}
+	return worst
+}

@@ -1,0 +1,294 @@
+package iptables
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// tol is the tolerance on traced probabilities: the kernel quantises each
+// rule's probability to 2^-31 and kube-proxy prints 10 decimals, so a
+// cascade of up to 20 rules is uniform to about 1e-9.
+const tol = 1e-9
+
+func trace(t *testing.T, f *Fake, src netip.Addr, dst string, port int, h History) Result {
+	t.Helper()
+	res, err := f.Trace(src, "tcp", netip.MustParseAddr(dst), port, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, o := range res {
+		sum += o.P
+	}
+	if math.Abs(sum-1) > 1e-12 {
+		t.Fatalf("probabilities sum to %v:\n%s", sum, res)
+	}
+	return res
+}
+
+// targets is "a, b" of the result's targets, with " masq" after those
+// masqueraded (kube-proxy's tracePacket format, plus masquerade).
+func targets(r Result) string {
+	var out []string
+	for _, o := range r {
+		if o.P <= 0 {
+			continue
+		}
+		s := o.Target
+		if o.Masquerade {
+			s += " masq"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
+}
+
+func TestTraceSingleEndpoint(t *testing.T) {
+	st := newState()
+	add(st, clusterIPPort(name("ns1", "svc1", "p80"), "172.30.0.41", 80), ep("10.180.0.1", 80, otherNode, "R"))
+	f, _, _ := load(t, testConfig(), st)
+	for _, c := range []struct {
+		src  netip.Addr
+		dst  string
+		port int
+		want string
+	}{
+		{podIP, "172.30.0.41", 80, "10.180.0.1:80"},
+		{extIP, "172.30.0.41", 80, "10.180.0.1:80 masq"}, // from outside the pod range
+		{nodeIP, "172.30.0.41", 80, "10.180.0.1:80 masq"},
+		{netip.MustParseAddr("10.180.0.1"), "172.30.0.41", 80, "10.180.0.1:80 masq"}, // hairpin
+		{podIP, "172.30.0.41", 81, OutcomeAccept},
+		{podIP, "10.0.0.3", 80, OutcomeAccept}, // kube-proxy's "no match"
+	} {
+		if got := targets(trace(t, f, c.src, c.dst, c.port, nil)); got != c.want {
+			t.Errorf("%s -> %s:%d = %q, want %q", c.src, c.dst, c.port, got, c.want)
+		}
+	}
+}
+
+// TestUniformDistribution: the correct cascade gives every endpoint 1/n,
+// n = 1..20, within the kernel's quantisation.
+func TestUniformDistribution(t *testing.T) {
+	for n := 1; n <= 20; n++ {
+		st := newState()
+		var eps []*cluster.Endpoint
+		var want []string
+		for i := 0; i < n; i++ {
+			e := ep(fmt.Sprintf("10.180.%d.%d", i/200, 1+i%200), 80, otherNode, "R")
+			eps = append(eps, e)
+			want = append(want, e.String())
+		}
+		add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80), eps...)
+		f, _, _ := load(t, testConfig(), st)
+		res := trace(t, f, podIP, "172.30.0.10", 80, nil)
+		if d := Uniform(res, want); d > tol {
+			t.Errorf("n=%d: largest deviation from 1/n is %g:\n%s", n, d, res)
+		}
+	}
+}
+
+func TestNoEndpointsReject(t *testing.T) {
+	st := newState()
+	n := name("ns6", "svc6", "p80")
+	sp := clusterIPPort(n, "172.30.0.46", 80)
+	sp.Type, sp.NodePort = corev1.ServiceTypeNodePort, 30006
+	add(st, sp)
+	f, _, rs := load(t, testConfig(), st)
+	for _, c := range []struct {
+		src  netip.Addr
+		dst  string
+		port int
+	}{{podIP, "172.30.0.46", 80}, {extIP, "172.30.0.46", 80}, {podIP, nodeIP.String(), 30006}, {extIP, nodeIP.String(), 30006}} {
+		if got := targets(trace(t, f, c.src, c.dst, c.port, nil)); got != OutcomeReject {
+			t.Errorf("%s -> %s:%d = %q, want REJECT", c.src, c.dst, c.port, got)
+		}
+	}
+	if !strings.Contains(rs.Restore, `"ns6/svc6:p80 has no endpoints"`) {
+		t.Errorf("no REJECT comment in:\n%s", rs.Restore)
+	}
+}
+
+// TestInternalTrafficPolicy is kube-proxy's TestInternalTrafficPolicy
+// (reference §4.3).
+func TestInternalTrafficPolicy(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		local bool
+		nodes []string // of 10.0.1.1, .2, .3
+		want  string
+	}{
+		{"cluster", false, []string{thisNode, otherNode, otherNode}, "10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80"},
+		{"local, one local", true, []string{thisNode, otherNode, otherNode}, "10.0.1.1:80"},
+		{"local, two local", true, []string{thisNode, thisNode, otherNode}, "10.0.1.1:80, 10.0.1.2:80"},
+		{"local, none local", true, []string{otherNode, otherNode, otherNode}, OutcomeDrop},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newState()
+			sp := clusterIPPort(name("ns1", "svc1", ""), "172.30.1.1", 80)
+			sp.InternalLocal = c.local
+			var eps []*cluster.Endpoint
+			for i, n := range c.nodes {
+				eps = append(eps, ep(fmt.Sprintf("10.0.1.%d", i+1), 80, n, "R"))
+			}
+			add(st, sp, eps...)
+			f, _, rs := load(t, testConfig(), st)
+			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != c.want {
+				t.Errorf("got %q, want %q", got, c.want)
+			}
+			wantNoLocal := 0
+			if c.want == OutcomeDrop {
+				wantNoLocal = 1
+			}
+			if rs.NoLocalEndpoints["internal"] != wantNoLocal {
+				t.Errorf("NoLocalEndpoints = %v", rs.NoLocalEndpoints)
+			}
+		})
+	}
+}
+
+// TestTerminatingEndpoints is kube-proxy's
+// TestTerminatingEndpointsTrafficPolicyLocal/Cluster (reference §4.3), with a
+// node port standing in for the load-balancer IP.
+func TestTerminatingEndpoints(t *testing.T) {
+	const np = 30001
+	local, remote := thisNode, otherNode
+	for _, c := range []struct {
+		name             string
+		etpLocal         bool
+		eps              []*cluster.Endpoint
+		internal, extern string
+	}{
+		{"etp local: only terminating endpoints exist", true, []*cluster.Endpoint{
+			ep("10.0.1.2", 80, local, "ST"), ep("10.0.1.3", 80, local, "ST"), ep("10.0.1.4", 80, local, "T"), ep("10.0.1.5", 80, remote, "R"),
+		}, "10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80"},
+		{"etp local: terminating endpoints on remote node", true, []*cluster.Endpoint{
+			ep("10.0.1.5", 80, remote, "ST"),
+		}, "10.0.1.5:80", OutcomeDrop},
+		{"etp local: no usable endpoints on any node", true, []*cluster.Endpoint{
+			ep("10.0.1.5", 80, local, "T"), ep("10.0.1.6", 80, remote, "T"),
+		}, OutcomeReject, OutcomeReject},
+		{"etp cluster: ready endpoints exist", false, []*cluster.Endpoint{
+			ep("10.0.1.1", 80, local, "R"), ep("10.0.1.2", 80, local, "R"), ep("10.0.1.3", 80, local, "ST"), ep("10.0.1.4", 80, local, "T"), ep("10.0.1.5", 80, remote, "R"),
+		}, "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80 masq, 10.0.1.2:80 masq, 10.0.1.5:80 masq"},
+		{"etp cluster: only terminating endpoints exist", false, []*cluster.Endpoint{
+			ep("10.0.1.2", 80, local, "ST"), ep("10.0.1.3", 80, local, "ST"), ep("10.0.1.4", 80, local, "T"), ep("10.0.1.5", 80, remote, "ST"),
+		}, "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80 masq, 10.0.1.3:80 masq, 10.0.1.5:80 masq"},
+		{"etp cluster: terminating endpoints on remote node", false, []*cluster.Endpoint{
+			ep("10.0.1.5", 80, remote, "ST"),
+		}, "10.0.1.5:80", "10.0.1.5:80 masq"},
+		{"etp cluster: no usable endpoints on any node", false, []*cluster.Endpoint{
+			ep("10.0.1.5", 80, local, "T"), ep("10.0.1.6", 80, remote, "T"),
+		}, OutcomeReject, OutcomeReject},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newState()
+			sp := clusterIPPort(name("ns1", "svc1", ""), "172.30.1.1", 80)
+			sp.Type, sp.NodePort, sp.ExternalLocal = corev1.ServiceTypeNodePort, np, c.etpLocal
+			add(st, sp, c.eps...)
+			f, r, _ := load(t, testConfig(), st)
+			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != c.internal {
+				t.Errorf("pod -> cluster IP = %q, want %q", got, c.internal)
+			}
+			if got := targets(trace(t, f, extIP, nodeIP.String(), np, nil)); got != c.extern {
+				t.Errorf("external -> node port = %q, want %q", got, c.extern)
+			}
+			// After the endpoints are deleted: REJECT for both.
+			delete(st.Endpoints, sp.Name)
+			apply(t, r, f, st, []cluster.ServicePortName{sp.Name}, false)
+			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != OutcomeReject {
+				t.Errorf("after delete: pod -> cluster IP = %q, want REJECT", got)
+			}
+			if got := targets(trace(t, f, extIP, nodeIP.String(), np, nil)); got != OutcomeReject {
+				t.Errorf("after delete: external -> node port = %q, want REJECT", got)
+			}
+		})
+	}
+}
+
+// TestNodePortShortCircuit: with externalTrafficPolicy Local, pod and host
+// traffic to the node port is short-circuited to the Cluster chain
+// (host traffic masqueraded), external traffic goes to local endpoints only.
+func TestNodePortShortCircuit(t *testing.T) {
+	st := newState()
+	sp := clusterIPPort(name("ns2", "svc2", "p80"), "172.30.0.42", 80)
+	sp.Type, sp.NodePort, sp.ExternalLocal = corev1.ServiceTypeNodePort, 30002, true
+	add(st, sp, ep("10.180.0.2", 80, otherNode, "R"), ep("10.180.0.3", 80, thisNode, "R"))
+	f, _, _ := load(t, testConfig(), st)
+	for _, c := range []struct {
+		src  netip.Addr
+		want string
+	}{
+		{extIP, "10.180.0.3:80"},
+		{podIP, "10.180.0.2:80, 10.180.0.3:80"},
+		{nodeIP, "10.180.0.2:80 masq, 10.180.0.3:80 masq"},
+	} {
+		if got := targets(trace(t, f, c.src, nodeIP.String(), 30002, nil)); got != c.want {
+			t.Errorf("%s -> node port = %q, want %q", c.src, got, c.want)
+		}
+	}
+}
+
+func affinityState(timeout int32) (*cluster.State, *cluster.ServicePort, []string) {
+	st := newState()
+	sp := clusterIPPort(name("ns5", "svc5", "p80"), "172.30.0.45", 80)
+	sp.ClientIPAffinity, sp.AffinityTimeout = true, timeout
+	var eps []*cluster.Endpoint
+	var keys []string
+	for i := 1; i <= 3; i++ {
+		e := ep(fmt.Sprintf("10.180.0.%d", i), 80, otherNode, "R")
+		eps = append(eps, e)
+		keys = append(keys, e.String())
+	}
+	add(st, sp, eps...)
+	return st, sp, keys
+}
+
+// TestAffinity: a client remembered within the timeout by an endpoint's list
+// goes there; an older entry, or none, gives the uniform cascade. Both the
+// recent layout and the ipset option.
+func TestAffinity(t *testing.T) {
+	for _, mode := range []AffinityMode{AffinityRecent, AffinityIPSet} {
+		t.Run(string(mode), func(t *testing.T) {
+			st, sp, keys := affinityState(600)
+			cfg := testConfig()
+			cfg.Affinity = mode
+			f, _, _ := load(t, cfg, st)
+			list := func(ep string) string { return AffinityList(mode, sp.Name, ep, 600) }
+			res := trace(t, f, podIP, "172.30.0.45", 80, History{list(keys[1]): 599 * time.Second})
+			if got := targets(res); got != keys[1] {
+				t.Errorf("fresh entry: %q, want %s", got, keys[1])
+			}
+			res = trace(t, f, podIP, "172.30.0.45", 80, History{list(keys[1]): 601 * time.Second})
+			if d := Uniform(res, keys); d > tol {
+				t.Errorf("expired entry: not uniform:\n%s", res)
+			}
+			if d := Uniform(trace(t, f, podIP, "172.30.0.45", 80, nil), keys); d > tol {
+				t.Errorf("no entry: not uniform")
+			}
+			// The first list checked wins when two hold the client.
+			res = trace(t, f, podIP, "172.30.0.45", 80, History{list(keys[2]): time.Second, list(keys[0]): time.Second})
+			if got := targets(res); got != keys[0] {
+				t.Errorf("two entries: %q, want %s", got, keys[0])
+			}
+		})
+	}
+}
+
+func TestTraceHelpers(t *testing.T) {
+	r := Result{{Target: "a", P: 0.25}, {Target: "a", Masquerade: true, P: 0.25}, {Target: "b", P: 0.5}, {Target: "c"}}
+	if r.P("a") != 0.5 || !slices.Equal(r.Targets(), []string{"a", "b"}) {
+		t.Errorf("P/Targets wrong: %v %v", r.P("a"), r.Targets())
+	}
+	if !math.IsInf(Uniform(r, []string{"a"}), 1) {
+		t.Error("Uniform ignored an outcome outside the endpoints")
+	}
+}
