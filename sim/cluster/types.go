@@ -53,8 +53,8 @@ type ServicePort struct {
 }
 
 // Endpoint is one backend of a service port, with its EndpointSlice
-// conditions. Nil conditions are read as the API documents: ready unknown ⇒
-// ready; serving nil ⇒ same as ready; terminating nil ⇒ false.
+// conditions. Nil conditions are read as kube-proxy reads them: ready nil ⇒
+// ready; serving nil ⇒ serving; terminating nil ⇒ not terminating.
 type Endpoint struct {
 	IP          netip.Addr
 	Port        int32
@@ -93,7 +93,7 @@ type Node struct {
 type Changes struct {
 	Services  []ServicePortName // settings changed, added or removed
 	Endpoints []ServicePortName // endpoint set or conditions changed
-	Nodes     bool              // node labels or addresses changed
+	Nodes     bool              // a node's zone, address or pod CIDR changed, or a node came or went
 	// TriggerTimes are the last-change-trigger-time annotations of the
 	// drained EndpointSlice changes, one per Service: the start of the
 	// network programming latency a sync ends.

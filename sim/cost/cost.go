@@ -339,4 +339,6 @@ type Conntrack struct {
 const ConntrackEntryBytes = 320
 
 // ConntrackFor sizes a table of peak entries.
-func ConntrackFor(peak int64) Conntrack { return Conntrack{PeakEntries: peak, Bytes: peak * ConntrackEntryBytes} }
+func ConntrackFor(peak int64) Conntrack {
+	return Conntrack{PeakEntries: peak, Bytes: peak * ConntrackEntryBytes}
+}

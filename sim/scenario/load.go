@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"reflect"
@@ -54,7 +55,18 @@ func (l *Loaded) PosOf(path string) Pos {
 func LoadFile(path string) (*Loaded, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("could not read scenario: %w", err)
+		// A scenario that cannot be read is bad input (exit 2), named by file.
+		msg := "could not read the scenario file"
+		if errors.Is(err, fs.ErrNotExist) {
+			msg = "no such scenario file"
+		} else if errors.Is(err, fs.ErrPermission) {
+			msg = "permission denied reading the scenario file"
+		}
+		var pe *fs.PathError
+		if errors.As(err, &pe) && pe.Err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, fs.ErrPermission) {
+			msg += ": " + pe.Err.Error()
+		}
+		return nil, ErrorList{{File: path, Message: msg}}
 	}
 	return Load(path, data)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-// Exit codes, as DEVELOPERS.md sets them.
+// Exit codes, the project's contract for every command (README.md).
 const (
 	ExitOK          = 0
 	ExitCheckFailed = 1
