@@ -42,6 +42,10 @@ type Syncer struct {
 	needFull bool
 	lastFull time.Time
 	lastSync time.Time
+	// applied is the tracker Seq the last successful sync had drained, and
+	// appliedAt when that sync finished.
+	applied   uint64
+	appliedAt time.Time
 }
 
 // NewSyncer builds a syncer; metrics may be nil (a private set is made).
@@ -90,6 +94,7 @@ func (s *Syncer) SyncOnce() error {
 		return fmt.Errorf("sync failed: %w", err)
 	}
 	s.lastErr = nil
+	s.applied, s.appliedAt = ch.Seq, s.now()
 	s.pending = nil
 	s.needFull = false
 	if full {
@@ -120,6 +125,15 @@ func (s *Syncer) Synced() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.synced
+}
+
+// Applied returns the tracker sequence number the last successful sync had
+// drained, and when that sync finished: every API write whose events the
+// tracker had received by then is programmed.
+func (s *Syncer) Applied() (uint64, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied, s.appliedAt
 }
 
 // Stats reports how many syncs ran and failed, and the last error.

@@ -29,6 +29,7 @@ type Cluster struct {
 	regs    []cache.ResourceEventHandlerRegistration
 	cancel  context.CancelFunc
 	started bool
+	writes  int // API writes of the Apply in progress
 }
 
 // Load expands a scenario straight into a fake clientset (objects are

@@ -108,8 +108,15 @@ func Timeline(sc *scenario.Scenario) []Step {
 }
 
 // Apply performs one step through the clientset: every tracker sees it as an
-// informer update.
-func (c *Cluster) Apply(ctx context.Context, s Step) error {
+// informer update. It returns the number of API writes made (each is one
+// informer event for every tracker; see Tracker.Seq).
+func (c *Cluster) Apply(ctx context.Context, s Step) (int, error) {
+	c.writes = 0
+	err := c.apply(ctx, s)
+	return c.writes, err
+}
+
+func (c *Cluster) apply(ctx context.Context, s Step) error {
 	ns, name, _ := strings.Cut(s.Service, "/")
 	if s.Action == ActServiceUpdate {
 		return c.updateService(ctx, ns, name, s.Update)
@@ -173,6 +180,7 @@ func (c *Cluster) Apply(ctx context.Context, s Step) error {
 		if _, err := c.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, copies[i], metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("event %d: could not update EndpointSlice %s/%s: %w", s.Event, ns, copies[i].Name, err)
 		}
+		c.writes++
 	}
 	return nil
 }
@@ -283,6 +291,7 @@ func (c *Cluster) scale(ctx context.Context, sl []*discoveryv1.EndpointSlice, s 
 				if _, err := c.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, next, metav1.CreateOptions{}); err != nil {
 					return fmt.Errorf("event %d: could not create EndpointSlice: %w", s.Event, err)
 				}
+				c.writes++
 				created, err := c.Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, next.Name, metav1.GetOptions{})
 				if err != nil {
 					return fmt.Errorf("event %d: %w", s.Event, err)
@@ -299,6 +308,7 @@ func (c *Cluster) scale(ctx context.Context, sl []*discoveryv1.EndpointSlice, s 
 		if _, err := c.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, sl[i], metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("event %d: could not update EndpointSlice %s/%s: %w", s.Event, ns, sl[i].Name, err)
 		}
+		c.writes++
 	}
 	return nil
 }
@@ -335,6 +345,7 @@ func (c *Cluster) updateService(ctx context.Context, ns, name string, e *scenari
 	if _, err := c.Client.CoreV1().Services(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("could not update Service %s/%s: %w", ns, name, err)
 	}
+	c.writes++
 	return nil
 }
 

@@ -41,7 +41,7 @@ func applyAll(t *testing.T, m *Model, name ServicePortName) [][]string {
 	t.Helper()
 	var out [][]string
 	for _, s := range Timeline(m.Loaded.Scenario) {
-		if err := m.Cluster.Apply(context.Background(), s); err != nil {
+		if _, err := m.Cluster.Apply(context.Background(), s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
 		deadline := time.Now().Add(10 * time.Second)
@@ -110,7 +110,7 @@ func TestScaleAndServiceUpdate(t *testing.T) {
 	m := open(t, "../../scenarios/conformance/distribution.yaml")
 	ctx := context.Background()
 	web := spn("demo", "web", "http")
-	if err := m.Cluster.Apply(ctx, Step{Action: ActScale, Service: "demo/web", Replicas: 5}); err != nil {
+	if _, err := m.Cluster.Apply(ctx, Step{Action: ActScale, Service: "demo/web", Replicas: 5}); err != nil {
 		t.Fatal(err)
 	}
 	ch := waitDrain(t, m.Tracker)
@@ -118,7 +118,7 @@ func TestScaleAndServiceUpdate(t *testing.T) {
 	if len(st.Endpoints[web]) != 5 || len(ch.Endpoints) != 1 {
 		t.Fatalf("scale up: %v (changes %+v)", conds(st.Endpoints[web]), ch)
 	}
-	if err := m.Cluster.Apply(ctx, Step{Action: ActScale, Service: "demo/web", Replicas: 1}); err != nil {
+	if _, err := m.Cluster.Apply(ctx, Step{Action: ActScale, Service: "demo/web", Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
 	waitDrain(t, m.Tracker)
@@ -126,7 +126,7 @@ func TestScaleAndServiceUpdate(t *testing.T) {
 		t.Fatalf("scale down: %v", conds(st.Endpoints[web]))
 	}
 	timeout := int32(5)
-	if err := m.Cluster.Apply(ctx, Step{Action: ActServiceUpdate, Service: "demo/web", Update: &scenarioEventT{SessionAffinity: "ClientIP", AffinityTimeout: &timeout, InternalTrafficPolicy: "Local"}}); err != nil {
+	if _, err := m.Cluster.Apply(ctx, Step{Action: ActServiceUpdate, Service: "demo/web", Update: &scenarioEventT{SessionAffinity: "ClientIP", AffinityTimeout: &timeout, InternalTrafficPolicy: "Local"}}); err != nil {
 		t.Fatal(err)
 	}
 	waitDrain(t, m.Tracker)

@@ -59,6 +59,8 @@ type Tracker struct {
 	// earliest last-change-trigger-time annotation seen (as kube-proxy's
 	// EndpointChangeTracker does for the network programming latency).
 	triggers map[types.NamespacedName]time.Time
+	// seq counts the events received; drained is seq at the last Drain.
+	seq, drained uint64
 
 	state State
 	// byService indexes the applied state's service ports per Service.
@@ -98,6 +100,7 @@ func (t *Tracker) poke() {
 // OnService records a Service's new content (nil: deleted).
 func (t *Tracker) OnService(key types.NamespacedName, s *corev1.Service) {
 	t.mu.Lock()
+	t.seq++
 	if s == nil {
 		delete(t.services, key)
 	} else {
@@ -115,6 +118,7 @@ func (t *Tracker) OnEndpointSlice(ns, name string, s *discoveryv1.EndpointSlice,
 	}
 	key := types.NamespacedName{Namespace: ns, Name: svc}
 	t.mu.Lock()
+	t.seq++
 	m := t.slices[key]
 	if s == nil {
 		delete(m, name)
@@ -145,6 +149,7 @@ func (t *Tracker) OnEndpointSlice(ns, name string, s *discoveryv1.EndpointSlice,
 // OnNode records a node's new content (nil: deleted).
 func (t *Tracker) OnNode(name string, n *corev1.Node) {
 	t.mu.Lock()
+	t.seq++
 	if n == nil {
 		delete(t.nodes, name)
 	} else {
@@ -209,6 +214,15 @@ func (t *Tracker) Handlers() (svc, slice, node cache.ResourceEventHandler) {
 	return svc, slice, node
 }
 
+// Seq is the number of events the tracker has received. After an API write
+// that produced k events, Seq grows by k; a consumer that drained up to Seq
+// (Changes.Seq) has seen the write.
+func (t *Tracker) Seq() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq
+}
+
 // Pending reports whether changes wait for a Drain.
 func (t *Tracker) Pending() bool {
 	t.mu.Lock()
@@ -222,6 +236,8 @@ func (t *Tracker) Drain() (*State, Changes) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var ch Changes
+	t.drained = t.seq
+	ch.Seq = t.seq
 	if t.dirtyNode {
 		t.dirtyNode = false
 		nodes := map[string]*Node{}

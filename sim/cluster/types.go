@@ -98,6 +98,8 @@ type Changes struct {
 	// drained EndpointSlice changes, one per Service: the start of the
 	// network programming latency a sync ends.
 	TriggerTimes []time.Time
+	// Seq is the tracker's event count at this Drain.
+	Seq uint64
 }
 
 // Empty reports whether nothing changed.
