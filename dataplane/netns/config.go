@@ -17,6 +17,8 @@ type Config struct {
 	RunID string
 	// Nodes in name order. Node i (0-based) has the fabric port "kp<runid>f<i+1>".
 	Nodes []NodeConfig
+	// ServiceCIDR is routed out of every node's uplink (Options.ServiceCIDR).
+	ServiceCIDR netip.Prefix
 }
 
 // NodeConfig is one node: its namespace, its backend namespace and its client
@@ -58,6 +60,11 @@ type Options struct {
 	NodeNetwork netip.Prefix
 	// Clients are the scenario's traffic clients (traffic.clients).
 	Clients []scenario.Client
+	// ServiceCIDR is routed out of each node's uplink, as a node's default
+	// route would carry it, so that a ClusterIP packet the proxy does not
+	// DNAT reaches the FORWARD chain (where kube-proxy drops or rejects it)
+	// instead of failing the routing lookup. Nothing answers there.
+	ServiceCIDR netip.Prefix
 }
 
 // ConfigFromModel derives the topology of a loaded scenario: its nodes,
@@ -68,6 +75,9 @@ func ConfigFromModel(m *cluster.Model, runID string) (*Config, error) {
 		sc := m.Expanded.Scenario
 		if p, err := netip.ParsePrefix(sc.Cluster.NodeNetwork); err == nil {
 			o.NodeNetwork = p
+		}
+		if p, err := netip.ParsePrefix(sc.Cluster.ServiceCIDR); err == nil {
+			o.ServiceCIDR = p
 		}
 		if sc.Traffic != nil {
 			o.Clients = sc.Traffic.Clients
@@ -100,7 +110,7 @@ func ConfigFromState(st *cluster.State, o Options) (*Config, error) {
 	if !ValidRunID(id) {
 		return nil, fmt.Errorf("could not derive a topology: run id %q is not %d lower-case hex characters", id, RunIDLen)
 	}
-	cfg := &Config{RunID: id}
+	cfg := &Config{RunID: id, ServiceCIDR: o.ServiceCIDR}
 	index := map[string]int{}
 	for i, name := range st.SortedNodes() {
 		n := st.Nodes[name]

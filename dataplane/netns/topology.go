@@ -420,6 +420,11 @@ func (t *Topology) buildNode(n *Node, bridgeIndex int) error {
 	if err := setUp(nh, ns, up); err != nil {
 		return err
 	}
+	if sc := t.cfg.ServiceCIDR; sc.IsValid() {
+		if err := linkRoute(nh, ns, up, sc); err != nil {
+			return err
+		}
+	}
 
 	be, err := t.newNamespace(BackendName(id, c.Name), RoleBackend)
 	if err != nil {

@@ -30,6 +30,7 @@ type Prober struct {
 	tag      uint32
 	arrivals map[Key]int
 	rejects  map[netip.Addr]int
+	icmpElse map[uint8]int // other destination-unreachable codes
 	foreign  int
 	cond     *sync.Cond
 	seen     int
@@ -55,7 +56,7 @@ func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
 	if t == nil || len(t.Clients()) == 0 {
 		return nil, errors.New("probes are sent only from client namespaces this run created; the scenario has none")
 	}
-	p := &Prober{topo: t, senders: map[*netns.Client]*traffic.Sender{}, arrivals: map[Key]int{}, rejects: map[netip.Addr]int{}}
+	p := &Prober{topo: t, senders: map[*netns.Client]*traffic.Sender{}, arrivals: map[Key]int{}, rejects: map[netip.Addr]int{}, icmpElse: map[uint8]int{}}
 	p.cond = sync.NewCond(&p.mu)
 	for _, c := range t.Clients() {
 		var s *traffic.Sender
@@ -118,11 +119,18 @@ func (p *Prober) onICMP(pkt []byte) {
 		return
 	}
 	p.mu.Lock()
-	// The quoted probe carries no ID for TCP beyond its sequence number,
-	// which the ICMP quote holds only partly: count rejects by client.
-	p.rejects[u.Src.Addr()]++
-	p.seen++
-	p.cond.Broadcast()
+	// The quoted IP header's ID carries the probe's phase tag.
+	if uint32(u.IPID>>8) == p.tag {
+		if u.Code == traffic.CodePortUnreachable {
+			p.rejects[u.Src.Addr()]++
+		} else {
+			p.icmpElse[u.Code]++
+		}
+		p.seen++
+		p.cond.Broadcast()
+	} else {
+		p.foreign++
+	}
 	p.mu.Unlock()
 }
 
@@ -147,6 +155,7 @@ func (p *Prober) Phase() {
 	p.tag = (p.tag + 1) & 0xff
 	clear(p.arrivals)
 	clear(p.rejects)
+	clear(p.icmpElse)
 	p.seen = 0
 	p.mu.Unlock()
 }
@@ -211,6 +220,9 @@ func gcd(a, b int) int {
 type Counts struct {
 	Arrivals map[Key]int
 	Rejects  map[netip.Addr]int
+	// OtherICMP counts destination-unreachable errors other than port
+	// unreachable (network or host unreachable: a packet nobody handled).
+	OtherICMP int
 	Seen     int
 	Foreign  int
 }
@@ -257,6 +269,9 @@ func (p *Prober) Collect(expected int) Counts {
 	}
 	for k, v := range p.rejects {
 		c.Rejects[k] = v
+	}
+	for _, v := range p.icmpElse {
+		c.OtherICMP += v
 	}
 	p.mu.Unlock()
 	return c

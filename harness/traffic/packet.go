@@ -62,7 +62,9 @@ func (b *Builder) Build(p Proto, src, dst netip.AddrPort, id uint32) ([]byte, er
 	if !src.Addr().Is4() || !dst.Addr().Is4() {
 		return nil, errors.New("probes are IPv4 only")
 	}
-	b.ip = layers.IPv4{Version: 4, IHL: 5, TTL: 64, Id: uint16(id), Flags: layers.IPv4DontFragment,
+	// The IP ID carries the top 16 bits of id: an ICMP error quotes the IP
+	// header, so a reject can be matched to its probe's phase.
+	b.ip = layers.IPv4{Version: 4, IHL: 5, TTL: 64, Id: uint16(id >> 16), Flags: layers.IPv4DontFragment,
 		SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
 	var err error
 	switch p {
@@ -103,7 +105,16 @@ type Unreachable struct {
 	Code     uint8
 	Proto    Proto
 	Src, Dst netip.AddrPort // of the original probe
+	// IPID is the quoted probe's IP ID: the top 16 bits of its id.
+	IPID uint16
 }
+
+// ICMP destination-unreachable codes.
+const (
+	CodeNetUnreachable  = 0
+	CodeHostUnreachable = 1
+	CodePortUnreachable = 3 // what iptables REJECT and nftables reject send by default
+)
 
 var errNotProbe = errors.New("not a probe")
 
@@ -172,6 +183,7 @@ func ParseUnreachable(b []byte) (Unreachable, error) {
 	default:
 		return u, errNotProbe
 	}
+	u.IPID = uint16(inner[4])<<8 | uint16(inner[5])
 	src, _ := netip.AddrFromSlice(inner[12:16])
 	dst, _ := netip.AddrFromSlice(inner[16:20])
 	l4 := inner[iihl:]

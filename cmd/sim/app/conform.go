@@ -1,0 +1,197 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/harness/conform"
+	"github.com/kpsim/kpsim/harness/report"
+)
+
+func init() { extraCommands = append(extraCommands, newConform) }
+
+type conformFlags struct {
+	out             outputFlag
+	mode            string
+	faults          []string
+	seed            uint64
+	junit, json, md string
+	backend         string
+	affinity        string
+}
+
+func newConform(s Streams) *cobra.Command {
+	var f conformFlags
+	c := &cobra.Command{
+		Use:   "conform FILE|DIR...",
+		Short: "Check the real dataplane with traffic against the oracle (root)",
+		Long: `conform builds each scenario's nodes and pods as network namespaces (named
+kpsim-<run>-..., removed afterwards; nothing on the host changes), programs the
+chosen kube-proxy mode in every node namespace, sends probe connections from the
+client pods and decides every check with stated statistics: each is sized at the
+first Holm level of the run (family alpha 0.001 by default) for its minimum
+detectable effect and power, and the verdicts are Holm-corrected together.
+
+Exit 0 when every check passes, 1 when one fails (the check, statistic, p, n,
+seed and an observed-against-expected table are printed), 2 for bad input,
+3 when this machine cannot run it (not root, a command missing).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := f.out.check(); err != nil {
+				return err
+			}
+			if _, err := dataplane.ParseFaults(f.faults); err != nil {
+				return &UsageError{Err: err}
+			}
+			if f.backend != "" && f.backend != "nft" && f.backend != "legacy" {
+				return &UsageError{Err: fmt.Errorf("unknown --iptables-backend %q: nft or legacy", f.backend)}
+			}
+			if f.affinity != "" && f.affinity != "recent" && f.affinity != "ipset" {
+				return &UsageError{Err: fmt.Errorf("unknown --affinity %q: recent or ipset", f.affinity)}
+			}
+			files, err := expandArgs(args)
+			if err != nil {
+				return err
+			}
+			o := conform.Options{Mode: f.mode, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, Log: s.Err}
+			if c.Flags().Changed("seed") {
+				o.Seed = &f.seed
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			run, err := conform.Run(ctx, files, o)
+			if err != nil {
+				var env *conform.EnvironmentError
+				if errors.As(err, &env) {
+					// A report even when nothing could run, so CI shows why.
+					r := &report.Run{Mode: f.mode, Started: time.Now(), Suites: []*report.Suite{{Scenario: "environment", SetupError: env.Error()}}}
+					_ = f.write(r)
+					return &EnvError{Err: err}
+				}
+				if run == nil {
+					if errors.Is(err, dataplane.ErrUnknownFault) {
+						return &UsageError{Err: err}
+					}
+					return err
+				}
+			}
+			if werr := f.write(run); werr != nil {
+				return werr
+			}
+			if f.out.format == "json" {
+				if err := run.WriteJSON(s.Out); err != nil {
+					return err
+				}
+			} else {
+				printRun(s, run)
+			}
+			if failed := run.Failed(); len(failed) > 0 {
+				return &CheckFailedError{Failed: failed}
+			}
+			return err
+		},
+	}
+	f.out.add(c)
+	c.Flags().StringVar(&f.mode, "mode", "iptables", "kube-proxy mode to program: iptables, nftables or ipvs")
+	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault into the dataplane (repeatable): "+fmt.Sprint(dataplane.FaultNames()))
+	c.Flags().Uint64Var(&f.seed, "seed", 0, "override every scenario's seed")
+	c.Flags().StringVar(&f.junit, "junit", "", "write a JUnit XML report to this file")
+	c.Flags().StringVar(&f.json, "json", "", "write the JSON report (every figure) to this file")
+	c.Flags().StringVar(&f.md, "summary", "", "write a Markdown summary to this file (fits $GITHUB_STEP_SUMMARY)")
+	c.Flags().StringVar(&f.backend, "iptables-backend", "", "override the scenarios' iptables backend: nft or legacy")
+	c.Flags().StringVar(&f.affinity, "affinity", "", "override the iptables affinity layout: recent (kube-proxy) or ipset (ours)")
+	return c
+}
+
+func (f *conformFlags) write(r *report.Run) error {
+	for _, w := range []struct {
+		path string
+		fn   func(*os.File) error
+	}{
+		{f.junit, func(o *os.File) error { return r.WriteJUnit(o) }},
+		{f.json, func(o *os.File) error { return r.WriteJSON(o) }},
+		{f.md, func(o *os.File) error { return r.WriteMarkdown(o) }},
+	} {
+		if w.path == "" {
+			continue
+		}
+		out, err := os.Create(w.path)
+		if err != nil {
+			return fmt.Errorf("could not write report: %w", err)
+		}
+		err = w.fn(out)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("could not write %s: %w", w.path, err)
+		}
+	}
+	return nil
+}
+
+func printRun(s Streams, r *report.Run) {
+	for _, su := range r.Suites {
+		if su.SetupError != "" {
+			fmt.Fprintf(s.Out, "ERROR %s: setup: %s\n", su.Scenario, su.SetupError)
+		}
+		for _, c := range su.Checks {
+			verdict := "PASS "
+			switch c.Verdict {
+			case report.Fail:
+				verdict = "FAIL "
+			case report.Error:
+				verdict = "ERROR"
+			}
+			fmt.Fprintf(s.Out, "%s %s / %s  (%s, p %.3g, n %d)\n", verdict, su.Scenario, c.Name, c.Test, c.P, c.N)
+			if c.Verdict != report.Pass {
+				fmt.Fprint(s.Out, indent(c.Summary()))
+			}
+		}
+		for _, d := range su.Deviations {
+			fmt.Fprintf(s.Out, "NOTE  %s: known deviation: %s\n", su.Scenario, d.Evidence)
+		}
+	}
+	failed := r.Failed()
+	fmt.Fprintf(s.Out, "\n%s mode, kernel %s, seed %d, family alpha %g: %d checks, %d failed, %.1f s\n",
+		r.Mode, r.Kernel, r.Seed, r.FamilyAlpha, countChecks(r), len(failed), r.Duration.Seconds())
+}
+
+func countChecks(r *report.Run) int {
+	n := 0
+	for _, s := range r.Suites {
+		n += len(s.Checks)
+	}
+	return n
+}
+
+func indent(s string) string {
+	out := ""
+	for _, line := range splitLines(s) {
+		out += "      " + line + "\n"
+	}
+	return out
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}

@@ -1,0 +1,762 @@
+// Package conform runs conformance scenarios against the real dataplane: it
+// builds the scenario's namespaces, programs every node with the chosen
+// mode, sends probe connections from the client pods, counts what the
+// backends receive, and decides each check against the oracle (sim/oracle)
+// with the statistics of harness/stats. One run is one family of tests:
+// every check is sized at the first Holm level (α_F / m) and the verdicts
+// are Holm-corrected together.
+package conform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/harness/traffic"
+	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/oracle"
+	"github.com/kpsim/kpsim/sim/scenario"
+)
+
+// Options configure a run.
+type Options struct {
+	Mode   string
+	Faults []string
+	// Seed overrides every scenario's seed when set.
+	Seed *uint64
+	// IPTablesBackend ("nft" or "legacy") and IPTablesAffinity ("recent"
+	// or "ipset") override the scenarios' proxy section when set.
+	IPTablesBackend  string
+	IPTablesAffinity string
+	// FamilyAlpha is the family-wise error rate of the whole run (default
+	// stats.DefaultFamilyAlpha).
+	FamilyAlpha float64
+	// Log receives progress lines (nil: discarded).
+	Log io.Writer
+}
+
+// EnvironmentError means this machine cannot run the conformance suite
+// (not root, a command or kernel feature missing); the message says what.
+type EnvironmentError struct{ Err error }
+
+func (e *EnvironmentError) Error() string { return e.Err.Error() }
+func (e *EnvironmentError) Unwrap() error { return e.Err }
+
+// Timing bounds.
+const (
+	settleTimeout    = 30 * time.Second
+	deterministicN   = 100 // probes for a deterministic check (DROP, REJECT, a single endpoint)
+	maxProbesPerUnit = 400_000
+	stickyRounds     = 5
+	maxExpiryWait    = 10 * time.Second // affinity expiry is checked when timeoutSeconds <= 10
+)
+
+// Modes this harness can program today.
+var supportedModes = []string{"iptables"}
+
+// Preflight checks that the machine can run mode: root, and the commands.
+func Preflight(o Options) error {
+	if !slices.Contains(supportedModes, o.Mode) {
+		if slices.Contains(scenario.Modes, o.Mode) {
+			return &EnvironmentError{fmt.Errorf("conformance of %s mode is not available in this build (available: %s)", o.Mode, strings.Join(supportedModes, ", "))}
+		}
+		return fmt.Errorf("unknown mode %q (iptables, nftables or ipvs)", o.Mode)
+	}
+	if os.Geteuid() != 0 {
+		return &EnvironmentError{errors.New("sim conform needs root: it creates network namespaces and programs netfilter inside them (nothing on the host is changed)")}
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return &EnvironmentError{errors.New("the ip command is missing (Debian package iproute2)")}
+	}
+	for _, v := range []string{"nft", "legacy"} {
+		if o.IPTablesBackend != "" && o.IPTablesBackend != v {
+			continue
+		}
+		if err := iptables.CheckTools(v, o.IPTablesAffinity == "ipset"); err != nil && (o.IPTablesBackend != "" || v == "nft") {
+			return &EnvironmentError{err}
+		}
+	}
+	return nil
+}
+
+// Run loads every scenario (all of them must be valid before anything is
+// created), runs each in namespaces of its own, and returns the report. The
+// error is non-nil only for bad input, a missing environment, or a failure
+// to report; failed checks are in the report (Run.Failed).
+func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
+	if o.FamilyAlpha == 0 {
+		o.FamilyAlpha = stats.DefaultFamilyAlpha
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	faults, err := dataplane.ParseFaults(o.Faults)
+	if err != nil {
+		return nil, err
+	}
+	if err := Preflight(o); err != nil {
+		return nil, err
+	}
+	var loaded []*scenario.Loaded
+	for _, f := range files {
+		l, err := scenario.LoadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := scenario.Expand(l, o.Seed); err != nil {
+			return nil, err
+		}
+		loaded = append(loaded, l)
+	}
+	run := &report.Run{Mode: o.Mode, Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
+	if o.Seed != nil {
+		run.Seed = *o.Seed
+	} else if len(loaded) > 0 {
+		run.Seed = *loaded[0].Scenario.Seed
+	}
+	// Size every check at the first Holm level of the whole run.
+	units := 0
+	for _, l := range loaded {
+		units += plannedUnits(l.Scenario)
+	}
+	alphaUnit := o.FamilyAlpha / float64(max(units, 1))
+	fmt.Fprintf(o.Log, "conform: %d scenarios, %d verdicts planned, each sized at alpha %.3g (family %.3g, Holm)\n", len(loaded), units, alphaUnit, o.FamilyAlpha)
+	for _, l := range loaded {
+		if ctx.Err() != nil {
+			break
+		}
+		s := runSuite(ctx, l, o, faults, alphaUnit, run)
+		run.Suites = append(run.Suites, s)
+	}
+	holm(run, o.FamilyAlpha)
+	run.Duration = time.Since(run.Started)
+	return run, ctx.Err()
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// clientNodes lists the nodes a check is evaluated from: its clientNodes,
+// else the nodes of the scenario's clients that have pods.
+func clientNodes(sc *scenario.Scenario, c *scenario.Check, all []string) []string {
+	if len(c.ClientNodes) > 0 {
+		return c.ClientNodes
+	}
+	seen := map[string]bool{}
+	var out []string
+	if sc.Traffic != nil {
+		for _, cl := range sc.Traffic.Clients {
+			nodes := cl.Nodes
+			if len(nodes) == 0 {
+				nodes = all
+			}
+			for _, n := range nodes {
+				if !seen[n] {
+					seen[n] = true
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// plannedUnits counts the verdicts a scenario will produce.
+func plannedUnits(sc *scenario.Scenario) int {
+	var all []string
+	for _, n := range sc.Cluster.Nodes {
+		all = append(all, n.Name)
+	}
+	for i := 1; i <= sc.Cluster.NodeCount; i++ {
+		all = append(all, scenario.NodeName(sc.Cluster.NodeNamePattern, i))
+	}
+	steps := len(cluster.Timeline(sc))
+	n := 0
+	for i := range sc.Checks {
+		c := &sc.Checks[i]
+		nodes := max(1, len(clientNodes(sc, c, all)))
+		switch c.Type {
+		case scenario.CheckAffinity:
+			n += 3 * nodes
+		case scenario.CheckFlapping, scenario.CheckTerminating:
+			n += (1 + steps) * nodes
+		default:
+			n += nodes
+		}
+	}
+	return n
+}
+
+// holm applies Holm's step-down over every verdict of the run that has a
+// p-value; a check fails when Holm rejects its null hypothesis.
+func holm(run *report.Run, alpha float64) {
+	var checks []*report.Check
+	var ps []float64
+	for _, s := range run.Suites {
+		for _, c := range s.Checks {
+			if c.Verdict == report.Error {
+				continue
+			}
+			checks = append(checks, c)
+			ps = append(ps, c.P)
+		}
+	}
+	rejected := stats.Holm(ps, alpha)
+	adjusted := stats.HolmAdjusted(ps)
+	for i, c := range checks {
+		if rejected[i] {
+			c.Verdict = report.Fail
+			if c.Message == "" {
+				c.Message = fmt.Sprintf("Holm-adjusted p %.3g <= family alpha %g", adjusted[i], alpha)
+			}
+		} else {
+			c.Verdict = report.Pass
+		}
+	}
+}
+
+// node is one node's proxy: its backend, tracker and sync loop.
+type node struct {
+	name    string
+	ns      *netns.Namespace
+	backend dataplane.Backend
+	tracker *cluster.Tracker
+	syncer  *dataplane.Syncer
+}
+
+// suite is one scenario being run.
+type suite struct {
+	o         Options
+	l         *scenario.Loaded
+	m         *cluster.Model
+	topo      *netns.Topology
+	nodes     []*node
+	prober    *Prober
+	rng       *rand.Rand
+	seed      uint64
+	alphaUnit float64
+	out       *report.Suite
+	or        oracle.Oracle
+	start     time.Time
+	ipset     bool
+}
+
+func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults dataplane.Faults, alphaUnit float64, run *report.Run) *report.Suite {
+	start := time.Now()
+	out := &report.Suite{Scenario: l.Scenario.Metadata.Name, File: l.File, Figures: map[string]any{}}
+	fmt.Fprintf(o.Log, "conform: %s (%s)\n", out.Scenario, l.File)
+	s := &suite{o: o, l: l, alphaUnit: alphaUnit, out: out, start: start}
+	defer func() { out.Duration = time.Since(start) }()
+	if err := s.setup(ctx, faults, run); err != nil {
+		out.SetupError = err.Error()
+		s.teardown()
+		return out
+	}
+	defer s.teardown()
+	s.runChecks(ctx)
+	return out
+}
+
+func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.Run) error {
+	m, err := cluster.OpenLoaded(ctx, s.l, s.o.Seed)
+	if err != nil {
+		return err
+	}
+	s.m = m
+	s.seed = m.Expanded.Seed
+	s.rng = rand.New(rand.NewPCG(s.seed, 0x636f6e666f726d))
+	px := s.l.Scenario.Proxy
+	variant := px.IPTablesBackend
+	if s.o.IPTablesBackend != "" {
+		variant = s.o.IPTablesBackend
+	}
+	affinity := px.IPTablesAffinity
+	if s.o.IPTablesAffinity != "" {
+		affinity = s.o.IPTablesAffinity
+	}
+	s.ipset = affinity == "ipset"
+	if s.ipset {
+		s.or.RecentCapacity = 1 << 30 // an ipset holds every client
+	}
+	run.IPTablesBackend = variant
+	if err := iptables.CheckTools(variant, s.ipset); err != nil {
+		return err
+	}
+	id, err := netns.NewRunID()
+	if err != nil {
+		return err
+	}
+	cfg, err := netns.ConfigFromModel(m, id)
+	if err != nil {
+		return err
+	}
+	topo, err := netns.Build(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("could not build the namespaces: %w", err)
+	}
+	s.topo = topo
+	podCIDR, err := netip.ParsePrefix(s.l.Scenario.Cluster.PodCIDR)
+	if err != nil {
+		return err
+	}
+	for _, n := range topo.Nodes() {
+		// Rejects must reach the clients one per probe: lift the ICMP rate
+		// limits of the node namespace (per-namespace sysctls).
+		for k, v := range map[string]string{"net.ipv4.icmp_ratelimit": "0", "net.ipv4.icmp_msgs_per_sec": "1000000", "net.ipv4.icmp_msgs_burst": "1000000"} {
+			if err := n.NS.Sysctl(k, v); err != nil {
+				fmt.Fprintf(s.o.Log, "conform: %s: could not set %s (rejects may be rate-limited): %v\n", n.Config.Name, k, err)
+			}
+		}
+		tr, err := m.Cluster.AddTrackerSynced(ctx, settleTimeout)
+		if err != nil {
+			return err
+		}
+		b, err := iptables.NewBackend(n.NS, iptables.Config{NodeName: n.Config.Name, ClusterCIDR: podCIDR,
+			MasqueradeAll: px.MasqueradeAll, Affinity: iptables.AffinityMode(affinity), Faults: faults}, variant)
+		if err != nil {
+			return err
+		}
+		sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: px.MinSyncPeriod.Duration, SyncPeriod: px.SyncPeriod.Duration,
+			RetryPeriod: time.Second}, b, tr, nil)
+		first := sy.Synced()
+		go func() { _ = sy.Run(ctx) }()
+		select {
+		case <-first:
+		case <-time.After(settleTimeout):
+			_, _, last := sy.Stats()
+			return fmt.Errorf("node %s: the first sync did not complete within %s: %v", n.Config.Name, settleTimeout, last)
+		}
+		s.nodes = append(s.nodes, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy})
+	}
+	p, err := NewProber(ctx, topo)
+	if err != nil {
+		return err
+	}
+	s.prober = p
+	return nil
+}
+
+func (s *suite) teardown() {
+	if s.prober != nil {
+		s.prober.Close()
+	}
+	if s.topo != nil {
+		if err := s.topo.Close(); err != nil {
+			s.out.SetupError = strings.TrimSpace(s.out.SetupError + " teardown: " + err.Error())
+		}
+	}
+	if s.m != nil {
+		s.m.Close()
+	}
+}
+
+// state drains the model's own tracker: the API state the checks expect.
+func (s *suite) state() *cluster.State {
+	st, _ := s.m.Tracker.Drain()
+	return st
+}
+
+func (s *suite) nodeObj(name string) *node {
+	for _, n := range s.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// clientOn returns the first client pod on a node.
+func (s *suite) clientOn(nodeName string) *netns.Client {
+	for _, c := range s.topo.Clients() {
+		if c.Node == nodeName {
+			return c
+		}
+	}
+	return nil
+}
+
+// settle waits until every node has programmed the API writes made so far
+// (writes events per tracker since before), and returns how long each node
+// took from since.
+func (s *suite) settle(before map[*node]uint64, writes int, since time.Time) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	deadline := time.Now().Add(settleTimeout)
+	for _, n := range s.nodes {
+		target := before[n] + uint64(writes)
+		for n.tracker.Seq() < target {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("node %s: the API change did not reach its proxy within %s", n.name, settleTimeout)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		for {
+			applied, at := n.syncer.Applied()
+			if applied >= target {
+				out[n.name] = at.Sub(since)
+				break
+			}
+			if time.Now().After(deadline) {
+				_, _, last := n.syncer.Stats()
+				return nil, fmt.Errorf("node %s: rules not programmed within %s (last sync error: %v)", n.name, settleTimeout, last)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	return out, nil
+}
+
+// flushConntrack empties the node namespaces' connection tables, so that
+// one phase's probes never meet another's entries (and the shared kernel
+// table does not fill up).
+func (s *suite) flushConntrack() {
+	for _, n := range s.nodes {
+		_, _ = n.ns.Exec("conntrack", "-F")
+	}
+}
+
+func (s *suite) spn(c *scenario.Check) (cluster.ServicePortName, *cluster.ServicePort, error) {
+	ns, name, _ := strings.Cut(c.Service, "/")
+	st := s.state()
+	for n, sp := range st.Services {
+		if n.Namespace == ns && n.Name == name && n.Port == c.Port {
+			return n, sp, nil
+		}
+	}
+	return cluster.ServicePortName{}, nil, fmt.Errorf("service port %s:%s is not in the cluster", c.Service, c.Port)
+}
+
+func (s *suite) runChecks(ctx context.Context) {
+	sc := s.l.Scenario
+	allNodes := make([]string, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		allNodes = append(allNodes, n.name)
+	}
+	var timelineChecks []*scenario.Check
+	for i := range sc.Checks {
+		c := &sc.Checks[i]
+		if ctx.Err() != nil {
+			return
+		}
+		nodes := clientNodes(sc, c, allNodes)
+		switch c.Type {
+		case scenario.CheckFlapping, scenario.CheckTerminating:
+			timelineChecks = append(timelineChecks, c)
+			s.stateChecks(ctx, c, nodes, "initial")
+		case scenario.CheckAffinity:
+			for _, nd := range nodes {
+				s.affinity(ctx, c, nd)
+			}
+		default:
+			for _, nd := range nodes {
+				s.outcomeCheck(ctx, c, nd, "")
+			}
+		}
+	}
+	if len(timelineChecks) == 0 {
+		return
+	}
+	var props []float64
+	for i, step := range cluster.Timeline(sc) {
+		if ctx.Err() != nil {
+			return
+		}
+		before := map[*node]uint64{}
+		for _, n := range s.nodes {
+			before[n] = n.tracker.Seq()
+		}
+		t0 := time.Now()
+		writes, err := s.m.Cluster.Apply(ctx, step)
+		if err != nil {
+			s.out.Checks = append(s.out.Checks, &report.Check{Name: fmt.Sprintf("timeline step %d", i+1), Type: "timeline", Verdict: report.Error, Message: err.Error()})
+			return
+		}
+		prop, err := s.settle(before, writes, t0)
+		if err != nil {
+			for _, c := range timelineChecks {
+				s.out.Checks = append(s.out.Checks, &report.Check{Name: c.Name + " @ step " + fmt.Sprint(i+1), Type: c.Type, Service: c.Service,
+					Verdict: report.Error, Message: "settle: " + err.Error()})
+			}
+			return
+		}
+		worst := time.Duration(0)
+		for _, d := range prop {
+			worst = max(worst, d)
+		}
+		props = append(props, worst.Seconds())
+		phase := fmt.Sprintf("step %d (%s)", i+1, step)
+		for _, c := range timelineChecks {
+			s.stateChecks(ctx, c, clientNodes(sc, c, allNodes), phase)
+		}
+	}
+	if len(props) > 0 {
+		sort.Float64s(props)
+		s.out.Figures["propagationSeconds"] = map[string]float64{"p50": props[len(props)/2], "max": props[len(props)-1], "n": float64(len(props))}
+	}
+}
+
+func (s *suite) stateChecks(ctx context.Context, c *scenario.Check, nodes []string, phase string) {
+	for _, nd := range nodes {
+		s.outcomeCheck(ctx, c, nd, phase)
+	}
+}
+
+func (s *suite) zone(node string) string {
+	if n := s.state().Nodes[node]; n != nil {
+		return n.Zone
+	}
+	return ""
+}
+
+// outcomeCheck samples new connections from a client on nodeName and holds
+// them against the oracle's outcome: a distribution, a DROP or a REJECT.
+func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, phase string) {
+	start := time.Now()
+	name := c.Name + " @ " + nodeName
+	if phase != "" {
+		name += " / " + phase
+	}
+	rc := &report.Check{Name: name, Type: c.Type, Service: c.Service, ClientNode: nodeName, Phase: phase, Seed: s.seed, Alpha: s.alphaUnit, MDE: c.MDE, Power: c.Power}
+	defer func() { rc.Duration = time.Since(start); s.out.Checks = append(s.out.Checks, rc) }()
+	spn, sp, err := s.spn(c)
+	if err != nil {
+		rc.Verdict, rc.Message = report.Error, err.Error()
+		return
+	}
+	client := s.clientOn(nodeName)
+	if client == nil {
+		rc.Verdict, rc.Message = report.Error, "no client pod on node "+nodeName
+		return
+	}
+	st := s.state()
+	want := s.or.Expect(s.o.Mode, sp, st.Endpoints[spn], nodeName, s.zone(nodeName))
+	for _, d := range want.Deviations {
+		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: d})
+	}
+	// The documented semantics, where the mode departs from them.
+	if c.Type == scenario.CheckInternalTrafficLocal && s.o.Mode == oracle.ModeIPVS && want.Kind == oracle.Endpoints && len(want.Deviations) > 0 {
+		rc.SpecVerdict = "does not meet the documented semantics (no local endpoint should drop): " + strings.Join(want.Deviations, "; ")
+	}
+	endpoints := want.Endpoints()
+	n := deterministicN
+	if want.Kind == oracle.Endpoints && len(endpoints) > 1 {
+		p0 := make([]float64, len(endpoints))
+		for i, e := range endpoints {
+			p0[i] = want.Probs[e]
+		}
+		w2 := stats.EffectW2(p0, oneOff(p0, c.MDE))
+		n = stats.ChiSquareSampleSize(w2, len(p0)-1, s.alphaUnit, c.Power)
+		if n <= 0 || n > maxProbesPerUnit {
+			n = maxProbesPerUnit
+		}
+		rc.AchievedPower = stats.ChiSquarePower(n, w2, len(p0)-1, s.alphaUnit)
+	}
+	proto := protoOf(sp)
+	node := s.nodeObj(nodeName)
+	before := counters(node)
+	s.flushConntrack()
+	s.prober.Phase()
+	sent, err := s.prober.Send(ctx, Probe{Client: client, Src: client.Config.Addrs[0], VIP: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)), Proto: proto, N: n}, s.rng)
+	if err != nil {
+		rc.Verdict, rc.Message = report.Error, err.Error()
+		return
+	}
+	counts := s.prober.Collect(sent)
+	after := counters(node)
+	rc.N = sent
+	per := counts.PerEndpoint()
+	rejected := counts.Rejected()
+	arrived := 0
+	for _, v := range per {
+		arrived += v
+	}
+	lost := max(0, sent-arrived-rejected-counts.OtherICMP)
+
+	// Cells: every endpoint the oracle allows, then anything else that was
+	// observed (probability 0: any count there is a failure).
+	var obs, exp []float64
+	var rows []report.Row
+	add := func(outcome string, o float64, p float64) {
+		obs = append(obs, o)
+		exp = append(exp, p)
+		rows = append(rows, report.Row{Outcome: outcome, Observed: o, Expected: p * float64(sent)})
+	}
+	switch want.Kind {
+	case oracle.Endpoints:
+		for _, e := range endpoints {
+			add(e, float64(per[netip.MustParseAddrPort(e)]), want.Probs[e])
+		}
+		add("DROP (lost)", float64(lost), 0)
+		add("REJECT", float64(rejected), 0)
+	case oracle.Drop:
+		add("DROP (lost)", float64(lost), 1)
+		add("REJECT", float64(rejected), 0)
+	case oracle.Reject:
+		add("REJECT", float64(rejected), 1)
+		add("DROP (lost)", float64(lost), 0)
+	}
+	add("other ICMP (unrouted)", float64(counts.OtherICMP), 0)
+	var others []string
+	for e := range per {
+		if !want.Allows(e.String()) {
+			others = append(others, e.String())
+		}
+	}
+	sort.Strings(others)
+	for _, e := range others {
+		add(e, float64(per[netip.MustParseAddrPort(e)]), 0)
+	}
+	rc.Table = rows
+	if len(endpoints) > 1 && want.Kind == oracle.Endpoints {
+		res, err := stats.ChiSquareGOF(obs, exp)
+		if err != nil {
+			rc.Verdict, rc.Message = report.Error, err.Error()
+			return
+		}
+		rc.Test, rc.Statistic, rc.DF, rc.P, rc.EffectSize = "chi-square", res.Statistic, res.DF, res.P, res.EffectSize
+		if len(res.Impossible) > 0 {
+			rc.Message = "connections reached outcomes the oracle excludes: " + impossibleNames(rows, res.Impossible)
+		}
+	} else {
+		// Deterministic: all probes must end in the one allowed outcome.
+		rc.Test = "deterministic"
+		rc.P = 1
+		bad := 0.0
+		for i := range obs {
+			if exp[i] == 0 {
+				bad += obs[i]
+			}
+		}
+		if bad > 0 {
+			rc.P = 0
+			rc.Message = fmt.Sprintf("%.0f of %d connections did not end as %s", bad, sent, want.String())
+		}
+		rc.Statistic = bad
+	}
+	if rc.Verdict == "" {
+		rc.Verdict = report.Pass // Holm decides at the end of the run
+	}
+	rc.Witness = witness(spn, before, after, per, rc)
+}
+
+func impossibleNames(rows []report.Row, idx []int) string {
+	var names []string
+	for _, i := range idx {
+		if i < len(rows) {
+			names = append(names, fmt.Sprintf("%s (%.0f)", rows[i].Outcome, rows[i].Observed))
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+func appendDev(l []report.Deviation, d report.Deviation) []report.Deviation {
+	for _, x := range l {
+		if x == d {
+			return l
+		}
+	}
+	return append(l, d)
+}
+
+// oneOff is the alternative the check is sized for: the first endpoint's
+// share off by a relative mde, the others sharing the difference in
+// proportion.
+func oneOff(p0 []float64, mde float64) []float64 {
+	p1 := slices.Clone(p0)
+	d := p0[0] * mde
+	p1[0] += d
+	rest := 1 - p0[0]
+	for i := 1; i < len(p1); i++ {
+		p1[i] -= d * p0[i] / rest
+	}
+	return p1
+}
+
+func protoOf(sp *cluster.ServicePort) traffic.Proto {
+	if sp.Name.Protocol == "UDP" {
+		return traffic.UDP
+	}
+	return traffic.TCP
+}
+
+func counters(n *node) []dataplane.Counter {
+	if n == nil {
+		return nil
+	}
+	cs, err := n.backend.Counters()
+	if err != nil {
+		return nil
+	}
+	return cs
+}
+
+// witness compares the client node's rule counters (delta over the phase)
+// with the arrivals the backends counted. A disagreement makes the check an
+// error: the observation itself is in doubt.
+func witness(spn cluster.ServicePortName, before, after []dataplane.Counter, per map[netip.AddrPort]int, rc *report.Check) string {
+	if after == nil {
+		return "unavailable"
+	}
+	delta := map[string]int64{}
+	for _, c := range after {
+		if c.ServicePort == spn && c.Endpoint != "" && !strings.HasPrefix(c.Endpoint, "REJECT") && !strings.HasPrefix(c.Endpoint, "DROP") {
+			delta[c.Endpoint] += int64(c.Packets)
+		}
+	}
+	for _, c := range before {
+		if c.ServicePort == spn && c.Endpoint != "" {
+			if _, ok := delta[c.Endpoint]; ok {
+				delta[c.Endpoint] -= int64(c.Packets)
+			}
+		}
+	}
+	var diffs []string
+	for i := range rc.Table {
+		r := &rc.Table[i]
+		if d, ok := delta[r.Outcome]; ok {
+			r.Counter = float64(d)
+			if float64(d) != r.Observed {
+				diffs = append(diffs, fmt.Sprintf("%s counter %d, arrived %.0f", r.Outcome, d, r.Observed))
+			}
+		}
+	}
+	for e, d := range delta {
+		if ap, err := netip.ParseAddrPort(e); err == nil && d != 0 && per[ap] == 0 {
+			found := false
+			for _, r := range rc.Table {
+				found = found || r.Outcome == e
+			}
+			if !found {
+				diffs = append(diffs, fmt.Sprintf("%s counter %d, arrived 0", e, d))
+			}
+		}
+	}
+	if len(diffs) > 0 {
+		sort.Strings(diffs)
+		rc.Verdict = report.Error
+		rc.Message = strings.TrimSpace(rc.Message + " rule counters disagree with the backends: " + strings.Join(diffs, "; "))
+		return "disagrees: " + strings.Join(diffs, "; ")
+	}
+	return "agrees"
+}
