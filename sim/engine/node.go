@@ -1,0 +1,179 @@
+package engine
+
+import "fmt"
+
+// NodeConfig configures a node's proxy mode and kernel tables.
+type NodeConfig struct {
+	Mode      Mode
+	Conntrack ConntrackConfig
+	IPTables  IPTablesConfig
+	NFTables  NFTablesConfig
+	IPVS      IPVSConfig
+}
+
+// NodeStats counts the node's new connections by outcome.
+type NodeStats struct {
+	Connections uint64
+	Established uint64 // followed a live conntrack entry
+	Accepted    uint64 // decided by the rules and DNATed
+	Dropped     uint64
+	Rejected    uint64
+}
+
+// Result is what happened to a new connection.
+type Result struct {
+	// Endpoint is the backend ID, or -1 when the verdict is not Accept.
+	Endpoint int32
+	Verdict  Verdict
+	// Established is true when a live conntrack entry decided, not the rules.
+	Established bool
+}
+
+// Node is one node's dataplane: a conntrack table and one engine per
+// service port (indexed by the caller's service-port number), all drawing
+// from the node's random source. Not safe for concurrent use; run nodes in
+// parallel, each in its own goroutine.
+type Node struct {
+	Name string
+	cfg  NodeConfig
+	rng  *Rand
+	// CT is the node's conntrack table.
+	CT      *Conntrack
+	engines []Engine
+	rules   []Rules
+	// Stats are the node's counters.
+	Stats NodeStats
+}
+
+// NewNode returns a node with no service ports programmed.
+func NewNode(name string, cfg NodeConfig, rng *Rand) (*Node, error) {
+	switch cfg.Mode {
+	case IPTables, NFTables:
+	case IPVS:
+		if _, err := ParseScheduler(cfg.IPVS.Scheduler); err != nil {
+			return nil, fmt.Errorf("could not configure node %s: %w", name, err)
+		}
+	default:
+		return nil, fmt.Errorf("could not configure node %s: %w: %v", name, ErrUnknownMode, cfg.Mode)
+	}
+	return &Node{Name: name, cfg: cfg, rng: rng, CT: NewConntrack(cfg.Conntrack)}, nil
+}
+
+// NewEngine returns an engine of the node's mode for one service port, with
+// no rules yet (it rejects until Program).
+func NewEngine(cfg NodeConfig, rng *Rand) (Engine, error) {
+	switch cfg.Mode {
+	case IPTables:
+		return NewIPTables(rng, cfg.IPTables), nil
+	case NFTables:
+		return NewNFTables(rng, cfg.NFTables), nil
+	case IPVS:
+		e, err := NewIPVS(rng, cfg.IPVS)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	return nil, fmt.Errorf("could not create an engine: %w: %v", ErrUnknownMode, cfg.Mode)
+}
+
+// Engine returns the engine of a service port (nil before its first
+// Program).
+func (n *Node) Engine(svc int) Engine {
+	if svc < 0 || svc >= len(n.engines) {
+		return nil
+	}
+	return n.engines[svc]
+}
+
+// Program installs a service port's rules at virtual time now, as the end
+// of a sync does. For UDP service ports the conntrack entries of endpoints
+// that left the rules are flushed, as kube-proxy's conntrack cleanup does;
+// TCP entries stay.
+func (n *Node) Program(svc int, r Rules, now int64) {
+	for svc >= len(n.engines) {
+		n.engines = append(n.engines, nil)
+		n.rules = append(n.rules, Rules{Verdict: Reject})
+	}
+	e := n.engines[svc]
+	if e == nil {
+		var err error
+		if e, err = NewEngine(n.cfg, n.rng); err != nil {
+			panic(err) // NewNode checked the mode and the scheduler
+		}
+		n.engines[svc] = e
+	}
+	if r.Proto == UDP || n.rules[svc].Proto == UDP {
+		keep := make(map[int32]bool, len(r.Backends))
+		if r.Verdict == Accept {
+			for _, b := range r.Backends {
+				keep[b.ID] = true
+			}
+		}
+		for _, b := range n.rules[svc].Backends {
+			if !keep[b.ID] {
+				n.CT.FlushUDP(svc, b.ID, now)
+			}
+		}
+	}
+	e.Program(r, now)
+	r.Backends = append([]Backend(nil), r.Backends...)
+	n.rules[svc] = r
+}
+
+// Rules returns the rules last programmed for a service port.
+func (n *Node) Rules(svc int) Rules {
+	if svc < 0 || svc >= len(n.rules) {
+		return Rules{Verdict: Reject}
+	}
+	return n.rules[svc]
+}
+
+// Connect handles a new connection to a service port at virtual time now
+// (c.End is when it ends). A live conntrack entry for the tuple decides
+// first: UDP flows and open TCP flows follow it; a TCP connection reusing
+// the tuple of a flow in TIME_WAIT is a new flow (conntrack replaces the
+// entry). Otherwise the service port's engine decides and, on Accept, a
+// conntrack entry is created. A service port never programmed rejects.
+func (n *Node) Connect(svc int, c *Conn, now int64) Result {
+	n.Stats.Connections++
+	ct := n.CT
+	key := ctKey(c)
+	nowMs := msFloor(now)
+	i, found := ct.lookup(key, uint32(svc), nowMs)
+	if found {
+		s := &ct.slots[i]
+		if c.Proto == UDP || nowMs < s.endMs {
+			ct.extend(i, c, nowMs)
+			ct.Stats.Established++
+			n.Stats.Established++
+			return Result{Endpoint: s.ep, Verdict: Accept, Established: true}
+		}
+	}
+	gen := ct.gen
+	if !ct.room(nowMs) {
+		ct.Stats.DroppedFull++
+		n.Stats.Dropped++
+		return Result{Endpoint: -1, Verdict: Drop}
+	}
+	if svc < 0 || svc >= len(n.engines) || n.engines[svc] == nil {
+		n.Stats.Rejected++
+		return Result{Endpoint: -1, Verdict: Reject}
+	}
+	ep, v := n.engines[svc].Choose(c, now)
+	switch v {
+	case Drop:
+		n.Stats.Dropped++
+		return Result{Endpoint: -1, Verdict: Drop}
+	case Reject:
+		n.Stats.Rejected++
+		return Result{Endpoint: -1, Verdict: Reject}
+	}
+	if ct.gen != gen {
+		// room() rebuilt the table: find the insertion slot again.
+		i, _ = ct.lookup(key, uint32(svc), nowMs)
+	}
+	ct.put(i, key, uint32(svc), ep, c, nowMs)
+	n.Stats.Accepted++
+	return Result{Endpoint: ep, Verdict: Accept}
+}

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/oracle"
+)
+
+const thisNode = "test-hostname"
+
+func sp(typ corev1.ServiceType) *cluster.ServicePort {
+	return &cluster.ServicePort{
+		Name:      cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns1", Name: "svc1"}, Port: "p80", Protocol: corev1.ProtocolTCP},
+		Type:      typ,
+		ClusterIP: netip.MustParseAddr("172.30.1.1"),
+		Port:      80,
+	}
+}
+
+func ep(ip, conds, node string) *cluster.Endpoint {
+	return &cluster.Endpoint{
+		IP: netip.MustParseAddr(ip), Port: 80, NodeName: node,
+		Ready: strings.Contains(conds, "R"), Serving: strings.Contains(conds, "S"), Terminating: strings.Contains(conds, "T"),
+	}
+}
+
+func show(r Rules) string {
+	if r.Verdict != Accept {
+		return r.Verdict.String()
+	}
+	return r.String()
+}
+
+// TestRenderReferenceVectors runs the §4.3 vectors through the engine's own
+// (kube-proxy-shaped) endpoint selection.
+func TestRenderReferenceVectors(t *testing.T) {
+	all := func(ips ...string) []*cluster.Endpoint {
+		var out []*cluster.Endpoint
+		for _, s := range ips {
+			f := strings.Split(s, "/")
+			out = append(out, ep(f[0], f[1], f[2]))
+		}
+		return out
+	}
+	cases := []struct {
+		name          string
+		itp, etp      bool
+		eps           []*cluster.Endpoint
+		pod, ext      string // iptables and nftables
+		podIPVS, extV string
+	}{
+		{"ITP cluster", false, false, all("10.0.1.1/RS/"+thisNode, "10.0.1.2/RS/host1", "10.0.1.3/RS/host2"),
+			"10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80", "", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80", ""},
+		{"ITP local, one local", true, false, all("10.0.1.1/RS/"+thisNode, "10.0.1.2/RS/host1", "10.0.1.3/RS/host2"),
+			"10.0.1.1:80", "", "10.0.1.1:80", ""},
+		{"ITP local, two local", true, false, all("10.0.1.1/RS/"+thisNode, "10.0.1.2/RS/"+thisNode, "10.0.1.3/RS/host2"),
+			"10.0.1.1:80, 10.0.1.2:80", "", "10.0.1.1:80, 10.0.1.2:80", ""},
+		{"ITP local, none local", true, false, all("10.0.1.1/RS/host0", "10.0.1.2/RS/host1", "10.0.1.3/RS/host2"),
+			"DROP", "", "REJECT", ""},
+		{"ETP local: only terminating locally", false, true, all("10.0.1.2/ST/"+thisNode, "10.0.1.3/ST/"+thisNode, "10.0.1.4/T/"+thisNode, "10.0.1.5/RS/host1"),
+			"10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80", "10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80"},
+		{"ETP local: terminating on remote node", false, true, all("10.0.1.5/ST/host1"),
+			"10.0.1.5:80", "DROP", "10.0.1.5:80", "DROP"},
+		{"ETP local: no usable endpoints", false, true, all("10.0.1.5/T/"+thisNode, "10.0.1.6/T/host1"),
+			"REJECT", "REJECT", "REJECT", "REJECT"},
+		{"ETP cluster: ready endpoints exist", false, false, all("10.0.1.1/RS/"+thisNode, "10.0.1.2/RS/"+thisNode, "10.0.1.3/ST/"+thisNode, "10.0.1.4/T/"+thisNode, "10.0.1.5/RS/host1"),
+			"10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80"},
+		{"ETP cluster: only terminating", false, false, all("10.0.1.2/ST/"+thisNode, "10.0.1.3/ST/"+thisNode, "10.0.1.4/T/"+thisNode, "10.0.1.5/ST/host1"),
+			"10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80"},
+		{"ETP cluster: terminating on remote node", false, false, all("10.0.1.5/ST/host1"),
+			"10.0.1.5:80", "10.0.1.5:80", "10.0.1.5:80", "10.0.1.5:80"},
+		{"after endpoints deleted", false, true, nil, "REJECT", "REJECT", "REJECT", "REJECT"},
+	}
+	ids := NewInterner()
+	// ipvs falls back to cluster endpoints only for a service port that
+	// uses them, that is one reachable from outside (here a NodePort).
+	np := sp(corev1.ServiceTypeNodePort)
+	np.NodePort, np.InternalLocal = 30080, true
+	if got := show(Render(IPVS, np, all("10.0.1.1/RS/host0", "10.0.1.2/RS/host1"), thisNode, "", ids, RenderOptions{})); got != "10.0.1.1:80, 10.0.1.2:80" {
+		t.Errorf("ipvs NodePort ITP local, none local: %s", got)
+	}
+	for _, c := range cases {
+		typ := corev1.ServiceTypeClusterIP
+		if c.ext != "" {
+			typ = corev1.ServiceTypeLoadBalancer
+		}
+		s := sp(typ)
+		s.InternalLocal, s.ExternalLocal = c.itp, c.etp
+		for _, mode := range []Mode{IPTables, NFTables, IPVS} {
+			pod, ext := c.pod, c.ext
+			if mode == IPVS {
+				pod, ext = c.podIPVS, c.extV
+			}
+			if got := show(Render(mode, s, c.eps, thisNode, "", ids, RenderOptions{})); got != pod {
+				t.Errorf("%s [%v] pod→ClusterIP: %s, want %s", c.name, mode, got, pod)
+			}
+			if ext == "" {
+				continue
+			}
+			if got := show(RenderExternal(mode, s, c.eps, thisNode, "", ids, RenderOptions{})); got != ext {
+				t.Errorf("%s [%v] external→LB: %s, want %s", c.name, mode, got, ext)
+			}
+		}
+	}
+}
+
+func TestRenderOrderAndSettings(t *testing.T) {
+	s := sp(corev1.ServiceTypeClusterIP)
+	s.ClientIPAffinity, s.AffinityTimeout = true, 30
+	eps := []*cluster.Endpoint{ep("10.0.1.2", "RS", "a"), ep("10.0.1.10", "RS", "a"), ep("10.0.1.1", "RS", "b")}
+	r := Render(IPTables, s, eps, "a", "", NewInterner(), RenderOptions{})
+	// kube-proxy sorts by the "ip:port" string: "10.0.1.10:80" < "10.0.1.1:80"
+	// since '0' < ':'.
+	if got := r.String(); got != "10.0.1.10:80, 10.0.1.1:80, 10.0.1.2:80" {
+		t.Errorf("order %s", got)
+	}
+	if r.AffinityTimeout.Seconds() != 30 || r.Proto != TCP || r.VIP != 0xAC1E0101 || r.VPort != 80 {
+		t.Errorf("settings %+v", r)
+	}
+}
+
+// TestRenderAgreesWithOracle compares the engine's endpoint selection,
+// written after kube-proxy's code, with the oracle's, written after the
+// documentation, on random endpoint sets.
+func TestRenderAgreesWithOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 29))
+	nodes := []string{thisNode, "host1", "host2", ""}
+	zones := []string{"za", "zb", ""}
+	ids := NewInterner()
+	for iter := range 5000 {
+		var eps []*cluster.Endpoint
+		hints := rng.IntN(3) // 0 none, 1 all ready have hints, 2 random
+		for i := range rng.IntN(7) {
+			e := &cluster.Endpoint{
+				IP: netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)}), Port: 80,
+				Ready: rng.IntN(2) == 0, Serving: rng.IntN(2) == 0, Terminating: rng.IntN(2) == 0,
+				NodeName: nodes[rng.IntN(len(nodes))],
+			}
+			if hints == 1 || (hints == 2 && rng.IntN(2) == 0) {
+				e.ZoneHints = []string{zones[rng.IntN(2)]}
+				e.NodeHints = []string{nodes[rng.IntN(3)]}
+			}
+			eps = append(eps, e)
+		}
+		s := sp([]corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer}[rng.IntN(3)])
+		s.InternalLocal = rng.IntN(2) == 0
+		s.ExternalLocal = s.Type != corev1.ServiceTypeClusterIP && rng.IntN(2) == 0
+		zone := zones[rng.IntN(len(zones))]
+		sameNode := rng.IntN(2) == 0
+		or := oracle.Oracle{PreferSameNode: sameNode}
+		opts := RenderOptions{PreferSameNode: sameNode}
+		for _, mode := range []Mode{IPTables, NFTables, IPVS} {
+			want := or.Expect(mode.String(), s, eps, thisNode, zone)
+			got := Render(mode, s, eps, thisNode, zone, ids, opts)
+			if msg := agree(want, got); msg != "" {
+				t.Fatalf("iteration %d, %v, itp-local=%v: %s\nendpoints: %s", iter, mode, s.InternalLocal, msg, dump(eps))
+			}
+			if s.Type == corev1.ServiceTypeClusterIP {
+				continue
+			}
+			want = or.ExpectExternal(mode.String(), s, eps, thisNode, zone)
+			got = RenderExternal(mode, s, eps, thisNode, zone, ids, opts)
+			if msg := agree(want, got); msg != "" {
+				t.Fatalf("iteration %d, %v external, etp-local=%v: %s\nendpoints: %s", iter, mode, s.ExternalLocal, msg, dump(eps))
+			}
+		}
+	}
+}
+
+func agree(want oracle.Outcome, got Rules) string {
+	kind := map[Verdict]oracle.Kind{Accept: oracle.Endpoints, Drop: oracle.Drop, Reject: oracle.Reject}[got.Verdict]
+	if kind != want.Kind {
+		return fmt.Sprintf("oracle %s, engine %s", want, show(got))
+	}
+	if kind != oracle.Endpoints {
+		return ""
+	}
+	var g []string
+	for _, b := range got.Backends {
+		g = append(g, netip.AddrPortFrom(AddrFromIPv4(b.IP), b.Port).String())
+	}
+	slices.Sort(g)
+	if !slices.Equal(g, want.Endpoints()) {
+		return fmt.Sprintf("oracle %s, engine %s", want, show(got))
+	}
+	return ""
+}
+
+func dump(eps []*cluster.Endpoint) string {
+	var b strings.Builder
+	for _, e := range eps {
+		fmt.Fprintf(&b, "%s R=%v S=%v T=%v node=%q zh=%v nh=%v; ", e, e.Ready, e.Serving, e.Terminating, e.NodeName, e.ZoneHints, e.NodeHints)
+	}
+	return b.String()
+}

@@ -1,0 +1,141 @@
+package oracle
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+func affinityFixture(mode string, timeout int32) (*cluster.ServicePort, []*cluster.Endpoint, *Affinity) {
+	sp := svcPort(corev1.ServiceTypeClusterIP)
+	sp.ClientIPAffinity, sp.AffinityTimeout = true, timeout
+	eps := []*cluster.Endpoint{ep("10.0.1.1", "RS", otherNode), ep("10.0.1.2", "RS", otherNode), ep("10.0.1.3", "RS", otherNode)}
+	return sp, eps, NewAffinity(mode, sp, Expect(mode, sp, eps, testHostname, ""))
+}
+
+func TestAffinityHoldsAndExpires(t *testing.T) {
+	for _, mode := range []string{ModeIPTables, ModeNFTables} {
+		_, _, a := affinityFixture(mode, 10)
+		c := netip.MustParseAddr("10.0.0.2")
+		if _, bound := a.Expect(c, 0); bound {
+			t.Fatalf("%s: bound before any connection", mode)
+		}
+		if r := a.Observe(c, "10.0.1.2:80", time.Second, 2*time.Second); r != Consistent {
+			t.Fatalf("%s: first connection: %v", mode, r)
+		}
+		if got, bound := a.Expect(c, 10*time.Second); !bound || got != "10.0.1.2:80" {
+			t.Errorf("%s: inside the timeout: %q %v", mode, got, bound)
+		}
+		// A second connection refreshes the timeout.
+		if r := a.Observe(c, "10.0.1.2:80", 9*time.Second, 9*time.Second); r != Consistent {
+			t.Errorf("%s: second connection: %v", mode, r)
+		}
+		if _, bound := a.Expect(c, 18*time.Second); !bound {
+			t.Errorf("%s: refreshed binding expired early", mode)
+		}
+		if _, bound := a.Expect(c, 19*time.Second); bound {
+			t.Errorf("%s: bound after the timeout", mode)
+		}
+		if r := a.Observe(c, "10.0.1.3:80", 12*time.Second, 12*time.Second); r != Violation {
+			t.Errorf("%s: another endpoint inside the timeout: %v", mode, r)
+		}
+		// After expiry any endpoint is fine and binds anew.
+		if r := a.Observe(c, "10.0.1.1:80", 40*time.Second, 41*time.Second); r != Consistent {
+			t.Errorf("%s: after expiry: %v", mode, r)
+		}
+		if got, _ := a.Expect(c, 41*time.Second); got != "10.0.1.1:80" {
+			t.Errorf("%s: new binding: %q", mode, got)
+		}
+	}
+}
+
+func TestAffinityForgetsRemovedEndpoint(t *testing.T) {
+	sp, eps, a := affinityFixture(ModeNFTables, 100)
+	c := netip.MustParseAddr("10.0.0.2")
+	a.Observe(c, "10.0.1.1:80", 0, time.Second)
+	eps[0].Ready = false
+	a.Update(Expect(ModeNFTables, sp, eps, testHostname, ""))
+	if _, bound := a.Expect(c, time.Second); bound {
+		t.Errorf("bound to a not-ready endpoint")
+	}
+	eps[0].Ready = true
+	a.Update(Expect(ModeNFTables, sp, eps, testHostname, ""))
+	if _, bound := a.Expect(c, 2*time.Second); bound {
+		t.Errorf("binding came back with the endpoint")
+	}
+}
+
+func TestAffinityIPVSMayOutlastTimeout(t *testing.T) {
+	_, _, a := affinityFixture(ModeIPVS, 10)
+	c := netip.MustParseAddr("10.0.0.2")
+	a.Observe(c, "10.0.1.1:80", 0, 5*time.Second) // TCP: in the table until 125 s
+	b, ok := a.Binding(c, 11*time.Second)
+	if !ok {
+		t.Fatal("no binding")
+	}
+	if b.Until != 10*time.Second || b.MayHoldUntil != 130*time.Second {
+		t.Errorf("got until %v, may hold until %v; want 10s and 130s", b.Until, b.MayHoldUntil)
+	}
+	if _, bound := a.Expect(c, 11*time.Second); bound {
+		t.Errorf("must not be required after Until")
+	}
+	// Held by the template: reaching the same endpoint refreshes it.
+	if r := a.Observe(c, "10.0.1.1:80", 60*time.Second, 60*time.Second); r != Consistent {
+		t.Errorf("held: %v", r)
+	}
+	if got, bound := a.Expect(c, 65*time.Second); !bound || got != "10.0.1.1:80" {
+		t.Errorf("refreshed: %q %v", got, bound)
+	}
+}
+
+func TestAffinityRecentCapacity(t *testing.T) {
+	sp, eps, _ := affinityFixture(ModeIPTables, 1000)
+	o := Oracle{RecentCapacity: 3}
+	a := o.NewAffinity(ModeIPTables, sp, o.Expect(ModeIPTables, sp, eps, testHostname, ""))
+	var clients []netip.Addr
+	for i := range 5 {
+		c := netip.MustParseAddr(fmt.Sprintf("10.0.0.%d", 10+i))
+		clients = append(clients, c)
+		a.Observe(c, "10.0.1.1:80", time.Duration(i)*time.Second, time.Duration(i)*time.Second)
+	}
+	ov := a.Overflow(10 * time.Second)
+	if ov["10.0.1.1:80"] != 5 || len(ov) != 1 {
+		t.Errorf("overflow %v", ov)
+	}
+	for i, c := range clients {
+		b, _ := a.Binding(c, 10*time.Second)
+		if want := i < 2; b.AtRisk != want {
+			t.Errorf("client %d: at risk %v, want %v", i, b.AtRisk, want)
+		}
+	}
+	d := a.Deviations(10 * time.Second)
+	if len(d) != 1 || !strings.Contains(d[0], "10.0.1.1:80 has 5 clients") {
+		t.Errorf("deviations %q", d)
+	}
+	if r := a.Observe(clients[0], "10.0.1.2:80", 11*time.Second, 11*time.Second); r != KnownDeviation {
+		t.Errorf("evicted client moved: %v, want a known deviation", r)
+	}
+	if r := a.Observe(clients[4], "10.0.1.3:80", 12*time.Second, 12*time.Second); r != Violation {
+		t.Errorf("recent client moved: %v, want a violation", r)
+	}
+	if d := a.Deviations(12 * time.Second); len(d) != 0 {
+		t.Errorf("deviations after the moves %q", d)
+	}
+}
+
+func TestNoAffinityNeverBinds(t *testing.T) {
+	sp := svcPort(corev1.ServiceTypeClusterIP)
+	eps := []*cluster.Endpoint{ep("10.0.1.1", "RS", otherNode)}
+	a := NewAffinity(ModeIPTables, sp, Expect(ModeIPTables, sp, eps, testHostname, ""))
+	c := netip.MustParseAddr("10.0.0.2")
+	a.Observe(c, "10.0.1.1:80", 0, 0)
+	if _, bound := a.Expect(c, 0); bound {
+		t.Error("bound without affinity")
+	}
+}

@@ -1,0 +1,354 @@
+// Package oracle states what must happen to a new connection to a Service:
+// which endpoints may receive it and with what probability, or that it is
+// dropped or rejected, and, with ClientIP affinity, which endpoint a client
+// must get and until when.
+//
+// It is written from the Kubernetes documentation (Virtual IPs and Service
+// Proxies: traffic policies, traffic to terminating endpoints, session
+// affinity; Topology Aware Routing; Service internal traffic policy) and
+// from kube-proxy's documented per-mode differences, which it reports as
+// Deviations rather than hiding them. It never imports dataplane/ nor the
+// simulator's engines (design principle 1): the decision of which endpoints
+// are eligible is made here, independently.
+//
+// Modes are kube-proxy's names ("iptables", "nftables", "ipvs"); the empty
+// mode is the documented behaviour without any mode's specifics.
+package oracle
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// Mode names.
+const (
+	ModeIPTables = "iptables"
+	ModeNFTables = "nftables"
+	ModeIPVS     = "ipvs"
+)
+
+// DefaultRecentCapacity is the number of client addresses one iptables
+// `recent` list keeps (xt_recent ip_list_tot); kube-proxy's iptables mode
+// keeps one list per endpoint.
+const DefaultRecentCapacity = 100
+
+// Kind is the kind of outcome.
+type Kind int
+
+// The kinds of outcome.
+const (
+	// Endpoints: the connection reaches one of Probs' endpoints.
+	Endpoints Kind = iota
+	// Drop: the packet is silently dropped.
+	Drop
+	// Reject: the client gets an ICMP error.
+	Reject
+)
+
+// String is "ENDPOINTS", "DROP" or "REJECT".
+func (k Kind) String() string {
+	switch k {
+	case Endpoints:
+		return "ENDPOINTS"
+	case Drop:
+		return "DROP"
+	case Reject:
+		return "REJECT"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Outcome is the expected fate of a new connection.
+type Outcome struct {
+	Kind Kind
+	// Probs maps each eligible endpoint ("ip:port") to the probability that
+	// a new connection reaches it; nil unless Kind is Endpoints.
+	Probs map[string]float64
+	// Reason says in a sentence why, for reports.
+	Reason string
+	// Deviations name documented ways in which the mode's kube-proxy
+	// departs from the documentation for this service port.
+	Deviations []string
+}
+
+// Endpoints lists the eligible endpoints, sorted.
+func (o Outcome) Endpoints() []string {
+	return slices.Sorted(maps.Keys(o.Probs))
+}
+
+// Allows reports whether a connection may reach the endpoint.
+func (o Outcome) Allows(endpoint string) bool {
+	_, ok := o.Probs[endpoint]
+	return ok
+}
+
+// String is the outcome as kube-proxy's packet tracers print it: the
+// endpoints joined by ", ", or "DROP" or "REJECT".
+func (o Outcome) String() string {
+	if o.Kind != Endpoints {
+		return o.Kind.String()
+	}
+	return strings.Join(o.Endpoints(), ", ")
+}
+
+// Oracle holds the settings that change expectations.
+type Oracle struct {
+	// PreferSameNode says kube-proxy runs with the
+	// PreferSameTrafficDistribution feature gate, so node hints count.
+	PreferSameNode bool
+	// IPVSScheduler is the ipvs scheduler ("" is rr); it only adds
+	// deviations.
+	IPVSScheduler string
+	// RecentCapacity is ip_list_tot; 0 means DefaultRecentCapacity.
+	RecentCapacity int
+}
+
+// Expect is Oracle{}.Expect.
+func Expect(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, clientNode, nodeZone string) Outcome {
+	return Oracle{}.Expect(mode, sp, eps, clientNode, nodeZone)
+}
+
+// ExpectExternal is Oracle{}.ExpectExternal.
+func ExpectExternal(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
+	return Oracle{}.ExpectExternal(mode, sp, eps, node, nodeZone)
+}
+
+// Expect gives the outcome of a new connection from a pod on clientNode
+// (in zone nodeZone) to the service port's ClusterIP.
+//
+// The documentation's rules, in order:
+//   - with internalTrafficPolicy Local only endpoints on the client's node
+//     are eligible: the ready ones, or, if none is ready, the ones that are
+//     serving and terminating; if there is none the traffic is dropped;
+//   - with Cluster, the ready endpoints anywhere (narrowed by topology hints
+//     when every ready endpoint carries them and some match this node), or,
+//     if none is ready anywhere, every serving and terminating endpoint;
+//   - a Service without any usable endpoint rejects the connection;
+//   - the choice among eligible endpoints is uniform.
+//
+// ipvs departs from the Local rule (reported in Deviations): a service port
+// reachable from outside (NodePort, LoadBalancer) falls back to the
+// cluster's endpoints; a plain ClusterIP one has no real server and rejects.
+func (o Oracle) Expect(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, clientNode, nodeZone string) Outcome {
+	name := sp.Name.String()
+	var out Outcome
+	switch {
+	case !anyUsable(eps):
+		out = Outcome{Kind: Reject, Reason: name + " has no usable endpoints"}
+	case !sp.InternalLocal:
+		out = uniform(o.clusterSet(eps, clientNode, nodeZone), name+": ready endpoints of the cluster")
+	default:
+		local := localSet(eps, clientNode)
+		switch {
+		case len(local) > 0:
+			out = uniform(local, name+": endpoints on node "+clientNode+" (internalTrafficPolicy Local)")
+		case mode == ModeIPVS && externallyAccessible(sp):
+			out = uniform(o.clusterSet(eps, clientNode, nodeZone), name+": no endpoint on node "+clientNode+"; ipvs uses the cluster's")
+			out.Deviations = append(out.Deviations, "ipvs: internalTrafficPolicy Local without a local endpoint falls back to the cluster's endpoints (kube-proxy PR #97081); the documentation says the traffic is dropped")
+		case mode == ModeIPVS:
+			out = Outcome{Kind: Reject, Reason: name + " has no endpoint on node " + clientNode + "; the ipvs virtual server has no real server"}
+			out.Deviations = append(out.Deviations, "ipvs: internalTrafficPolicy Local without a local endpoint leaves the ClusterIP virtual server without real servers (the fallback of PR #97081 is empty for a service port not reachable from outside), so connections are rejected; the documentation says the traffic is dropped")
+		default:
+			out = Outcome{Kind: Drop, Reason: name + " has no endpoint on node " + clientNode + " (internalTrafficPolicy Local)"}
+		}
+	}
+	out.Deviations = append(out.Deviations, o.modeDeviations(mode, sp, out)...)
+	return out
+}
+
+// ExpectExternal gives the outcome of a connection from outside the
+// cluster to a NodePort or LoadBalancer service port arriving at node:
+// externalTrafficPolicy Local uses the node's endpoints (ready, else
+// serving and terminating) and drops without one; Cluster uses the
+// cluster's. In ipvs mode, Local without a local endpoint forwards to the
+// cluster's endpoints without SNAT, so replies are lost: a deviation whose
+// effect is a drop.
+func (o Oracle) ExpectExternal(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
+	name := sp.Name.String()
+	if !anyUsable(eps) {
+		return Outcome{Kind: Reject, Reason: name + " has no usable endpoints"}
+	}
+	if !sp.ExternalLocal {
+		out := uniform(o.clusterSet(eps, node, nodeZone), name+": ready endpoints of the cluster")
+		out.Deviations = o.modeDeviations(mode, sp, out)
+		return out
+	}
+	local := localSet(eps, node)
+	if len(local) > 0 {
+		out := uniform(local, name+": endpoints on node "+node+" (externalTrafficPolicy Local)")
+		out.Deviations = o.modeDeviations(mode, sp, out)
+		return out
+	}
+	out := Outcome{Kind: Drop, Reason: name + " has no endpoint on node " + node + " (externalTrafficPolicy Local)"}
+	if mode == ModeIPVS {
+		out.Deviations = append(out.Deviations, "ipvs: externalTrafficPolicy Local without a local endpoint forwards to the cluster's endpoints without SNAT, so replies do not reach the client")
+	}
+	return out
+}
+
+// ExpectShortCircuit gives the outcome of a connection from a pod or from
+// the node itself to one of the service port's external addresses (its
+// NodePort on this node, a load-balancer or external IP): kube-proxy
+// short-circuits such traffic to the cluster's endpoints whatever the
+// traffic policies, so it behaves as if the client were outside only in
+// being masqueraded. In ipvs mode the external virtual servers keep their
+// externalTrafficPolicy Local endpoints (falling back to the cluster's
+// when the node has none), which departs from that when the node has some.
+func (o Oracle) ExpectShortCircuit(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
+	name := sp.Name.String()
+	if !anyUsable(eps) {
+		return Outcome{Kind: Reject, Reason: name + " has no usable endpoints"}
+	}
+	if mode == ModeIPVS && sp.ExternalLocal {
+		if local := localSet(eps, node); len(local) > 0 {
+			out := uniform(local, name+": ipvs keeps the local endpoints of node "+node+" for its external addresses")
+			out.Deviations = append(out.Deviations, "ipvs: traffic from pods or the node to an externalTrafficPolicy Local address is not short-circuited to the cluster's endpoints; it only reaches this node's")
+			out.Deviations = append(out.Deviations, o.modeDeviations(mode, sp, out)...)
+			return out
+		}
+	}
+	out := uniform(o.clusterSet(eps, node, nodeZone), name+": short-circuited to the cluster's endpoints")
+	out.Deviations = o.modeDeviations(mode, sp, out)
+	return out
+}
+
+// ExpectShortCircuit is Oracle{}.ExpectShortCircuit.
+func ExpectShortCircuit(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
+	return Oracle{}.ExpectShortCircuit(mode, sp, eps, node, nodeZone)
+}
+
+func (o Oracle) modeDeviations(mode string, sp *cluster.ServicePort, out Outcome) []string {
+	if out.Kind != Endpoints {
+		return nil
+	}
+	var d []string
+	if sp.ClientIPAffinity {
+		switch mode {
+		case ModeIPTables:
+			d = append(d, fmt.Sprintf("iptables: each endpoint's recent list keeps at most %d client addresses (xt_recent ip_list_tot); past that, affinity is lost for the least recently seen clients", o.recentCapacity()))
+		case ModeIPVS:
+			d = append(d, "ipvs: a persistence template is re-armed while the client's connections (TIME_WAIT included) remain, so affinity can outlast timeoutSeconds (kubernetes#89358)")
+		}
+	}
+	if mode == ModeIPVS {
+		switch o.IPVSScheduler {
+		case "sh":
+			d = append(d, "ipvs sh: the endpoint is a hash of the client address, so shares are uniform only over many clients")
+		case "mh":
+			d = append(d, "ipvs mh: the endpoint is a hash of the client address and port (Maglev), so shares are uniform only over many connections")
+		case "dh":
+			d = append(d, "ipvs dh: the endpoint is a hash of the ClusterIP, so every connection goes to one endpoint")
+		}
+	}
+	return d
+}
+
+func (o Oracle) recentCapacity() int {
+	if o.RecentCapacity > 0 {
+		return o.RecentCapacity
+	}
+	return DefaultRecentCapacity
+}
+
+func uniform(eps []*cluster.Endpoint, reason string) Outcome {
+	if len(eps) == 0 {
+		return Outcome{Kind: Reject, Reason: reason + ": none"}
+	}
+	keys := map[string]bool{}
+	for _, e := range eps {
+		keys[e.String()] = true
+	}
+	p := make(map[string]float64, len(keys))
+	for k := range keys {
+		p[k] = 1 / float64(len(keys))
+	}
+	return Outcome{Kind: Endpoints, Probs: p, Reason: reason}
+}
+
+// usable: ready, or still serving while terminating (the documentation's
+// "traffic to terminating endpoints").
+func usable(e *cluster.Endpoint) bool { return e.Ready || (e.Serving && e.Terminating) }
+
+func anyUsable(eps []*cluster.Endpoint) bool { return slices.ContainsFunc(eps, usable) }
+
+func servingTerminating(e *cluster.Endpoint) bool { return !e.Ready && e.Serving && e.Terminating }
+
+// localSet is the node's ready endpoints, or its serving-and-terminating
+// ones when none of them is ready.
+func localSet(eps []*cluster.Endpoint, node string) []*cluster.Endpoint {
+	var ready, term []*cluster.Endpoint
+	for _, e := range eps {
+		if node == "" || e.NodeName != node {
+			continue
+		}
+		if e.Ready {
+			ready = append(ready, e)
+		} else if servingTerminating(e) {
+			term = append(term, e)
+		}
+	}
+	if len(ready) > 0 {
+		return ready
+	}
+	return term
+}
+
+// clusterSet is the cluster's ready endpoints, narrowed by topology, or,
+// when none is ready, every serving-and-terminating endpoint.
+func (o Oracle) clusterSet(eps []*cluster.Endpoint, node, zone string) []*cluster.Endpoint {
+	var ready, term []*cluster.Endpoint
+	for _, e := range eps {
+		if e.Ready {
+			ready = append(ready, e)
+		} else if servingTerminating(e) {
+			term = append(term, e)
+		}
+	}
+	if len(ready) == 0 {
+		return term
+	}
+	return o.topology(ready, node, zone)
+}
+
+// topology applies Topology Aware Routing: hints are used only when every
+// ready endpoint has one; an endpoint set for this node (PreferSameNode,
+// with its feature gate) comes first, then one for this node's zone; if
+// the hints name neither, every ready endpoint is used.
+func (o Oracle) topology(ready []*cluster.Endpoint, node, zone string) []*cluster.Endpoint {
+	all := func(has func(*cluster.Endpoint) bool) bool {
+		return !slices.ContainsFunc(ready, func(e *cluster.Endpoint) bool { return !has(e) })
+	}
+	pick := func(match func(*cluster.Endpoint) bool) []*cluster.Endpoint {
+		var out []*cluster.Endpoint
+		for _, e := range ready {
+			if match(e) {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	if o.PreferSameNode && all(func(e *cluster.Endpoint) bool { return len(e.NodeHints) > 0 }) {
+		if s := pick(func(e *cluster.Endpoint) bool { return slices.Contains(e.NodeHints, node) }); len(s) > 0 {
+			return s
+		}
+	}
+	if zone != "" && all(func(e *cluster.Endpoint) bool { return len(e.ZoneHints) > 0 }) {
+		if s := pick(func(e *cluster.Endpoint) bool { return slices.Contains(e.ZoneHints, zone) }); len(s) > 0 {
+			return s
+		}
+	}
+	return ready
+}
+
+func isUDP(sp *cluster.ServicePort) bool { return sp.Name.Protocol == corev1.ProtocolUDP }
+
+// externallyAccessible: reachable through a node port or a load balancer.
+func externallyAccessible(sp *cluster.ServicePort) bool {
+	return sp.NodePort != 0 || sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer
+}
