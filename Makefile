@@ -18,9 +18,10 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Debian packages the test tiers use: netfilter userland for the namespace
 # tier, iproute2 for inspection.
 DEB_PACKAGES := iptables nftables ipset conntrack iproute2
-TEST_LOG    := $(or $(TMPDIR),/tmp)/kpsim-test.log
+TEST_DIR    := $(or $(TMPDIR),/tmp)
+TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: run test build bench lint results deps test-go check-skips clean
+.PHONY: test-go run test build bench lint results deps check-skips conformance calibrate clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
@@ -41,10 +42,30 @@ deps:
 # test runs every tier. As root (CI), KPSIM_REQUIRE_ALL=1 turns the skip of a
 # privileged test into a failure, and check-skips fails on any skipped test.
 test: deps build
+	@$(MAKE) --no-print-directory test-go
+	@$(MAKE) --no-print-directory conformance
+	@$(MAKE) --no-print-directory check-skips
+
+test-go:
 	@if [ "$$(id -u)" = 0 ]; then export KPSIM_REQUIRE_ALL=1; fi; \
 	$(GO) test -count=1 -timeout 15m -v ./... > $(TEST_LOG) 2>&1; status=$$?; \
 	grep -E '^(ok|FAIL|panic|---)|^\s+--- (FAIL|SKIP)|^\s+[a-z_]+\.go:[0-9]+:' $(TEST_LOG) | grep -v -- '--- PASS' ; \
 	$(MAKE) --no-print-directory check-skips || status=1; exit $$status
+
+# conformance runs the suite through the real kernel with both iptables
+# backends (root: it builds its own namespaces), writing JUnit and Markdown
+# next to the test log.
+conformance: build
+	@if [ "$$(id -u)" != 0 ]; then echo "make conformance: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
+	$(BIN) conform scenarios/conformance/ --mode iptables --iptables-backend nft \
+		--junit $(TEST_DIR)/kpsim-junit-iptables-nft.xml --summary $(TEST_DIR)/kpsim-summary-iptables-nft.md
+	$(BIN) conform scenarios/conformance/ --mode iptables --iptables-backend legacy \
+		--junit $(TEST_DIR)/kpsim-junit-iptables-legacy.xml --summary $(TEST_DIR)/kpsim-summary-iptables-legacy.md
+
+# calibrate measures the real iptables dataplane's sync times for the
+# simulator's cost model (root).
+calibrate: build
+	$(BIN) calibrate --mode iptables --write results/calibration/iptables.json
 
 check-skips:
 	@skips=$$(grep -E -- '--- SKIP' $(TEST_LOG) | wc -l); \

@@ -223,8 +223,8 @@ type Counts struct {
 	// OtherICMP counts destination-unreachable errors other than port
 	// unreachable (network or host unreachable: a packet nobody handled).
 	OtherICMP int
-	Seen     int
-	Foreign  int
+	Seen      int
+	Foreign   int
 }
 
 // PerEndpoint sums arrivals by endpoint.

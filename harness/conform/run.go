@@ -58,6 +58,17 @@ type EnvironmentError struct{ Err error }
 func (e *EnvironmentError) Error() string { return e.Err.Error() }
 func (e *EnvironmentError) Unwrap() error { return e.Err }
 
+// FaultCatches names, for each fault, the check type that must catch it in
+// scenarios/conformance: the harness's claim about its own power.
+var FaultCatches = map[dataplane.Fault]string{
+	dataplane.FaultUniformProbability:  "distribution",
+	dataplane.FaultKeepNotReady:        "flapping",
+	dataplane.FaultIgnoreLocalPolicy:   "internal-traffic-local",
+	dataplane.FaultAffinityNoTimeout:   "affinity",
+	dataplane.FaultKeepDeletedEndpoint: "terminating",
+	dataplane.FaultDropLastEndpoint:    "distribution",
+}
+
 // Timing bounds.
 const (
 	settleTimeout    = 30 * time.Second
@@ -148,6 +159,25 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 	run.Duration = time.Since(run.Started)
 	return run, ctx.Err()
 }
+
+// filesIn lists the scenario files of a directory, sorted.
+func filesIn(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() && (strings.HasSuffix(e.Name(), ".yaml") || strings.HasSuffix(e.Name(), ".yml")) {
+			out = append(out, dir+"/"+e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// KernelRelease is uname -r.
+func KernelRelease() string { return kernelRelease() }
 
 func kernelRelease() string {
 	var u unix.Utsname
@@ -561,16 +591,7 @@ func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, p
 	endpoints := want.Endpoints()
 	n := deterministicN
 	if want.Kind == oracle.Endpoints && len(endpoints) > 1 {
-		p0 := make([]float64, len(endpoints))
-		for i, e := range endpoints {
-			p0[i] = want.Probs[e]
-		}
-		w2 := stats.EffectW2(p0, oneOff(p0, c.MDE))
-		n = stats.ChiSquareSampleSize(w2, len(p0)-1, s.alphaUnit, c.Power)
-		if n <= 0 || n > maxProbesPerUnit {
-			n = maxProbesPerUnit
-		}
-		rc.AchievedPower = stats.ChiSquarePower(n, w2, len(p0)-1, s.alphaUnit)
+		n, rc.AchievedPower = sizeFor(probsOf(want), c.MDE, c.Power, s.alphaUnit)
 	}
 	proto := protoOf(sp)
 	node := s.nodeObj(nodeName)
@@ -677,6 +698,28 @@ func appendDev(l []report.Deviation, d report.Deviation) []report.Deviation {
 		}
 	}
 	return append(l, d)
+}
+
+// probsOf lists an outcome's probabilities in endpoint order.
+func probsOf(o oracle.Outcome) []float64 {
+	eps := o.Endpoints()
+	p := make([]float64, len(eps))
+	for i, e := range eps {
+		p[i] = o.Probs[e]
+	}
+	return p
+}
+
+// sizeFor is the number of probes a distribution check needs: power at the
+// minimum detectable effect (one endpoint off by mde of its share) at the
+// unit's alpha, and the power that number achieves.
+func sizeFor(p0 []float64, mde, power, alpha float64) (int, float64) {
+	w2 := stats.EffectW2(p0, oneOff(p0, mde))
+	n := stats.ChiSquareSampleSize(w2, len(p0)-1, alpha, power)
+	if n <= 0 || n > maxProbesPerUnit {
+		n = maxProbesPerUnit
+	}
+	return n, stats.ChiSquarePower(n, w2, len(p0)-1, alpha)
 }
 
 // oneOff is the alternative the check is sized for: the first endpoint's

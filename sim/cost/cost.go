@@ -203,6 +203,12 @@ func LoadCalibrations(dir string) ([]Calibration, error) {
 			if cs[i].Source == "" {
 				cs[i].Source = f
 			}
+			// Interpolate every calibration on the same size axis.
+			for j := range cs[i].Points {
+				if p := &cs[i].Points[j]; p.Services > 0 && p.EndpointsPerService > 0 {
+					p.Objects = SyntheticObjects(cs[i].Mode, p.Services, p.EndpointsPerService)
+				}
+			}
 		}
 		out = append(out, cs...)
 	}

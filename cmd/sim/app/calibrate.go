@@ -1,0 +1,106 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/harness/conform"
+)
+
+func init() { extraCommands = append(extraCommands, newCalibrate) }
+
+type calibrateFlags struct {
+	out       outputFlag
+	mode      string
+	backends  []string
+	sizes     []int
+	endpoints int
+	runs      int
+	file      string
+}
+
+func newCalibrate(s Streams) *cobra.Command {
+	var f calibrateFlags
+	c := &cobra.Command{
+		Use:   "calibrate",
+		Short: "Measure full and partial sync time of the real dataplane at a ladder of sizes (root)",
+		Long: `calibrate programs synthetic ClusterIP Services (N x E ready endpoints on one
+node) into fresh network namespaces and measures, for each size: a full sync
+(render and restore), a partial sync after one endpoint changes, and the raw
+iptables-restore of the full sync's exact text, the floor a sync is held to.
+Medians of --runs runs. The result is written where the simulator's cost model
+reads it (results/calibration/<mode>.json).`,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := f.out.check(); err != nil {
+				return err
+			}
+			if f.mode != "iptables" {
+				return &EnvError{Err: fmt.Errorf("calibration of %s mode is not available in this build (available: iptables)", f.mode)}
+			}
+			if os.Geteuid() != 0 {
+				return &EnvError{Err: fmt.Errorf("sim calibrate needs root: it creates network namespaces and programs netfilter inside them")}
+			}
+			if f.runs < 1 || f.endpoints < 1 || len(f.sizes) == 0 {
+				return &UsageError{Err: fmt.Errorf("--runs, --endpoints and --sizes must be positive")}
+			}
+			for _, n := range f.sizes {
+				if n < 1 || n > 65000 {
+					return &UsageError{Err: fmt.Errorf("size %d out of range 1..65000", n)}
+				}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var out []*iptables.Calibration
+			for _, b := range f.backends {
+				if b != "nft" && b != "legacy" {
+					return &UsageError{Err: fmt.Errorf("unknown backend %q: nft or legacy", b)}
+				}
+				cal, err := iptables.Calibrate(ctx, iptables.CalibrateOptions{Variant: b, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs,
+					Log: func(format string, a ...any) { fmt.Fprintf(s.Err, format, a...) }})
+				if err != nil {
+					return &EnvError{Err: err}
+				}
+				cal.Kernel = kernelRelease()
+				out = append(out, cal)
+			}
+			if f.file != "" {
+				if err := os.MkdirAll(filepath.Dir(f.file), 0o755); err != nil {
+					return err
+				}
+				b, _ := json.MarshalIndent(out, "", "  ")
+				if err := os.WriteFile(f.file, append(b, '\n'), 0o644); err != nil {
+					return fmt.Errorf("could not write calibration: %w", err)
+				}
+			}
+			if f.out.format == "json" {
+				return writeJSON(s.Out, out)
+			}
+			for _, cal := range out {
+				fmt.Fprintf(s.Out, "iptables-%s (kernel %s), medians of %d runs\n", cal.Variant, cal.Kernel, f.runs)
+				fmt.Fprintf(s.Out, "%9s %8s %10s %10s %8s %10s %9s\n", "services", "lines", "full s", "raw s", "ratio", "partial s", "partial%")
+				for _, p := range cal.Points {
+					fmt.Fprintf(s.Out, "%9d %8d %10.3f %10.3f %8.3f %10.4f %8.1f%%\n", p.Services, p.Objects, p.FullSeconds, p.RawRestoreSeconds, p.Ratio, p.PartialSeconds, 100*p.PartialOverFull)
+				}
+			}
+			return nil
+		},
+	}
+	f.out.add(c)
+	c.Flags().StringVar(&f.mode, "mode", "iptables", "mode to calibrate (iptables)")
+	c.Flags().StringSliceVar(&f.backends, "backend", []string{"nft", "legacy"}, "iptables backends to measure")
+	c.Flags().IntSliceVar(&f.sizes, "sizes", []int{500, 1000, 2000, 3000, 5000}, "numbers of Services")
+	c.Flags().IntVar(&f.endpoints, "endpoints", 10, "endpoints per Service")
+	c.Flags().IntVar(&f.runs, "runs", 5, "runs per size (the median is kept)")
+	c.Flags().StringVar(&f.file, "write", "results/calibration/iptables.json", "file to write ('' to only print)")
+	return c
+}
+
+func kernelRelease() string { return conform.KernelRelease() }
