@@ -103,7 +103,7 @@ func TestSuiteFalseFailureRate(t *testing.T) {
 	if len(units) < 10 {
 		t.Fatalf("only %d distribution verdicts found", len(units))
 	}
-	const reps = 4000
+	const reps = 10000
 	r := rand.New(rand.NewPCG(2026, 1129))
 	failedRuns := 0
 	ps := make([]float64, len(units))

@@ -22,6 +22,7 @@ import (
 type Prober struct {
 	topo    *netns.Topology
 	senders map[*netns.Client]*traffic.Sender
+	extra   map[*netns.Client]*traffic.Sender
 	obs     []*traffic.Observer
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
@@ -33,7 +34,10 @@ type Prober struct {
 	icmpElse map[uint8]int // other destination-unreachable codes
 	foreign  int
 	cond     *sync.Cond
-	seen     int
+	// sentTotal and sendTime measure the generator's rate.
+	sentTotal int
+	sendTime  time.Duration
+	seen      int
 }
 
 // Key is an arrival: the post-DNAT endpoint and the client address.
@@ -56,7 +60,7 @@ func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
 	if t == nil || len(t.Clients()) == 0 {
 		return nil, errors.New("probes are sent only from client namespaces this run created; the scenario has none")
 	}
-	p := &Prober{topo: t, senders: map[*netns.Client]*traffic.Sender{}, arrivals: map[Key]int{}, rejects: map[netip.Addr]int{}, icmpElse: map[uint8]int{}}
+	p := &Prober{topo: t, senders: map[*netns.Client]*traffic.Sender{}, extra: map[*netns.Client]*traffic.Sender{}, arrivals: map[Key]int{}, rejects: map[netip.Addr]int{}, icmpElse: map[uint8]int{}}
 	p.cond = sync.NewCond(&p.mu)
 	for _, c := range t.Clients() {
 		var s *traffic.Sender
@@ -75,6 +79,20 @@ func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
 	}
 	nICMP := len(p.obs)
 	for _, n := range t.Nodes() {
+		// Backends answer probes in the kernel (a RST, or ICMP port
+		// unreachable for UDP); those answers only cost the path back through
+		// the node's conntrack. Drop them at the source, in the backend
+		// namespace (ours): the node's conntrack entries then stay in
+		// SYN_SENT until the phase's flush.
+		for _, args := range [][]string{
+			{"-w", "-A", "OUTPUT", "-p", "tcp", "--tcp-flags", "RST", "RST", "-j", "DROP"},
+			{"-w", "-A", "OUTPUT", "-p", "icmp", "--icmp-type", "port-unreachable", "-j", "DROP"},
+		} {
+			if out, err := n.Backends.Exec("iptables-nft", args...); err != nil {
+				p.Close()
+				return nil, fmt.Errorf("backends of %s: could not silence replies: %w: %s", n.Config.Name, err, out)
+			}
+		}
 		var o *traffic.Observer
 		if err := n.Backends.Do(func() (err error) { o, err = traffic.OpenObserver(unix.IPPROTO_TCP, unix.IPPROTO_UDP); return }); err != nil {
 			p.Close()
@@ -143,6 +161,9 @@ func (p *Prober) Close() {
 	for _, s := range p.senders {
 		_ = s.Close()
 	}
+	for _, s := range p.extra {
+		_ = s.Close()
+	}
 	for _, o := range p.obs {
 		_ = o.Close()
 	}
@@ -170,43 +191,97 @@ type Probe struct {
 	N      int
 }
 
-// Send writes a batch and returns the number sent. Source ports are drawn
-// from r without repeating within 16,384 consecutive probes of a client
-// address (so a probe never meets a live conntrack entry of its own).
+// Send writes a batch and returns the number sent. Source ports are a
+// walk through the ephemeral range with a random start and stride, so they
+// repeat only after 49,152 probes of a client address (a probe never meets
+// a live conntrack entry of its own). Large batches are written by two
+// goroutines, each on a socket of its own, interleaving the same walk.
 func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
-	s := p.senders[b.Client]
-	if s == nil {
+	if p.senders[b.Client] == nil {
 		return 0, fmt.Errorf("no sender for client %s", b.Client.NS.Name)
 	}
 	if b.N > maxProbesPerPhase {
 		return 0, fmt.Errorf("%d probes exceed the bound of %d per phase", b.N, maxProbesPerPhase)
 	}
-	bl := traffic.NewBuilder()
 	p.mu.Lock()
 	tag := p.tag
 	p.mu.Unlock()
-	// A random permutation of the ephemeral range, walked in order: ports
-	// repeat only after the whole range is used.
 	const lo, span = 16384, 49152
-	start, step := r.IntN(span), 1+2*r.IntN(span/2) // odd step: a full cycle mod 2^k is not needed, span is 3*2^14
+	start, step := r.IntN(span), 1+2*r.IntN(span/2)
 	for gcd(step, span) != 1 {
 		step += 2
 	}
-	deadline := time.Now().Add(time.Duration(b.N)*50*time.Microsecond + 10*time.Second)
-	for i := 0; i < b.N; i++ {
-		if i%4096 == 0 && (ctx.Err() != nil || time.Now().After(deadline)) {
-			return i, fmt.Errorf("sending stopped after %d of %d probes: %w", i, b.N, errors.Join(ctx.Err(), errors.New("time bound reached")))
-		}
-		port := uint16(lo + (start+i*step)%span)
-		pkt, err := bl.Build(b.Proto, netip.AddrPortFrom(b.Src, port), b.VIP, tag<<24|uint32(i)&0xffffff)
-		if err != nil {
-			return i, err
-		}
-		if err := s.Send(pkt, b.VIP.Addr()); err != nil {
-			return i, err
-		}
+	workers := 1
+	if b.N >= 2000 {
+		workers = 2
 	}
-	return b.N, nil
+	start0 := time.Now()
+	deadline := start0.Add(time.Duration(b.N)*50*time.Microsecond + 10*time.Second)
+	sent := make([]int, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		s, err := p.sender(b.Client, w)
+		if err != nil {
+			return 0, err
+		}
+		wg.Add(1)
+		go func(w int, s *traffic.Sender) {
+			defer wg.Done()
+			bl := traffic.NewBuilder()
+			for i := w; i < b.N; i += workers {
+				if sent[w]%4096 == 0 && (ctx.Err() != nil || time.Now().After(deadline)) {
+					errs[w] = fmt.Errorf("sending stopped after %d of %d probes: %w", sent[w], b.N, errors.Join(ctx.Err(), errors.New("time bound reached")))
+					return
+				}
+				port := uint16(lo + (start+i*step)%span)
+				pkt, err := bl.Build(b.Proto, netip.AddrPortFrom(b.Src, port), b.VIP, tag<<24|uint32(i)&0xffffff)
+				if err == nil {
+					err = s.Send(pkt, b.VIP.Addr())
+				}
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				sent[w]++
+			}
+		}(w, s)
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range sent {
+		total += n
+	}
+	p.mu.Lock()
+	p.sentTotal += total
+	p.sendTime += time.Since(start0)
+	p.mu.Unlock()
+	return total, errors.Join(errs...)
+}
+
+// sender returns the w-th raw socket of a client, opening it on first use.
+func (p *Prober) sender(c *netns.Client, w int) (*traffic.Sender, error) {
+	if w == 0 {
+		return p.senders[c], nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.extra[c]; s != nil {
+		return s, nil
+	}
+	var s *traffic.Sender
+	if err := c.NS.Do(func() (err error) { s, err = traffic.OpenSender(); return }); err != nil {
+		return nil, fmt.Errorf("client %s: %w", c.NS.Name, err)
+	}
+	p.extra[c] = s
+	return s, nil
+}
+
+// Rate returns the probes sent and the time spent sending them.
+func (p *Prober) Rate() (int, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sentTotal, p.sendTime
 }
 
 func gcd(a, b int) int {

@@ -306,6 +306,11 @@ func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults datapla
 	}
 	defer s.teardown()
 	s.runChecks(ctx)
+	if n, d := s.prober.Rate(); n > 0 && d > 0 {
+		out.Figures["probes"] = n
+		out.Figures["probesPerSecond"] = float64(n) / d.Seconds()
+		fmt.Fprintf(o.Log, "conform: %s: %d probes at %.0f new connections/s\n", out.Scenario, n, float64(n)/d.Seconds())
+	}
 	return out
 }
 
