@@ -166,7 +166,7 @@ func calibrateOnce(ctx context.Context, st *cluster.State, variant string) (full
 		return 0, 0, 0, 0, 0, err
 	}
 	defer t2.Close()
-	cmd := exec.Command(Tool(variant, "restore"), "--noflush", "--counters")
+	cmd := exec.CommandContext(ctx, Tool(variant, "restore"), "--noflush", "--counters")
 	cmd.Stdin = strings.NewReader(text)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
