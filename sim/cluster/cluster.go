@@ -124,6 +124,27 @@ func (c *Cluster) AddTracker() (*Tracker, error) {
 	return t, nil
 }
 
+// AddTrackerSynced adds a tracker to running informers and waits, bounded
+// by timeout, until it has received every current object, then drains it
+// once so that its first Drain by a consumer starts from the full state.
+func (c *Cluster) AddTrackerSynced(ctx context.Context, timeout time.Duration) (*Tracker, error) {
+	n := len(c.regs)
+	t, err := c.AddTracker()
+	if err != nil {
+		return nil, err
+	}
+	var synced []cache.InformerSynced
+	for _, r := range c.regs[n:] {
+		synced = append(synced, r.HasSynced)
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(wctx.Done(), synced...) {
+		return nil, fmt.Errorf("a new tracker did not receive the objects within %s", timeout)
+	}
+	return t, nil
+}
+
 // Start runs the informers and waits, bounded by timeout, until they have
 // listed every object and every tracker has received it.
 func (c *Cluster) Start(ctx context.Context, timeout time.Duration) error {

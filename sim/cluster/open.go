@@ -35,6 +35,16 @@ func Open(ctx context.Context, file string, seed *uint64) (*Model, error) {
 	return start(ctx, l, exp, c)
 }
 
+// OpenLoaded brings up the cluster of a scenario already loaded (and
+// validated) with scenario.LoadFile.
+func OpenLoaded(ctx context.Context, l *scenario.Loaded, seed *uint64) (*Model, error) {
+	c, exp, err := Load(l, seed)
+	if err != nil {
+		return nil, err
+	}
+	return start(ctx, l, exp, c)
+}
+
 // OpenExpanded brings up the cluster of an already expanded scenario.
 func OpenExpanded(ctx context.Context, l *scenario.Loaded, exp *scenario.Expanded) (*Model, error) {
 	c, err := New(exp)

@@ -1,0 +1,160 @@
+package dataplane
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+const (
+	here  = "node1"
+	there = "node2"
+)
+
+// ep builds an endpoint 10.0.1.<last>:80; flags "R" ready, "S" serving,
+// "T" terminating (ready implies serving).
+func ep(last string, node, flags string, zoneHints ...string) *cluster.Endpoint {
+	return &cluster.Endpoint{
+		IP: netip.MustParseAddr("10.0.1." + last), Port: 80, NodeName: node,
+		Ready:       strings.Contains(flags, "R"),
+		Serving:     strings.Contains(flags, "R") || strings.Contains(flags, "S"),
+		Terminating: strings.Contains(flags, "T"),
+		ZoneHints:   zoneHints,
+	}
+}
+
+func port(itp, etp bool, nodePort int32) *cluster.ServicePort {
+	sp := &cluster.ServicePort{
+		Name:      cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "svc"}, Protocol: corev1.ProtocolTCP},
+		Type:      corev1.ServiceTypeClusterIP,
+		ClusterIP: netip.MustParseAddr("172.30.1.1"), Port: 80,
+		InternalLocal: itp, ExternalLocal: etp,
+	}
+	if nodePort != 0 {
+		sp.Type, sp.NodePort = corev1.ServiceTypeNodePort, nodePort
+	}
+	return sp
+}
+
+func ips(eps []*cluster.Endpoint) string {
+	var out []string
+	for _, e := range eps {
+		out = append(out, e.IP.String())
+	}
+	return strings.Join(out, ",")
+}
+
+// TestCategorize follows kube-proxy's TestCategorizeEndpoints cases and the
+// terminating-endpoint tables of reference §4.3.
+func TestCategorize(t *testing.T) {
+	for _, c := range []struct {
+		name                  string
+		sp                    *cluster.ServicePort
+		eps                   []*cluster.Endpoint
+		zone                  string
+		cluster, local, reach string
+		hasAny                bool
+		topology              string
+	}{
+		{"cluster: ready only", port(false, false, 0),
+			[]*cluster.Endpoint{ep("1", here, "R"), ep("2", there, ""), ep("3", there, "R")},
+			"", "10.0.1.1,10.0.1.3", "", "10.0.1.1,10.0.1.3", true, ""},
+		{"cluster: fallback to serving terminating", port(false, false, 0),
+			[]*cluster.Endpoint{ep("1", here, "ST"), ep("2", there, "T"), ep("3", there, "ST")},
+			"", "10.0.1.1,10.0.1.3", "", "10.0.1.1,10.0.1.3", true, ""},
+		{"cluster: no usable endpoint", port(false, false, 0),
+			[]*cluster.Endpoint{ep("1", here, "T"), ep("2", there, "")},
+			"", "", "", "", false, ""},
+		{"local: ready local", port(true, false, 0),
+			[]*cluster.Endpoint{ep("1", here, "R"), ep("2", here, "ST"), ep("3", there, "R")},
+			"", "", "10.0.1.1", "10.0.1.1", true, ""},
+		{"local: fallback to local serving terminating", port(true, false, 0),
+			[]*cluster.Endpoint{ep("2", here, "ST"), ep("3", here, "T"), ep("5", there, "R")},
+			"", "", "10.0.1.2", "10.0.1.2", true, ""},
+		{"local: none local, endpoints elsewhere", port(true, false, 0),
+			[]*cluster.Endpoint{ep("5", there, "R")},
+			"", "", "", "", true, ""},
+		{"etp local: only terminating exist locally", port(false, true, 30001),
+			[]*cluster.Endpoint{ep("2", here, "ST"), ep("3", here, "ST"), ep("4", here, "T"), ep("5", there, "R")},
+			"", "10.0.1.5", "10.0.1.2,10.0.1.3", "10.0.1.2,10.0.1.3,10.0.1.5", true, ""},
+		{"etp local: terminating on remote node", port(false, true, 30001),
+			[]*cluster.Endpoint{ep("5", there, "ST")},
+			"", "10.0.1.5", "", "10.0.1.5", true, ""},
+		{"etp local without node port is not external", port(false, true, 0),
+			[]*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")},
+			"", "10.0.1.1,10.0.1.5", "", "10.0.1.1,10.0.1.5", true, ""},
+		{"itp and etp local still use cluster endpoints (short-circuit)", port(true, true, 30001),
+			[]*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")},
+			"", "10.0.1.1,10.0.1.5", "10.0.1.1", "10.0.1.1,10.0.1.5", true, ""},
+		{"zone hints: same zone", port(false, false, 0),
+			[]*cluster.Endpoint{ep("1", here, "R", "zone-a"), ep("2", there, "R", "zone-b"), ep("3", there, "", "zone-c")},
+			"zone-a", "10.0.1.1", "", "10.0.1.1", true, "PreferSameZone"},
+		{"zone hints: one ready endpoint without hints disables them", port(false, false, 0),
+			[]*cluster.Endpoint{ep("1", here, "R", "zone-a"), ep("2", there, "R")},
+			"zone-a", "10.0.1.1,10.0.1.2", "", "10.0.1.1,10.0.1.2", true, ""},
+		{"zone hints: none for this zone", port(false, false, 0),
+			[]*cluster.Endpoint{ep("1", here, "R", "zone-b"), ep("2", there, "R", "zone-c")},
+			"zone-a", "10.0.1.1,10.0.1.2", "", "10.0.1.1,10.0.1.2", true, ""},
+		{"zone hints: ignored for the terminating fallback", port(false, false, 0),
+			[]*cluster.Endpoint{ep("1", here, "ST", "zone-b"), ep("2", there, "ST", "zone-a")},
+			"zone-a", "10.0.1.1,10.0.1.2", "", "10.0.1.1,10.0.1.2", true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := Categorize(c.eps, c.sp, here, c.zone)
+			if ips(got.Cluster) != c.cluster || ips(got.Local) != c.local || ips(got.AllReachable) != c.reach {
+				t.Errorf("cluster %q local %q reachable %q, want %q %q %q",
+					ips(got.Cluster), ips(got.Local), ips(got.AllReachable), c.cluster, c.local, c.reach)
+			}
+			if got.HasAny != c.hasAny || got.Topology != c.topology {
+				t.Errorf("hasAny %v topology %q, want %v %q", got.HasAny, got.Topology, c.hasAny, c.topology)
+			}
+		})
+	}
+}
+
+func TestPreferSameNode(t *testing.T) {
+	a, b := ep("1", here, "R", "zone-a"), ep("2", there, "R", "zone-a")
+	a.NodeHints, b.NodeHints = []string{here}, []string{there}
+	sp := port(false, false, 0)
+	if got := Categorize([]*cluster.Endpoint{a, b}, sp, here, "zone-a"); ips(got.Cluster) != "10.0.1.1,10.0.1.2" {
+		t.Errorf("gate off: %s", ips(got.Cluster))
+	}
+	c := Categorizer{Node: here, Zone: "zone-a", PreferSameNode: true}
+	if got := c.Categorize([]*cluster.Endpoint{a, b}, sp); ips(got.Cluster) != "10.0.1.1" || got.Topology != TopologyPreferSameNode {
+		t.Errorf("gate on: %s %s", ips(got.Cluster), got.Topology)
+	}
+}
+
+func TestPolicySelection(t *testing.T) {
+	eps := []*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")}
+	sp := port(true, false, 0)
+	got := Categorize(eps, sp, here, "")
+	if ips(got.Internal(sp)) != "10.0.1.1" || !got.HasInternal(sp) || got.HasExternal(sp) {
+		t.Errorf("itp local: internal %s", ips(got.Internal(sp)))
+	}
+	sp = port(false, true, 30001)
+	got = Categorize(eps, sp, there+"x", "")
+	if ips(got.Internal(sp)) != "10.0.1.1,10.0.1.5" || got.HasExternal(sp) || ips(got.External(sp)) != "" {
+		t.Errorf("etp local on a node without endpoints: internal %s external %s", ips(got.Internal(sp)), ips(got.External(sp)))
+	}
+	if !ExternallyAccessible(sp) || !ExternalPolicyLocal(sp) || !UsesClusterEndpoints(sp) || !UsesLocalEndpoints(sp) {
+		t.Error("policy predicates wrong for a node port with etp Local")
+	}
+}
+
+func TestCategorizeFaults(t *testing.T) {
+	eps := []*cluster.Endpoint{ep("1", there, "R"), ep("2", there, ""), ep("3", here, "T")}
+	c := Categorizer{Node: here, Faults: Faults{FaultKeepNotReady: true}}
+	if got := c.Categorize(eps, port(false, false, 0)); ips(got.Cluster) != "10.0.1.1,10.0.1.2,10.0.1.3" {
+		t.Errorf("keep-not-ready: %s", ips(got.Cluster))
+	}
+	c = Categorizer{Node: here, Faults: Faults{FaultIgnoreLocalPolicy: true}}
+	if got := c.Categorize(eps, port(true, false, 0)); ips(got.Local) != "10.0.1.1" {
+		t.Errorf("ignore-local-policy: %s", ips(got.Local))
+	}
+}
