@@ -34,8 +34,10 @@ type Backend struct {
 	jumps    bool
 	needFull bool
 	chains   *ChainMap
-	// LastRuleset is the last ruleset applied (for inspection and tests).
+	// LastRuleset is the last ruleset applied (for inspection and tests),
+	// LastText the exact restore input sent.
 	LastRuleset *Ruleset
+	LastText    string
 }
 
 var _ dataplane.Backend = (*Backend)(nil)
@@ -122,15 +124,18 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 			return fail(err)
 		}
 	}
-	if err := b.run(rs.Restore, Tool(b.variant, "restore"), "--noflush", "--counters"); err != nil {
+	text := rs.Restore
+	if !b.jumps {
+		// The jumps from the built-in chains go in the same transaction the
+		// first time: a second restore would read and rewrite whole tables
+		// again (with iptables-legacy, as costly as the first).
+		text = MergeJumps(text, rs.Jumps)
+	}
+	b.LastText = text
+	if err := b.run(text, Tool(b.variant, "restore"), "--noflush", "--counters"); err != nil {
 		return fail(fmt.Errorf("could not restore rules: %w", err))
 	}
-	if !b.jumps {
-		if err := b.run(rs.Jumps, Tool(b.variant, "restore"), "--noflush"); err != nil {
-			return fail(fmt.Errorf("could not install the jump rules: %w", err))
-		}
-		b.jumps = true
-	}
+	b.jumps = true
 	if rs.IPSetDestroy != "" {
 		if err := b.run(rs.IPSetDestroy, "ipset", "restore"); err != nil {
 			return fail(err)
@@ -212,4 +217,40 @@ func (b *Backend) Cleanup() error {
 		}
 	}
 	return nil
+}
+
+// MergeJumps adds the rules of a jump text (per table: "-A <BUILTIN> ...")
+// to the table sections of a restore text, before each table's COMMIT.
+func MergeJumps(restore, jumps string) string {
+	perTable := map[string][]string{}
+	table := ""
+	for _, line := range strings.Split(jumps, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line
+		case strings.HasPrefix(line, "-A "):
+			perTable[table] = append(perTable[table], line)
+		}
+	}
+	var out strings.Builder
+	out.Grow(len(restore) + len(jumps))
+	table = ""
+	for _, line := range strings.SplitAfter(restore, "\n") {
+		trimmed := strings.TrimSuffix(line, "\n")
+		if strings.HasPrefix(trimmed, "*") {
+			table = trimmed
+		}
+		if trimmed == "COMMIT" {
+			for _, j := range perTable[table] {
+				out.WriteString(j + "\n")
+			}
+			delete(perTable, table)
+		}
+		out.WriteString(line)
+	}
+	// A table with jumps but no section in restore gets a section of its own.
+	for t, js := range perTable {
+		out.WriteString(t + "\n" + strings.Join(js, "\n") + "\nCOMMIT\n")
+	}
+	return out.String()
 }

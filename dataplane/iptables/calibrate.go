@@ -144,7 +144,7 @@ func calibrateOnce(ctx context.Context, st *cluster.State, variant string) (full
 		return 0, 0, 0, 0, 0, err
 	}
 	full, restoreBytes, lines = res.Duration.Seconds(), res.Bytes, res.Lines
-	text := b.LastRuleset.Restore
+	text := b.LastText
 	// One endpoint of the first Service becomes not ready.
 	var first cluster.ServicePortName
 	for _, n := range st.SortedServicePorts() {
