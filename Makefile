@@ -7,7 +7,8 @@
 #   make build    build bin/sim
 #   make bench    benchmarks (loading, engines, statistics)
 #   make lint     go vet and staticcheck
-#   make results  regenerate the committed outputs in results/
+#   make results  regenerate the committed outputs in results/ (sim run
+#                 scenarios/1000-services.yaml --out results/1000-services)
 
 SHELL       := /bin/bash
 GO          ?= go
@@ -21,7 +22,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: test-go run test build bench lint results deps check-skips conformance calibrate clean
+.PHONY: host-snapshot test-go run test build bench lint results deps check-skips conformance calibrate clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
@@ -42,9 +43,23 @@ deps:
 # test runs every tier. As root (CI), KPSIM_REQUIRE_ALL=1 turns the skip of a
 # privileged test into a failure, and check-skips fails on any skipped test.
 test: deps build
+	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-before.txt
 	@$(MAKE) --no-print-directory test-go
 	@$(MAKE) --no-print-directory conformance
+	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-after.txt
+	@diff -u $(TEST_DIR)/kpsim-host-before.txt $(TEST_DIR)/kpsim-host-after.txt \
+		|| { echo "make test: the host's network state changed during the tests (see the diff above)"; exit 1; }
+	@echo "host network state unchanged (iptables-save, iptables-legacy-save, nft list ruleset, ip netns, root links)"
 	@$(MAKE) --no-print-directory check-skips
+
+# host-snapshot records the root namespace's rules, namespaces and links, so
+# that make test can prove the tests left the host as it was.
+host-snapshot:
+	@{ echo "## iptables-save"; iptables-save 2>/dev/null | grep -v '^#'; \
+	   echo "## iptables-legacy-save"; iptables-legacy-save 2>/dev/null | grep -v '^#'; \
+	   echo "## nft list ruleset"; nft list ruleset 2>/dev/null; \
+	   echo "## ip netns"; ip netns list 2>/dev/null; \
+	   echo "## links"; ip -o link show 2>/dev/null | sed 's/^[0-9]*: //' | cut -d' ' -f1 | sort; } > $(SNAPSHOT)
 
 test-go:
 	@if [ "$$(id -u)" = 0 ]; then export KPSIM_REQUIRE_ALL=1; fi; \
@@ -83,9 +98,12 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+# results regenerates results/1000-services/ with the tool: report.json (the
+# same seed gives the same bytes), report.md and the PNG plots. Never edit
+# them by hand; the run fails (exit 1) if a scenario check fails.
 results: build
-	mkdir -p results/1000-services
-	$(BIN) run scenarios/1000-services.yaml -o json > results/1000-services/cluster.json
+	rm -f results/1000-services/cluster.json
+	$(BIN) run scenarios/1000-services.yaml --out results/1000-services
 
 clean:
 	rm -rf bin
