@@ -1,0 +1,155 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// Backend applies a Renderer's transactions through a knftables.Interface:
+// knftables.New(knftables.IPv4Family, table) run inside the node's
+// namespace, or a knftables.Fake. It implements dataplane.Backend.
+type Backend struct {
+	r   *Renderer
+	nft knftables.Interface
+	opt BackendOptions
+}
+
+// BackendOptions are the Backend's hooks to read the kernel's table back;
+// both may be nil with a knftables.Fake.
+type BackendOptions struct {
+	// ListText returns `nft list table ip <table>` (Dump). Nil: the
+	// Fake's Dump, or an error with a real Interface.
+	ListText func(ctx context.Context) (string, error)
+	// ListJSON returns `nft -j list table ip <table>` (Counters). Nil:
+	// with a Fake, the counters of the Fake's dump (all zero); with a real
+	// Interface, an error.
+	ListJSON func(ctx context.Context) ([]byte, error)
+	// Timeout bounds each nft call (0: 30 s).
+	Timeout time.Duration
+}
+
+var _ dataplane.Backend = (*Backend)(nil)
+
+// dumper is an Interface that can print its state, as knftables.Fake does.
+type dumper interface{ Dump() string }
+
+// NewBackend returns a backend for cfg's node over nft, whose family must
+// be ip and whose table must be cfg.Table (default "kube-proxy").
+func NewBackend(cfg Config, nft knftables.Interface, opt BackendOptions) (*Backend, error) {
+	r, err := NewRenderer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if nft == nil {
+		return nil, fmt.Errorf("could not create the nftables backend: no knftables interface")
+	}
+	r.txs = nft
+	if opt.Timeout == 0 {
+		opt.Timeout = 30 * time.Second
+	}
+	return &Backend{r: r, nft: nft, opt: opt}, nil
+}
+
+// Renderer returns the backend's renderer (for its configuration and refs).
+func (b *Backend) Renderer() *Renderer { return b.r }
+
+// Sync renders st and runs the transaction; on failure nothing is committed
+// and the next sync is a full one.
+func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, full bool) (dataplane.SyncResult, error) {
+	start := time.Now()
+	tx, stats, err := b.r.Render(st, changed, full)
+	if err != nil {
+		return dataplane.SyncResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
+	defer cancel()
+	if err := b.nft.Run(ctx, tx); err != nil {
+		b.r.Abort()
+		return dataplane.SyncResult{}, fmt.Errorf("could not run the nftables transaction (%d operations): %w", stats.Operations, err)
+	}
+	b.r.Commit()
+	return dataplane.SyncResult{
+		Full:             stats.Full,
+		Duration:         time.Since(start),
+		Bytes:            len(tx.String()),
+		Lines:            stats.Operations,
+		NoLocalEndpoints: stats.NoLocalEndpoints,
+	}, nil
+}
+
+// Dump returns the table in nft syntax: the Fake's sorted dump, or
+// ListText's output.
+func (b *Backend) Dump() (string, error) {
+	if b.opt.ListText != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
+		defer cancel()
+		s, err := b.opt.ListText(ctx)
+		if err != nil {
+			return "", fmt.Errorf("could not list the nftables table: %w", err)
+		}
+		return s, nil
+	}
+	if f, ok := b.nft.(dumper); ok {
+		return f.Dump(), nil
+	}
+	return "", errors.New("could not dump the nftables table: no lister configured")
+}
+
+// Counters reads the per-endpoint and per-verdict counters and maps them to
+// service ports and endpoints.
+func (b *Backend) Counters() ([]dataplane.Counter, error) {
+	refs := b.r.Refs()
+	if b.opt.ListJSON != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
+		defer cancel()
+		data, err := b.opt.ListJSON(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("could not list the nftables table: %w", err)
+		}
+		return ParseCountersJSON(data, refs)
+	}
+	if f, ok := b.nft.(dumper); ok {
+		return ParseCountersDump(f.Dump(), refs), nil
+	}
+	return nil, errors.New("could not read nftables counters: no lister configured")
+}
+
+// Cleanup deletes the table (a missing one is fine) and forgets it.
+func (b *Backend) Cleanup() error {
+	tx := b.nft.NewTransaction()
+	tx.Delete(&knftables.Table{})
+	ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
+	defer cancel()
+	err := b.nft.Run(ctx, tx)
+	b.r.Reset()
+	if err != nil && !knftables.IsNotFound(err) {
+		return fmt.Errorf("could not delete the nftables table: %w", err)
+	}
+	return nil
+}
+
+// RenderForNode returns the table one full sync would give node for st, in
+// nft syntax (a knftables.Fake's sorted dump: objects first, then rules and
+// elements): what `sim rules --mode nftables` prints.
+func RenderForNode(st *cluster.State, node string, cfg Config) (string, error) {
+	cfg.NodeName = node
+	if err := cfg.defaults(); err != nil {
+		return "", fmt.Errorf("could not configure the nftables renderer: %w", err)
+	}
+	f := knftables.NewFake(knftables.IPv4Family, cfg.Table)
+	b, err := NewBackend(cfg, f, BackendOptions{})
+	if err != nil {
+		return "", err
+	}
+	if _, err := b.Sync(st, nil, true); err != nil {
+		return "", fmt.Errorf("could not render the nftables rules of node %s: %w", node, err)
+	}
+	return f.Dump(), nil
+}

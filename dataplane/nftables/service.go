@@ -1,0 +1,518 @@
+package nftables
+
+// Rule families of one service port. Each small function writes one family
+// (dispatch elements, masquerade, external destinations, endpoint selection,
+// endpoint chains, affinity) into the service port's record; buildRecord
+// decides which families apply, as kube-proxy's syncProxyRules does.
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// view is one service port as a render sees it.
+type view struct {
+	spn   cluster.ServicePortName
+	sp    *cluster.ServicePort
+	name  string // "ns/name:port"
+	proto string // lower case
+	cat   dataplane.Categorized
+
+	clusterChain, localChain, extChain string
+
+	hasEndpoints, hasInternal, hasExternal         bool
+	usesClusterChain, usesLocalChain, usesExtChain bool
+	internalChain, externalPolicyChain             string
+
+	// bases caches EndpointBase per endpoint: the hash is the costliest
+	// part of rendering a service port.
+	bases map[*cluster.Endpoint]string
+}
+
+// epBase is EndpointBase(v.spn, ep), cached.
+func (v *view) epBase(ep *cluster.Endpoint) string {
+	if b, ok := v.bases[ep]; ok {
+		return b
+	}
+	b := endpointBase(v.spn, ep.IP.String(), strconv.Itoa(int(ep.Port)))
+	if v.bases == nil {
+		v.bases = make(map[*cluster.Endpoint]string, len(v.cat.AllReachable))
+	}
+	v.bases[ep] = b
+	return b
+}
+
+func (v *view) endpointChain(ep *cluster.Endpoint) string { return PrefixEndpoint + v.epBase(ep) }
+func (v *view) affinitySet(ep *cluster.Endpoint) string   { return PrefixAffinity + v.epBase(ep) }
+
+func newView(spn cluster.ServicePortName, sp *cluster.ServicePort, cat dataplane.Categorized) *view {
+	v := &view{
+		spn: spn, sp: sp, name: spn.String(), proto: protocol(spn), cat: cat,
+		clusterChain: ServiceChain(spn), localChain: LocalChain(spn), extChain: ExternalChain(spn),
+	}
+	v.hasEndpoints = cat.HasAny
+	v.usesClusterChain = len(cat.Cluster) > 0 && dataplane.UsesClusterEndpoints(sp)
+	v.usesLocalChain = len(cat.Local) > 0 && dataplane.UsesLocalEndpoints(sp)
+	v.internalChain, v.hasInternal = v.clusterChain, v.hasEndpoints
+	if dataplane.InternalPolicyLocal(sp) {
+		v.internalChain = v.localChain
+		v.hasInternal = v.hasEndpoints && len(cat.Local) > 0
+	}
+	v.externalPolicyChain, v.hasExternal = v.clusterChain, v.hasEndpoints
+	if dataplane.ExternalPolicyLocal(sp) {
+		v.externalPolicyChain = v.localChain
+		v.hasExternal = v.hasEndpoints && len(cat.Local) > 0
+	}
+	// The external chain is needed whenever there are endpoints at all:
+	// its short-circuit rules apply even without local endpoints.
+	v.usesExtChain = v.hasEndpoints && dataplane.ExternallyAccessible(sp)
+	return v
+}
+
+// buildRecord renders one service port.
+func (r *Renderer) buildRecord(v *view) *svcRecord {
+	rec := &svcRecord{spn: v.spn}
+	rec.noLocalInternal = v.hasEndpoints && !v.hasInternal
+	rec.noLocalExternal = v.hasEndpoints && dataplane.ExternallyAccessible(v.sp) && !v.hasExternal
+	if r.cfg.Layout == LayoutFast && !r.cascade(v) {
+		r.fastMapRecord(rec, v)
+		return rec
+	}
+	// kube-proxy's per-service-port chains (in the fast layout without
+	// endpoint chains: see fastCascadeRules).
+	r.dispatchElements(rec, v, "goto "+v.internalChain, "goto "+v.extChain)
+	// Chains are created in kube-proxy's order: endpoint chains, then
+	// the policy chains, then the external chain.
+	if r.cfg.Layout == LayoutKubeProxy {
+		for _, ep := range v.cat.AllReachable {
+			rec.chains = append(rec.chains, &chainRec{name: v.endpointChain(ep)})
+		}
+	}
+	if v.usesClusterChain {
+		rec.ensureChain(v.clusterChain)
+	}
+	if v.usesLocalChain {
+		rec.ensureChain(v.localChain)
+	}
+	if v.usesExtChain {
+		rec.ensureChain(v.extChain)
+	}
+	if v.hasInternal {
+		r.masqueradeRules(rec.ensureChain(v.internalChain), v)
+	}
+	if v.usesExtChain {
+		r.externalRules(rec.ensureChain(v.extChain), v)
+	}
+	r.affinitySets(rec, v)
+	if v.usesClusterChain {
+		r.policyRules(rec.chain(v.clusterChain), v, v.cat.Cluster)
+	}
+	if v.usesLocalChain {
+		r.policyRules(rec.chain(v.localChain), v, v.cat.Local)
+	}
+	switch r.cfg.Layout {
+	case LayoutKubeProxy:
+		for _, ep := range v.cat.AllReachable {
+			r.endpointRules(rec.chain(v.endpointChain(ep)), v, ep)
+		}
+	case LayoutFast:
+		r.hairpinElements(rec, v)
+	}
+	return rec
+}
+
+// dispatchElements are the service port's elements in the shared maps:
+// its cluster IP in cluster-ips; the cluster IP in service-ips (with the
+// internal verdict) or in no-endpoint-services (reject or drop); the node
+// port in service-nodeports (with the node-port verdict) and
+// no-endpoint-nodeports likewise.
+func (r *Renderer) dispatchElements(rec *svcRecord, v *view, internal, nodePort string) {
+	ip, port := v.sp.ClusterIP.String(), strconv.Itoa(int(v.sp.Port))
+	add := func(container string, isMap bool, key, value []string, comment string) {
+		rec.addShared(container, isMap, key, value, comment)
+	}
+	add(SetClusterIPs, false, []string{ip}, nil, "")
+	internalVerdict, externalVerdict := noEndpointVerdictReject, noEndpointVerdictReject
+	if v.hasEndpoints {
+		internalVerdict, externalVerdict = noEndpointVerdictDrop, noEndpointVerdictDrop
+	}
+	if v.hasInternal {
+		add(MapServiceIPs, true, []string{ip, v.proto, port}, []string{internal}, "")
+	} else {
+		add(MapNoEndpointServices, true, []string{ip, v.proto, port}, []string{internalVerdict}, v.name)
+	}
+	if dataplane.ExternallyAccessible(v.sp) {
+		np := strconv.Itoa(int(v.sp.NodePort))
+		if v.hasEndpoints {
+			add(MapServiceNodePorts, true, []string{v.proto, np}, []string{nodePort}, "")
+		}
+		if !v.hasExternal {
+			add(MapNoEndpointNodePorts, true, []string{v.proto, np}, []string{externalVerdict}, v.name)
+		}
+	}
+}
+
+// masqueradeRules mark traffic to the cluster IP from outside the pod range
+// (or all of it, with masqueradeAll).
+func (r *Renderer) masqueradeRules(c *chainRec, v *view) {
+	base := fmt.Sprintf("ip daddr %s %s dport %d", v.sp.ClusterIP, v.proto, v.sp.Port)
+	switch {
+	case r.cfg.MasqueradeAll:
+		c.addRule(base+" jump "+ChainMarkForMasquerade, "")
+	case r.cfg.ClusterCIDR.IsValid():
+		c.addRule(fmt.Sprintf("%s ip saddr != %s jump %s", base, r.cfg.ClusterCIDR.Masked(), ChainMarkForMasquerade), "")
+	}
+}
+
+// externalRules fill the external chain: masquerade and go to the Cluster
+// chain for externalTrafficPolicy Cluster; for Local, short-circuit pod and
+// host traffic to the Cluster chain (masquerading host traffic) and send the
+// rest to the Local chain.
+func (r *Renderer) externalRules(c *chainRec, v *view) {
+	if !dataplane.ExternalPolicyLocal(v.sp) {
+		c.addRule("jump "+ChainMarkForMasquerade, "")
+	} else {
+		if r.cfg.ClusterCIDR.IsValid() {
+			c.addRule(fmt.Sprintf("ip saddr %s goto %s", r.cfg.ClusterCIDR.Masked(), v.clusterChain), "short-circuit pod traffic")
+		}
+		c.addRule("fib saddr type local jump "+ChainMarkForMasquerade, "masquerade local traffic")
+		c.addRule("fib saddr type local goto "+v.clusterChain, "short-circuit local traffic")
+	}
+	if v.hasExternal {
+		c.addRule("goto "+v.externalPolicyChain, "")
+	}
+}
+
+// affinitySets are the per-endpoint ClientIP affinity sets (both layouts):
+// a client address is kept for the timeout after its last new connection.
+func (r *Renderer) affinitySets(rec *svcRecord, v *view) {
+	if !v.sp.ClientIPAffinity {
+		return
+	}
+	for _, ep := range v.cat.AllReachable {
+		d := &objDef{name: v.affinitySet(ep), typ: "ipv4_addr"}
+		if r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout) {
+			// The fault: entries never expire.
+			d.flags = []knftables.SetFlag{knftables.DynamicFlag}
+		} else {
+			// "dynamic" as kube-proxy sets it (see its comment on RHEL8).
+			d.flags = []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}
+			d.timeout = time.Duration(v.sp.AffinityTimeout) * time.Second
+		}
+		rec.objs = append(rec.objs, d)
+	}
+}
+
+// selection is the list of endpoints new connections are spread over, after
+// the drop-last-endpoint fault.
+func (r *Renderer) selection(eps []*cluster.Endpoint) []*cluster.Endpoint {
+	if r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint) && len(eps) > 0 {
+		return eps[:len(eps)-1]
+	}
+	return eps
+}
+
+// policyRules fill a Cluster or Local policy chain with endpoint selection.
+func (r *Renderer) policyRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
+	if r.cfg.Layout == LayoutKubeProxy {
+		r.kubeProxyPolicyRules(c, v, eps)
+		return
+	}
+	r.fastCascadeRules(c, v, eps)
+}
+
+// kubeProxyPolicyRules are kube-proxy's writeServiceToEndpointRules: one
+// affinity check per endpoint, then one numgen verdict map over the
+// endpoint chains.
+func (r *Renderer) kubeProxyPolicyRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
+	if v.sp.ClientIPAffinity {
+		for _, ep := range eps {
+			c.addRule(fmt.Sprintf("ip saddr @%s goto %s", v.affinitySet(ep), v.endpointChain(ep)), "")
+		}
+	}
+	sel := r.selection(eps)
+	if len(sel) == 0 {
+		return
+	}
+	mod, buckets := r.buckets(len(sel))
+	var b []byte
+	for i, ep := range sel {
+		if i > 0 {
+			b = append(b, " , "...)
+		}
+		b = append(b, buckets[i]...)
+		b = append(b, " : goto "...)
+		b = append(b, v.endpointChain(ep)...)
+	}
+	c.addRule(fmt.Sprintf("numgen random mod %d vmap { %s }", mod, b), "")
+}
+
+// endpointRules fill a kube-proxy endpoint chain: hairpin masquerade, the
+// affinity refresh, and the DNAT (counted, unless NoCounters).
+func (r *Renderer) endpointRules(c *chainRec, v *view, ep *cluster.Endpoint) {
+	k := ep.String()
+	c.addRule(fmt.Sprintf("ip saddr %s jump %s", ep.IP, ChainMarkForMasquerade), "")
+	if v.sp.ClientIPAffinity {
+		c.addRule(fmt.Sprintf("update @%s { ip saddr }", v.affinitySet(ep)), "")
+	}
+	c.addRule(fmt.Sprintf("meta l4proto %s %sdnat to %s", v.proto, r.counter(), k), "")
+}
+
+func (r *Renderer) counter() string {
+	if r.cfg.NoCounters {
+		return ""
+	}
+	return "counter "
+}
+
+// cascade reports whether the fast layout renders a service port with
+// per-service-port chains and one rule per endpoint (fastCascadeRules)
+// rather than through the shared endpoint maps (fastMapRecord): with
+// ClientIP affinity, whose per-endpoint sets need per-endpoint rules, and
+// under the faults that change the spread (a cascade is how they are
+// written in iptables, and they are test-only).
+func (r *Renderer) cascade(v *view) bool {
+	return v.sp.ClientIPAffinity || r.cfg.Faults.Has(dataplane.FaultUniformProbability) || r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint)
+}
+
+// fastCascadeRules are the fast layout's per-service-port endpoint
+// selection, without endpoint chains. With affinity, a client found in an
+// endpoint's set goes to that endpoint. Otherwise a cascade of
+// `numgen random mod k == 0` rules (probability 1/k each, the last one
+// unconditional) picks one; with affinity each rule refreshes the chosen
+// endpoint's set before its DNAT. Every rule counts what it sends.
+func (r *Renderer) fastCascadeRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
+	cnt := r.counter()
+	update := func(ep *cluster.Endpoint) string {
+		if !v.sp.ClientIPAffinity {
+			return ""
+		}
+		return fmt.Sprintf(" update @%s { ip saddr }", v.affinitySet(ep))
+	}
+	if v.sp.ClientIPAffinity {
+		for _, ep := range eps {
+			set := v.affinitySet(ep)
+			c.addRule(fmt.Sprintf("ip saddr @%s meta l4proto %s%s %sdnat to %s", set, v.proto, update(ep), cnt, ep), "")
+		}
+	}
+	sel := r.selection(eps)
+	n := len(sel)
+	for i, ep := range sel {
+		stat := ""
+		if i < n-1 {
+			p := n - i
+			if r.cfg.Faults.Has(dataplane.FaultUniformProbability) {
+				p = n
+			}
+			stat = fmt.Sprintf(" numgen random mod %d == 0", p)
+		}
+		c.addRule(fmt.Sprintf("meta l4proto %s%s%s %sdnat to %s", v.proto, stat, update(ep), cnt, ep), "")
+	}
+}
+
+// Endpoint maps of the fast layout, one per kind and protocol: the map's
+// value type must name the protocol (see endpointMapType).
+const (
+	kindClusterIP       = "cluster-ip"        // cluster IP traffic, internal policy
+	kindNodePort        = "node-port"         // node port traffic, externalTrafficPolicy Cluster
+	kindNodePortLocal   = "node-port-local"   // node port traffic, externalTrafficPolicy Local
+	kindNodePortCluster = "node-port-cluster" // node port traffic short-circuited (pods, host) under Local
+)
+
+// EndpointMap names the fast layout's endpoint map of a kind
+// ("cluster-ip", "node-port", "node-port-cluster") and protocol.
+func EndpointMap(kind, proto string) string {
+	if kind == kindNodePortLocal {
+		kind = kindNodePort // the same keys: one external list per node port
+	}
+	return kind + "-endpoints-" + proto
+}
+
+// endpointMapType is the typeof of an endpoint map. The key is the packet's
+// destination (cluster IP, protocol and port, or protocol and node port)
+// and a numgen bucket; the value an address and port. The value's port
+// type names the protocol: with "th dport", nft 1.0.6 accepts the map and a
+// rule using it in one transaction but refuses the rule ("conflicting
+// protocols specified: tcp vs. th") once the map is in the kernel.
+func endpointMapType(kind, proto string, counters bool) string {
+	key := "ip daddr . meta l4proto . th dport"
+	if kind != kindClusterIP {
+		key = "meta l4proto . th dport"
+	}
+	t := fmt.Sprintf("%s . numgen random mod 1 : ip daddr . %s dport", key, proto)
+	if counters {
+		// knftables has no field for a set's stateful statements: the
+		// `counter` declaration rides on the type, which knftables
+		// writes as "typeof ... ; counter ;" (valid nft syntax). Every
+		// element then counts the connections it sent.
+		t += " ; counter"
+	}
+	return t
+}
+
+// selectChain is the fast layout's shared selection chain for n endpoints
+// of one kind and protocol, e.g. "cluster-ip-tcp-3": every service port
+// whose traffic of that kind goes to 3 endpoints jumps there. Its one DNAT
+// rule looks the packet's destination and `numgen random mod 3` up in the
+// kind's endpoint map. Sharing these chains keeps the number of rules bound
+// to a map small: the kernel validates each new element of a map against
+// every rule bound to it, and each map or set costs a walk of the table's
+// set list, so that per-service-port maps, named or anonymous, make a full
+// load grow quadratically (README.md).
+func (r *Renderer) selectChain(kind, proto string, n int) *chainRec {
+	c := &chainRec{name: fmt.Sprintf("%s-%s-%d", kind, proto, n)}
+	key := "ip daddr . meta l4proto . th dport"
+	switch kind {
+	case kindClusterIP:
+		// kube-proxy's masquerade rule, without its (redundant) match on
+		// the cluster IP and port: only that traffic arrives here.
+		switch {
+		case r.cfg.MasqueradeAll:
+			c.addRule("jump "+ChainMarkForMasquerade, "")
+		case r.cfg.ClusterCIDR.IsValid():
+			c.addRule(fmt.Sprintf("ip saddr != %s jump %s", r.cfg.ClusterCIDR.Masked(), ChainMarkForMasquerade), "")
+		}
+	case kindNodePort:
+		c.addRule("jump "+ChainMarkForMasquerade, "")
+		key = "meta l4proto . th dport"
+	default:
+		key = "meta l4proto . th dport"
+	}
+	c.addRule(fmt.Sprintf("meta l4proto %s dnat ip to %s . numgen random mod %d map @%s", proto, key, n, EndpointMap(kind, proto)), "")
+	return c
+}
+
+// fastMapRecord renders a service port without chains of its own (but the
+// external chain of externalTrafficPolicy Local): its destinations point at
+// shared selection chains, and its endpoints are elements of the endpoint
+// maps, keyed by destination and bucket.
+func (r *Renderer) fastMapRecord(rec *svcRecord, v *view) {
+	ip, port := v.sp.ClusterIP.String(), strconv.Itoa(int(v.sp.Port))
+	np := strconv.Itoa(int(v.sp.NodePort))
+	endpoints := func(kind string, key []string, eps []*cluster.Endpoint) string {
+		c := r.selectChain(kind, v.proto, len(eps))
+		rec.sharedChains = append(rec.sharedChains, c)
+		m := EndpointMap(kind, v.proto)
+		for i, ep := range eps {
+			k := append(slices.Clone(key), strconv.Itoa(i))
+			rec.addShared(m, true, k, []string{ep.IP.String(), strconv.Itoa(int(ep.Port))}, "")
+		}
+		return "goto " + c.name
+	}
+	internal, nodePort := "", ""
+	if v.hasInternal {
+		internal = endpoints(kindClusterIP, []string{ip, v.proto, port}, v.cat.Internal(v.sp))
+	}
+	if v.usesExtChain {
+		if !dataplane.ExternalPolicyLocal(v.sp) {
+			nodePort = endpoints(kindNodePort, []string{v.proto, np}, v.cat.Cluster)
+		} else {
+			// kube-proxy's external chain, with the policy chains
+			// replaced by selection chains keyed by node port.
+			c := &chainRec{name: v.extChain}
+			rec.chains = append(rec.chains, c)
+			short := endpoints(kindNodePortCluster, []string{v.proto, np}, v.cat.Cluster)
+			if r.cfg.ClusterCIDR.IsValid() {
+				c.addRule(fmt.Sprintf("ip saddr %s %s", r.cfg.ClusterCIDR.Masked(), short), "short-circuit pod traffic")
+			}
+			c.addRule("fib saddr type local jump "+ChainMarkForMasquerade, "masquerade local traffic")
+			c.addRule("fib saddr type local "+short, "short-circuit local traffic")
+			if v.hasExternal {
+				c.addRule(endpoints(kindNodePortLocal, []string{v.proto, np}, v.cat.Local), "")
+			}
+			nodePort = "goto " + c.name
+		}
+	}
+	r.dispatchElements(rec, v, internal, nodePort)
+	r.hairpinElements(rec, v)
+}
+
+// hairpinElements are the fast layout's hairpin pairs: a local endpoint
+// reaching itself through a Service is masqueraded after DNAT, when
+// `ip saddr . ip daddr` is in hairpin-endpoints. Only endpoints of this node
+// (or of no known node) can send such traffic here: another node's pod is
+// DNATed by its own node.
+func (r *Renderer) hairpinElements(rec *svcRecord, v *view) {
+	for _, ep := range v.cat.AllReachable {
+		if ep.NodeName != "" && ep.NodeName != r.cfg.NodeName {
+			continue
+		}
+		ip := ep.IP.String()
+		rec.addShared(SetHairpinEndpoints, false, []string{ip, ip}, nil, "")
+	}
+}
+
+// buckets maps n endpoints to numgen values: "0".."n-1" with modulus n, or,
+// under the uniform-probability fault, ranges weighted like a cascade whose
+// rules all have probability 1/n: endpoint i gets (1/n)(1-1/n)^i and the last
+// one (1-1/n)^(n-1) (3 endpoints: 3, 2 and 4 buckets of 9). The weights are
+// exact while n^(n-1) fits in 31 bits (n <= 10) and rounded to 2^-31 beyond,
+// the resolution of iptables' statistic match.
+func (r *Renderer) buckets(n int) (mod uint64, keys []string) {
+	if !r.cfg.Faults.Has(dataplane.FaultUniformProbability) || n <= 2 {
+		keys = make([]string, n)
+		for i := range keys {
+			keys[i] = strconv.Itoa(i)
+		}
+		return uint64(n), keys
+	}
+	w := SkewWeights(n)
+	var start uint64
+	for _, x := range w {
+		mod += x
+	}
+	for _, x := range w {
+		keys = append(keys, fmt.Sprintf("%d-%d", start, start+x-1))
+		start += x
+	}
+	return mod, keys
+}
+
+// SkewWeights are the integer bucket weights of the uniform-probability
+// fault for n endpoints (see buckets); their sum is the numgen modulus.
+func SkewWeights(n int) []uint64 {
+	w := make([]uint64, n)
+	exact := true
+	var total uint64 = 1
+	for i := 0; i < n-1; i++ {
+		total *= uint64(n)
+		if total > 1<<31 {
+			exact = false
+			break
+		}
+	}
+	if exact {
+		// w_i = (n-1)^i n^(n-2-i) for i < n-1, w_{n-1} = (n-1)^(n-1).
+		for i := range n {
+			x := uint64(1)
+			for range min(i, n-1) {
+				x *= uint64(n - 1)
+			}
+			if i < n-1 {
+				for range n - 2 - i {
+					x *= uint64(n)
+				}
+			}
+			w[i] = x
+		}
+		return w
+	}
+	const scale = 1 << 31
+	var sum uint64
+	p := 1.0
+	for i := 0; i < n-1; i++ {
+		x := uint64(p/float64(n)*scale + 0.5)
+		w[i] = max(x, 1)
+		sum += w[i]
+		p *= 1 - 1/float64(n)
+	}
+	w[n-1] = scale - sum
+	return w
+}

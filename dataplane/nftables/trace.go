@@ -1,0 +1,899 @@
+package nftables
+
+// The tracer walks the first packet of a new connection through a
+// knftables.Fake's table, as kube-proxy's nftablesTracer does, but carrying
+// probabilities: at each `numgen random mod N` the flow splits into one
+// branch per bucket, weighted by the bucket's share of N. It models the
+// affinity sets from a client history (which sets hold the source address,
+// and since when) and the masquerade mark through the postrouting chains.
+//
+// Path of the packet (netfilter hook order, base chains by priority):
+//   - from the node itself (the source is a local address): output, then
+//     postrouting;
+//   - otherwise: prerouting, then input if the (possibly DNATed)
+//     destination is local, else forward, then postrouting.
+//
+// It understands the rules this package writes, not arbitrary nftables: an
+// unknown expression is an error. Not modelled: conntrack beyond the NEW
+// state (`ct state new` and `ct status dnat` are evaluated for the first
+// packet), recording into affinity sets (`update` has no effect on the
+// history), reject types, interfaces.
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Outcomes of a trace besides an endpoint "ip:port".
+const (
+	OutcomeDrop   = "DROP"
+	OutcomeReject = "REJECT"
+	// OutcomeAccept is a packet accepted without DNAT: it goes on to its
+	// original destination (for a cluster IP, nowhere).
+	OutcomeAccept = "ACCEPT"
+)
+
+// History is a client's affinity state: for each affinity set (see
+// AffinitySet) that holds the client's address, how long ago it was last
+// added or refreshed. Sets absent from the map do not hold the client.
+type History map[string]time.Duration
+
+// Packet is the first packet of a new connection.
+type Packet struct {
+	Src      netip.Addr
+	Protocol string // "tcp", "udp" or "sctp"
+	Dst      netip.Addr
+	DPort    int
+}
+
+// Outcome is one possible fate of the connection.
+type Outcome struct {
+	// Target is the endpoint "ip:port" the connection was DNATed to, or
+	// OutcomeDrop, OutcomeReject or OutcomeAccept.
+	Target string
+	// Masquerade reports that the source was masqueraded on the way out.
+	Masquerade bool
+	// P is the probability of this outcome.
+	P float64
+}
+
+// Result lists a trace's outcomes, sorted by target then masquerade; the
+// probabilities sum to 1 (up to rounding).
+type Result []Outcome
+
+// P is the total probability of a target.
+func (r Result) P(target string) float64 {
+	p := 0.0
+	for _, o := range r {
+		if o.Target == target {
+			p += o.P
+		}
+	}
+	return p
+}
+
+// Targets lists the targets reached with a positive probability, in order.
+func (r Result) Targets() []string {
+	var out []string
+	for _, o := range r {
+		if o.P > 0 && !slices.Contains(out, o.Target) {
+			out = append(out, o.Target)
+		}
+	}
+	return out
+}
+
+// String is "target[ masq] p, ..." with six decimals.
+func (r Result) String() string {
+	parts := make([]string, len(r))
+	for i, o := range r {
+		m := ""
+		if o.Masquerade {
+			m = " masq"
+		}
+		parts[i] = fmt.Sprintf("%s%s %.6f", o.Target, m, o.P)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Tracer traces packets through a snapshot of a Fake's table.
+type Tracer struct {
+	table *knftables.FakeTable
+	local []netip.Addr
+	rules map[*knftables.Rule][]expr
+	maps  map[string]map[string][]string // map -> key -> value
+	sets  map[string]map[string]bool
+}
+
+// NewTracer snapshots f's table. local are the node's own addresses (the
+// loopback range is always local).
+func NewTracer(f *knftables.Fake, local ...netip.Addr) (*Tracer, error) {
+	f.RLock()
+	defer f.RUnlock()
+	if f.Table == nil {
+		return nil, fmt.Errorf("could not trace: the fake has no table")
+	}
+	t := &Tracer{table: f.Table, local: local, rules: map[*knftables.Rule][]expr{},
+		maps: map[string]map[string][]string{}, sets: map[string]map[string]bool{}}
+	for name, m := range f.Table.Maps {
+		idx := map[string][]string{}
+		for _, e := range m.Elements {
+			idx[strings.Join(e.Key, " . ")] = e.Value
+		}
+		t.maps[name] = idx
+	}
+	for name, s := range f.Table.Sets {
+		idx := map[string]bool{}
+		for _, e := range s.Elements {
+			idx[strings.Join(e.Key, " . ")] = true
+		}
+		t.sets[name] = idx
+	}
+	for _, c := range f.Table.Chains {
+		for _, rl := range c.Rules {
+			ex, err := parseRule(rl.Rule)
+			if err != nil {
+				return nil, fmt.Errorf("could not parse rule %q in chain %s: %w", rl.Rule, c.Name, err)
+			}
+			t.rules[rl] = ex
+		}
+	}
+	return t, nil
+}
+
+// flow is one branch of a packet's fate.
+type flow struct {
+	src, dst netip.Addr
+	proto    string
+	dport    int
+	mark     uint32
+	dnat     bool
+	masq     bool
+	p        float64
+}
+
+// verdicts of a rule or chain.
+type verdict int
+
+const (
+	vNext     verdict = iota // rule: go on with the next rule
+	vContinue                // chain: fell off the end or returned
+	vReturn
+	vAccept
+	vDrop
+	vReject
+	vJump
+	vGoto
+)
+
+type branch struct {
+	f      flow
+	v      verdict
+	target string // for vJump and vGoto
+}
+
+// Trace returns the fates of a new connection's first packet and their
+// probabilities.
+func (t *Tracer) Trace(p Packet, h History) (Result, error) {
+	f := flow{src: p.Src, dst: p.Dst, proto: strings.ToLower(p.Protocol), dport: p.DPort, p: 1}
+	if f.proto == "" {
+		f.proto = "tcp"
+	}
+	var hooks []knftables.BaseChainHook
+	if t.isLocal(p.Src) {
+		hooks = []knftables.BaseChainHook{knftables.OutputHook, knftables.PostroutingHook}
+	} else {
+		// "route" stands for input or forward, decided per branch after
+		// prerouting (DNAT) by the destination.
+		hooks = []knftables.BaseChainHook{knftables.PreroutingHook, "route", knftables.PostroutingHook}
+	}
+	cur := []branch{{f: f, v: vAccept}}
+	for _, hook := range hooks {
+		var next []branch
+		for _, b := range cur {
+			if b.v == vDrop || b.v == vReject {
+				next = append(next, b)
+				continue
+			}
+			hk := hook
+			if hk == "route" {
+				hk = knftables.ForwardHook
+				if t.isLocal(b.f.dst) {
+					hk = knftables.InputHook
+				}
+			}
+			bs, err := t.runHook(hk, b.f, h)
+			if err != nil {
+				return nil, err
+			}
+			next = append(next, bs...)
+		}
+		cur = next
+	}
+	sum := map[Outcome]float64{}
+	for _, b := range cur {
+		if b.f.p == 0 {
+			continue
+		}
+		o := Outcome{Target: OutcomeAccept, Masquerade: b.f.masq}
+		switch {
+		case b.v == vDrop:
+			o = Outcome{Target: OutcomeDrop}
+		case b.v == vReject:
+			o = Outcome{Target: OutcomeReject}
+		case b.f.dnat:
+			o.Target = netip.AddrPortFrom(b.f.dst, uint16(b.f.dport)).String()
+		}
+		sum[o] += b.f.p
+	}
+	out := make(Result, 0, len(sum))
+	for o, p := range sum {
+		o.P = p
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b Outcome) int {
+		if c := compareTarget(a.Target, b.Target); c != 0 {
+			return c
+		}
+		switch {
+		case a.Masquerade == b.Masquerade:
+			return 0
+		case !a.Masquerade:
+			return -1
+		}
+		return 1
+	})
+	return out, nil
+}
+
+// compareTarget orders endpoints by address then port, and the verdicts
+// after them.
+func compareTarget(a, b string) int {
+	x, errx := netip.ParseAddrPort(a)
+	y, erry := netip.ParseAddrPort(b)
+	switch {
+	case errx == nil && erry == nil:
+		return x.Compare(y)
+	case errx == nil:
+		return -1
+	case erry == nil:
+		return 1
+	}
+	return strings.Compare(a, b)
+}
+
+func (t *Tracer) isLocal(a netip.Addr) bool {
+	if a.Is4() && a.As4()[0] == 127 {
+		return true
+	}
+	return slices.Contains(t.local, a)
+}
+
+// runHook runs the base chains of one hook in priority order. Accept ends
+// a base chain, not the hook; drop and reject end the packet.
+func (t *Tracer) runHook(hook knftables.BaseChainHook, f flow, h History) ([]branch, error) {
+	type bc struct {
+		name string
+		prio int
+	}
+	var chains []bc
+	for _, c := range t.table.Chains {
+		if c.Hook == nil || *c.Hook != hook || c.Priority == nil {
+			continue
+		}
+		prio, err := knftables.ParsePriority(knftables.IPv4Family, string(*c.Priority))
+		if err != nil {
+			return nil, fmt.Errorf("could not parse the priority of chain %s: %w", c.Name, err)
+		}
+		chains = append(chains, bc{c.Name, prio})
+	}
+	slices.SortFunc(chains, func(a, b bc) int {
+		if a.prio != b.prio {
+			return a.prio - b.prio
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	cur := []branch{{f: f, v: vAccept}}
+	for _, c := range chains {
+		var next []branch
+		for _, b := range cur {
+			if b.v == vDrop || b.v == vReject {
+				next = append(next, b)
+				continue
+			}
+			bs, err := t.runChain(c.name, b.f, h, 0)
+			if err != nil {
+				return nil, err
+			}
+			for _, x := range bs {
+				if x.v == vContinue {
+					x.v = vAccept // the base chain's policy
+				}
+				next = append(next, x)
+			}
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// runChain evaluates a chain; its branches end with vContinue (fell off the
+// end or returned), vAccept, vDrop or vReject.
+func (t *Tracer) runChain(name string, f flow, h History, depth int) ([]branch, error) {
+	if depth > 32 {
+		return nil, fmt.Errorf("could not trace: chain nesting too deep at %s", name)
+	}
+	c := t.table.Chains[name]
+	if c == nil {
+		return nil, fmt.Errorf("could not trace: no chain %q", name)
+	}
+	return t.runRules(c.Rules, 0, f, h, depth)
+}
+
+func (t *Tracer) runRules(rules []*knftables.Rule, i int, f flow, h History, depth int) ([]branch, error) {
+	if i == len(rules) {
+		return []branch{{f: f, v: vContinue}}, nil
+	}
+	bs, err := t.evalRule(t.rules[rules[i]], f, h)
+	if err != nil {
+		return nil, err
+	}
+	var out []branch
+	for _, b := range bs {
+		switch b.v {
+		case vNext:
+			rest, err := t.runRules(rules, i+1, b.f, h, depth)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rest...)
+		case vReturn:
+			out = append(out, branch{f: b.f, v: vContinue})
+		case vJump, vGoto:
+			sub, err := t.runChain(b.target, b.f, h, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			for _, s := range sub {
+				if s.v == vContinue && b.v == vJump {
+					rest, err := t.runRules(rules, i+1, s.f, h, depth)
+					if err != nil {
+						return nil, err
+					}
+					out = append(out, rest...)
+					continue
+				}
+				out = append(out, s)
+			}
+		default:
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// evalRule evaluates one rule's expressions in order. A branch that fails a
+// match goes on with the next rule (keeping what earlier statements did); a
+// verdict ends the rule.
+func (t *Tracer) evalRule(exprs []expr, f flow, h History) ([]branch, error) {
+	if len(exprs) == 0 {
+		return []branch{{f: f, v: vNext}}, nil
+	}
+	res, err := exprs[0].eval(t, f, h)
+	if err != nil {
+		return nil, err
+	}
+	var out []branch
+	for _, r := range res {
+		switch {
+		case r.f.p == 0:
+		case !r.match:
+			out = append(out, branch{f: r.f, v: vNext})
+		case r.v != vNext:
+			out = append(out, branch{f: r.f, v: r.v, target: r.target})
+		default:
+			rest, err := t.evalRule(exprs[1:], r.f, h)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rest...)
+		}
+	}
+	return out, nil
+}
+
+// expr is one parsed expression or statement of a rule.
+type expr interface {
+	eval(t *Tracer, f flow, h History) ([]exprResult, error)
+}
+
+// exprResult is one branch of an expression: whether it matched, the flow
+// after it, and the verdict of a statement that ends the rule (vNext for
+// none).
+type exprResult struct {
+	match  bool
+	f      flow
+	v      verdict
+	target string
+}
+
+func one(match bool, f flow) ([]exprResult, error) {
+	return []exprResult{{match: match, f: f}}, nil
+}
+
+// matchFunc is a plain match.
+type matchFunc func(t *Tracer, f flow, h History) (bool, error)
+
+func (m matchFunc) eval(t *Tracer, f flow, h History) ([]exprResult, error) {
+	ok, err := m(t, f, h)
+	if err != nil {
+		return nil, err
+	}
+	return one(ok, f)
+}
+
+// stmtFunc is a statement: it may change the flow and end the rule.
+type stmtFunc func(t *Tracer, f flow) (flow, verdict, string, error)
+
+func (s stmtFunc) eval(t *Tracer, f flow, _ History) ([]exprResult, error) {
+	nf, v, target, err := s(t, f)
+	if err != nil {
+		return nil, err
+	}
+	return []exprResult{{match: true, f: nf, v: v, target: target}}, nil
+}
+
+// bucket is a numgen value range and what it leads to.
+type bucket struct {
+	lo, hi uint64
+	value  []string // a verdict ("goto X") or an address and port
+}
+
+// numgenExpr is `numgen random mod N` used as a match (== K), a verdict map
+// or a DNAT map (inline or named).
+type numgenExpr struct {
+	mod     uint64
+	kind    byte // 'm'atch, 'v'map, 'd'nat
+	k       uint64
+	buckets []bucket
+	mapName string // named DNAT map, resolved at evaluation
+	// key, for a map keyed by the packet and the bucket (the fast
+	// layout's endpoint maps), is the key without the bucket.
+	key func(f flow) string
+}
+
+func (n *numgenExpr) eval(t *Tracer, f flow, _ History) ([]exprResult, error) {
+	if n.mod == 0 {
+		return nil, fmt.Errorf("numgen modulus 0")
+	}
+	share := func(lo, hi uint64) float64 { return float64(hi-lo+1) / float64(n.mod) }
+	if n.kind == 'm' {
+		in, out := f, f
+		in.p *= share(n.k, n.k)
+		out.p -= in.p
+		return []exprResult{{match: true, f: in}, {match: false, f: out}}, nil
+	}
+	buckets := n.buckets
+	if n.key != nil {
+		m, ok := t.maps[n.mapName]
+		if !ok {
+			return nil, fmt.Errorf("no map %q", n.mapName)
+		}
+		buckets = nil
+		prefix := n.key(f)
+		for i := uint64(0); i < n.mod; i++ {
+			if v, ok := m[prefix+" . "+strconv.FormatUint(i, 10)]; ok {
+				buckets = append(buckets, bucket{lo: i, hi: i, value: v})
+			}
+		}
+	} else if n.mapName != "" {
+		m, ok := t.maps[n.mapName]
+		if !ok {
+			return nil, fmt.Errorf("no map %q", n.mapName)
+		}
+		buckets = nil
+		for k, v := range m {
+			lo, hi, err := parseRange(k)
+			if err != nil {
+				return nil, fmt.Errorf("map %s: %w", n.mapName, err)
+			}
+			buckets = append(buckets, bucket{lo: lo, hi: hi, value: v})
+		}
+		slices.SortFunc(buckets, func(a, b bucket) int { return int(a.lo) - int(b.lo) })
+	}
+	var out []exprResult
+	covered := 0.0
+	for _, b := range buckets {
+		if b.lo >= n.mod {
+			continue
+		}
+		hi := min(b.hi, n.mod-1)
+		nf := f
+		nf.p *= share(b.lo, hi)
+		covered += share(b.lo, hi)
+		if n.kind == 'v' {
+			v, target, err := parseVerdict(b.value)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, exprResult{match: true, f: nf, v: v, target: target})
+			continue
+		}
+		nf, err := dnatTo(nf, b.value)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, exprResult{match: true, f: nf, v: vAccept})
+	}
+	if rest := 1 - covered; rest > 1e-15 {
+		// A value without an element: the lookup fails, the rule does not
+		// match.
+		nf := f
+		nf.p *= rest
+		out = append(out, exprResult{match: false, f: nf})
+	}
+	return out, nil
+}
+
+func dnatTo(f flow, value []string) (flow, error) {
+	if len(value) != 2 {
+		return f, fmt.Errorf("bad DNAT map value %q", value)
+	}
+	a, err := netip.ParseAddr(value[0])
+	if err != nil {
+		return f, fmt.Errorf("bad DNAT address %q: %w", value[0], err)
+	}
+	port, err := strconv.Atoi(value[1])
+	if err != nil {
+		return f, fmt.Errorf("bad DNAT port %q: %w", value[1], err)
+	}
+	f.dst, f.dport, f.dnat = a, port, true
+	return f, nil
+}
+
+// vmapExpr is a verdict map lookup keyed by the packet.
+type vmapExpr struct {
+	key     func(f flow) string
+	mapName string
+}
+
+func (v *vmapExpr) eval(t *Tracer, f flow, _ History) ([]exprResult, error) {
+	m, ok := t.maps[v.mapName]
+	if !ok {
+		return nil, fmt.Errorf("no map %q", v.mapName)
+	}
+	val, ok := m[v.key(f)]
+	if !ok {
+		return one(false, f)
+	}
+	verd, target, err := parseVerdict(val)
+	if err != nil {
+		return nil, err
+	}
+	return []exprResult{{match: true, f: f, v: verd, target: target}}, nil
+}
+
+func parseVerdict(value []string) (verdict, string, error) {
+	w := strings.Fields(strings.Join(value, " "))
+	switch {
+	case len(w) == 2 && w[0] == "goto":
+		return vGoto, w[1], nil
+	case len(w) == 2 && w[0] == "jump":
+		return vJump, w[1], nil
+	case len(w) == 1 && w[0] == "drop":
+		return vDrop, "", nil
+	case len(w) == 1 && w[0] == "accept":
+		return vAccept, "", nil
+	case len(w) == 1 && w[0] == "return":
+		return vReturn, "", nil
+	case len(w) == 1 && w[0] == "reject":
+		return vReject, "", nil
+	}
+	return 0, "", fmt.Errorf("unknown verdict %q", strings.Join(value, " "))
+}
+
+func parseRange(s string) (uint64, uint64, error) {
+	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	lo, err := strconv.ParseUint(a, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("bad numgen value %q", s)
+	}
+	hi := lo
+	if isRange {
+		if hi, err = strconv.ParseUint(b, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("bad numgen range %q", s)
+		}
+	}
+	return lo, hi, nil
+}
+
+// parseInlineMap reads "{ k : v , k : v }" (values of one or more words,
+// concatenations written "a . b").
+func parseInlineMap(tok string) ([]bucket, error) {
+	body := strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(tok, "{"), "}"))
+	var out []bucket
+	for _, item := range strings.Split(body, ",") {
+		k, v, ok := strings.Cut(item, ":")
+		if !ok {
+			return nil, fmt.Errorf("bad map element %q", item)
+		}
+		lo, hi, err := parseRange(k)
+		if err != nil {
+			return nil, err
+		}
+		var value []string
+		for _, part := range strings.Split(v, " . ") {
+			value = append(value, strings.TrimSpace(part))
+		}
+		out = append(out, bucket{lo: lo, hi: hi, value: value})
+	}
+	return out, nil
+}
+
+// tokenize splits a rule into words, keeping each { ... } group as one.
+func tokenize(s string) []string {
+	var out []string
+	words := strings.Fields(s)
+	for i := 0; i < len(words); i++ {
+		if words[i] != "{" {
+			out = append(out, words[i])
+			continue
+		}
+		j := i
+		for j < len(words) && words[j] != "}" {
+			j++
+		}
+		out = append(out, strings.Join(words[i:min(j+1, len(words))], " "))
+		i = j
+	}
+	return out
+}
+
+func hasPrefix(toks []string, words ...string) bool {
+	if len(toks) < len(words) {
+		return false
+	}
+	for i, w := range words {
+		if w != "*" && toks[i] != w {
+			return false
+		}
+	}
+	return true
+}
+
+// parseRule turns a rule this package writes into expressions.
+func parseRule(s string) ([]expr, error) {
+	toks := tokenize(s)
+	var out []expr
+	for i := 0; i < len(toks); {
+		e, n, err := parseOne(toks[i:])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+		i += n
+	}
+	return out, nil
+}
+
+func parseOne(t []string) (expr, int, error) {
+	always := matchFunc(func(*Tracer, flow, History) (bool, error) { return true, nil })
+	switch {
+	case hasPrefix(t, "ct", "state", "new"):
+		return always, 3, nil
+	case hasPrefix(t, "ct", "status", "dnat"):
+		return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) { return f.dnat, nil }), 3, nil
+	case hasPrefix(t, "ip", "daddr", ".", "meta", "l4proto", ".", "th", "dport", "vmap", "*") && strings.HasPrefix(t[9], "@"):
+		return &vmapExpr{mapName: t[9][1:], key: func(f flow) string {
+			return fmt.Sprintf("%s . %s . %d", f.dst, f.proto, f.dport)
+		}}, 10, nil
+	case hasPrefix(t, "meta", "l4proto", ".", "th", "dport", "vmap", "*") && strings.HasPrefix(t[6], "@"):
+		return &vmapExpr{mapName: t[6][1:], key: func(f flow) string {
+			return fmt.Sprintf("%s . %d", f.proto, f.dport)
+		}}, 7, nil
+	case hasPrefix(t, "ip", "saddr", ".", "ip", "daddr", "*") && strings.HasPrefix(t[5], "@"):
+		set := t[5][1:]
+		return matchFunc(func(tr *Tracer, f flow, _ History) (bool, error) {
+			s, ok := tr.sets[set]
+			if !ok {
+				return false, fmt.Errorf("no set %q", set)
+			}
+			return s[f.src.String()+" . "+f.dst.String()], nil
+		}), 6, nil
+	case hasPrefix(t, "ip", "*") && (t[1] == "saddr" || t[1] == "daddr") && len(t) >= 3:
+		return parseAddrMatch(t)
+	case len(t) >= 3 && (t[0] == "tcp" || t[0] == "udp" || t[0] == "sctp") && t[1] == "dport":
+		port, err := strconv.Atoi(t[2])
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad port %q", t[2])
+		}
+		proto := t[0]
+		return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) {
+			return f.proto == proto && f.dport == port, nil
+		}), 3, nil
+	case hasPrefix(t, "meta", "l4proto", "*") && t[2] != ".":
+		proto := t[2]
+		return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) { return f.proto == proto, nil }), 3, nil
+	case hasPrefix(t, "fib", "*", "type", "local") && (t[1] == "saddr" || t[1] == "daddr"):
+		src := t[1] == "saddr"
+		return matchFunc(func(tr *Tracer, f flow, _ History) (bool, error) {
+			if src {
+				return tr.isLocal(f.src), nil
+			}
+			return tr.isLocal(f.dst), nil
+		}), 4, nil
+	case hasPrefix(t, "mark", "and", "*", "==", "0"):
+		m, err := strconv.ParseUint(t[2], 0, 32)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad mark %q", t[2])
+		}
+		return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) { return f.mark&uint32(m) == 0, nil }), 5, nil
+	case hasPrefix(t, "mark", "set", "mark", "*", "*") && (t[3] == "or" || t[3] == "xor"):
+		m, err := strconv.ParseUint(t[4], 0, 32)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad mark %q", t[4])
+		}
+		or := t[3] == "or"
+		return stmtFunc(func(_ *Tracer, f flow) (flow, verdict, string, error) {
+			if or {
+				f.mark |= uint32(m)
+			} else {
+				f.mark ^= uint32(m)
+			}
+			return f, vNext, "", nil
+		}), 5, nil
+	case hasPrefix(t, "numgen", "random", "mod", "*", "vmap", "*"):
+		mod, err := strconv.ParseUint(t[3], 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad numgen modulus %q", t[3])
+		}
+		b, err := parseInlineMap(t[5])
+		if err != nil {
+			return nil, 0, err
+		}
+		return &numgenExpr{mod: mod, kind: 'v', buckets: b}, 6, nil
+	case hasPrefix(t, "numgen", "random", "mod", "*", "==", "*"):
+		mod, err1 := strconv.ParseUint(t[3], 10, 64)
+		k, err2 := strconv.ParseUint(t[5], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, 0, fmt.Errorf("bad numgen match %q", strings.Join(t[:6], " "))
+		}
+		return &numgenExpr{mod: mod, kind: 'm', k: k}, 6, nil
+	case hasPrefix(t, "dnat", "ip", "to", "numgen", "random", "mod", "*", "map", "*"):
+		mod, err := strconv.ParseUint(t[6], 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad numgen modulus %q", t[6])
+		}
+		n := &numgenExpr{mod: mod, kind: 'd'}
+		if strings.HasPrefix(t[8], "@") {
+			n.mapName = t[8][1:]
+		} else if n.buckets, err = parseInlineMap(t[8]); err != nil {
+			return nil, 0, err
+		}
+		return n, 9, nil
+	case hasPrefix(t, "dnat", "ip", "to", "ip", "daddr", ".", "meta", "l4proto", ".", "th", "dport", ".", "numgen", "random", "mod", "*", "map", "*") && strings.HasPrefix(t[17], "@"):
+		mod, err := strconv.ParseUint(t[15], 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad numgen modulus %q", t[15])
+		}
+		return &numgenExpr{mod: mod, kind: 'd', mapName: t[17][1:], key: func(f flow) string {
+			return fmt.Sprintf("%s . %s . %d", f.dst, f.proto, f.dport)
+		}}, 18, nil
+	case hasPrefix(t, "dnat", "ip", "to", "meta", "l4proto", ".", "th", "dport", ".", "numgen", "random", "mod", "*", "map", "*") && strings.HasPrefix(t[14], "@"):
+		mod, err := strconv.ParseUint(t[12], 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad numgen modulus %q", t[12])
+		}
+		return &numgenExpr{mod: mod, kind: 'd', mapName: t[14][1:], key: func(f flow) string {
+			return fmt.Sprintf("%s . %d", f.proto, f.dport)
+		}}, 15, nil
+	case hasPrefix(t, "dnat", "to", "*"):
+		ap, err := netip.ParseAddrPort(t[2])
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad DNAT target %q", t[2])
+		}
+		return stmtFunc(func(_ *Tracer, f flow) (flow, verdict, string, error) {
+			f.dst, f.dport, f.dnat = ap.Addr(), int(ap.Port()), true
+			return f, vAccept, "", nil
+		}), 3, nil
+	case hasPrefix(t, "update", "*", "{") || (len(t) >= 3 && t[0] == "update" && strings.HasPrefix(t[2], "{")):
+		// Recording into an affinity set: the history is the trace's
+		// input, so it has no effect here.
+		return always, 3, nil
+	case t[0] == "counter":
+		return always, 1, nil
+	case len(t) >= 2 && (t[0] == "jump" || t[0] == "goto"):
+		v, target := vJump, t[1]
+		if t[0] == "goto" {
+			v = vGoto
+		}
+		return stmtFunc(func(_ *Tracer, f flow) (flow, verdict, string, error) { return f, v, target, nil }), 2, nil
+	case t[0] == "return" || t[0] == "drop" || t[0] == "reject" || t[0] == "accept":
+		v, _, _ := parseVerdict(t[:1])
+		return stmtFunc(func(_ *Tracer, f flow) (flow, verdict, string, error) { return f, v, "", nil }), 1, nil
+	case t[0] == "masquerade":
+		n := 1
+		if len(t) > 1 && t[1] == "fully-random" {
+			n = 2
+		}
+		return stmtFunc(func(_ *Tracer, f flow) (flow, verdict, string, error) {
+			f.masq = true
+			return f, vAccept, "", nil
+		}), n, nil
+	}
+	return nil, 0, fmt.Errorf("unknown expression at %q", strings.Join(t, " "))
+}
+
+// parseAddrMatch reads `ip saddr|daddr [!=] VALUE` with VALUE an address,
+// a prefix, an anonymous set of them, or a named set (@name; an affinity
+// set is looked up in the client's history).
+func parseAddrMatch(t []string) (expr, int, error) {
+	src := t[1] == "saddr"
+	neg := t[2] == "!="
+	i := 2
+	if neg {
+		i = 3
+	}
+	if i >= len(t) {
+		return nil, 0, fmt.Errorf("missing address after %q", strings.Join(t, " "))
+	}
+	val := t[i]
+	addr := func(f flow) netip.Addr {
+		if src {
+			return f.src
+		}
+		return f.dst
+	}
+	if strings.HasPrefix(val, "@") {
+		set := val[1:]
+		return matchFunc(func(tr *Tracer, f flow, h History) (bool, error) {
+			var in bool
+			if strings.HasPrefix(set, PrefixAffinity) {
+				s := tr.table.Sets[set]
+				if s == nil {
+					return false, fmt.Errorf("no set %q", set)
+				}
+				age, ok := h[set]
+				in = ok && (s.Timeout == nil || age < *s.Timeout)
+			} else {
+				s, ok := tr.sets[set]
+				if !ok {
+					return false, fmt.Errorf("no set %q", set)
+				}
+				in = s[addr(f).String()]
+			}
+			return in != neg, nil
+		}), i + 1, nil
+	}
+	var prefixes []netip.Prefix
+	items := []string{val}
+	if strings.HasPrefix(val, "{") {
+		items = strings.Split(strings.Trim(val, "{} "), ",")
+	}
+	for _, it := range items {
+		it = strings.TrimSpace(it)
+		p, err := netip.ParsePrefix(it)
+		if err != nil {
+			a, err2 := netip.ParseAddr(it)
+			if err2 != nil {
+				return nil, 0, fmt.Errorf("bad address %q", it)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		prefixes = append(prefixes, p)
+	}
+	return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) {
+		a := addr(f)
+		in := false
+		for _, p := range prefixes {
+			in = in || p.Contains(a)
+		}
+		return in != neg, nil
+	}), i + 1, nil
+}
