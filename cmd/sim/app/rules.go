@@ -13,6 +13,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/nftables"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -20,6 +21,7 @@ func init() { extraCommands = append(extraCommands, newRules) }
 
 type rulesFlags struct {
 	mode     string
+	layout   string
 	node     string
 	faults   []string
 	affinity string
@@ -29,7 +31,7 @@ type rulesFlags struct {
 func newRules(s Streams) *cobra.Command {
 	var f rulesFlags
 	c := &cobra.Command{
-		Use:   "rules FILE --mode iptables [--node NAME]",
+		Use:   "rules FILE --mode iptables|nftables [--node NAME]",
 		Short: "Print the rules the dataplane would apply for a node",
 		Long: `rules loads the scenario into the cluster model and prints, without root and
 without touching the kernel, the full ruleset the iptables dataplane would
@@ -45,7 +47,8 @@ fault (repeatable): ` + strings.Join(dataplane.FaultNames(), ", ") + `.
 			return runRules(c, s.Out, args[0], &f)
 		},
 	}
-	c.Flags().StringVar(&f.mode, "mode", "iptables", "proxy mode to render: iptables (nftables and ipvs are not available yet)")
+	c.Flags().StringVar(&f.mode, "mode", "iptables", "proxy mode to render: iptables or nftables")
+	c.Flags().StringVar(&f.layout, "layout", "", "nftables layout: kube-proxy (default) or fast")
 	c.Flags().StringVar(&f.node, "node", "", "node whose rules to print (default: the first node in sorted order)")
 	c.Flags().StringArrayVar(&f.faults, "fault", nil, "named fault to build in (repeatable)")
 	c.Flags().StringVar(&f.affinity, "affinity", "", "ClientIP affinity layout: recent (kube-proxy) or ipset")
@@ -55,11 +58,14 @@ fault (repeatable): ` + strings.Join(dataplane.FaultNames(), ", ") + `.
 
 func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error {
 	switch f.mode {
-	case "iptables":
-	case "nftables", "ipvs":
-		return &UsageError{Err: fmt.Errorf("%s rendering is not available yet: only --mode iptables", f.mode)}
+	case "iptables", "nftables":
+	case "ipvs":
+		return &UsageError{Err: fmt.Errorf("ipvs rendering is not available in sim rules: IPVS state is virtual servers, not a ruleset (see sim conform --mode ipvs)")}
 	default:
-		return &UsageError{Err: fmt.Errorf("unknown mode %q: use --mode iptables (nftables and ipvs rendering are not available yet)", f.mode)}
+		return &UsageError{Err: fmt.Errorf("unknown mode %q: use --mode iptables or nftables", f.mode)}
+	}
+	if f.layout != "" && f.layout != string(nftables.LayoutKubeProxy) && f.layout != string(nftables.LayoutFast) {
+		return &UsageError{Err: fmt.Errorf("unknown nftables layout %q: use kube-proxy or fast", f.layout)}
 	}
 	if f.affinity != "" && f.affinity != string(iptables.AffinityRecent) && f.affinity != string(iptables.AffinityIPSet) {
 		return &UsageError{Err: fmt.Errorf("unknown affinity layout %q: use recent or ipset", f.affinity)}
@@ -92,6 +98,21 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 		return &UsageError{Err: fmt.Errorf("no node %q in %s (nodes: %s)", node, file, strings.Join(nodes, ", "))}
 	}
 	sc := m.Expanded.Scenario
+	if f.mode == "nftables" {
+		ncfg := nftables.Config{NodeName: node, Layout: nftables.Layout(sc.Proxy.NFTablesLayout), MasqueradeAll: sc.Proxy.MasqueradeAll, Faults: faults}
+		if f.layout != "" {
+			ncfg.Layout = nftables.Layout(f.layout)
+		}
+		if p, err := netip.ParsePrefix(sc.Cluster.PodCIDR); err == nil {
+			ncfg.ClusterCIDR = p
+		}
+		text, err := nftables.RenderForNode(m.State, node, ncfg)
+		if err != nil {
+			return fmt.Errorf("could not render the nftables rules of node %s: %w", node, err)
+		}
+		_, err = fmt.Fprintf(out, "# kpsim nftables rules for node %s (scenario %s; layout %s; faults %s)\n%s", node, sc.Metadata.Name, ncfg.Layout, faults, text)
+		return err
+	}
 	cfg := iptables.Config{
 		NodeName:      node,
 		MasqueradeAll: sc.Proxy.MasqueradeAll,

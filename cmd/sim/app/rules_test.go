@@ -46,8 +46,8 @@ func TestRulesUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"rules", svc1Scenario, "--node", "nope"}, "node-1, node-2"},
-		{[]string{"rules", svc1Scenario, "--mode", "nftables"}, "not available yet"},
-		{[]string{"rules", svc1Scenario, "--mode", "ipvs"}, "not available yet"},
+		{[]string{"rules", svc1Scenario, "--mode", "nftables", "--layout", "slow"}, "kube-proxy or fast"},
+		{[]string{"rules", svc1Scenario, "--mode", "ipvs"}, "not a ruleset"},
 		{[]string{"rules", svc1Scenario, "--mode", "userspace"}, "unknown mode"},
 		{[]string{"rules", svc1Scenario, "--fault", "bogus"}, "uniform-probability"},
 		{[]string{"rules", svc1Scenario, "--affinity", "hash"}, "recent or ipset"},
@@ -76,5 +76,23 @@ func TestRulesAffinityAndFaults(t *testing.T) {
 	}
 	if !strings.Contains(out, "faults affinity-no-timeout,uniform-probability") || strings.Contains(out, "--seconds") {
 		t.Errorf("faults not applied:\n%s", out)
+	}
+}
+
+// TestRulesNFTables: kube-proxy's test Service ns1/svc1 gets the reference's
+// hashed chain names in the kube-proxy layout, and none in the fast one.
+func TestRulesNFTables(t *testing.T) {
+	code, out, errs := run("rules", svc1Scenario, "--mode", "nftables")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"service-ULMVA6XW-ns1/svc1/tcp/p80", "endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80", "numgen random mod 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kube-proxy layout lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = run("rules", svc1Scenario, "--mode", "nftables", "--layout", "fast")
+	if code != 0 || strings.Contains(out, "endpoint-5OJB2KTY") || !strings.Contains(out, "layout fast") {
+		t.Errorf("fast layout: exit %d %s\n%s", code, errs, out)
 	}
 }
