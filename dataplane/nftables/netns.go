@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 
 	"sigs.k8s.io/knftables"
 
@@ -64,4 +65,28 @@ func (n *nsNFT) ListElements(ctx context.Context, objectType, name string) (out 
 func (n *nsNFT) ListCounters(ctx context.Context) (out []*knftables.Counter, err error) {
 	err = n.ns.Do(func() (e error) { out, e = n.inner.ListCounters(ctx); return })
 	return
+}
+
+// NewNamespaceBackend returns a Backend that programs cfg's table (family
+// ip) inside ns with the system's nft, and reads it back with `nft list`.
+func NewNamespaceBackend(ns *netns.Namespace, cfg Config) (*Backend, error) {
+	table := cfg.Table
+	if table == "" {
+		table = "kube-proxy"
+	}
+	nft, err := NewInNamespace(ns, knftables.IPv4Family, table)
+	if err != nil {
+		return nil, fmt.Errorf("could not use nftables in %s: %w", ns.Name, err)
+	}
+	list := func(args ...string) ([]byte, error) {
+		out, err := ns.Exec("nft", append(args, "list", "table", "ip", table)...)
+		if err != nil {
+			return nil, fmt.Errorf("nft list table in %s: %w: %s", ns.Name, err, out)
+		}
+		return out, nil
+	}
+	return NewBackend(cfg, nft, BackendOptions{
+		ListText: func(context.Context) (string, error) { b, err := list(); return string(b), err },
+		ListJSON: func(context.Context) ([]byte, error) { return list("-j") },
+	})
 }
