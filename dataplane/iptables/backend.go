@@ -234,20 +234,30 @@ func MergeJumps(restore, jumps string) string {
 	}
 	var out strings.Builder
 	out.Grow(len(restore) + len(jumps))
+	// The restore text is copied in spans between the insertion points,
+	// without splitting it (a full sync's text has 200,000 lines).
 	table = ""
-	for _, line := range strings.SplitAfter(restore, "\n") {
-		trimmed := strings.TrimSuffix(line, "\n")
-		if strings.HasPrefix(trimmed, "*") {
-			table = trimmed
+	done := 0 // restore[:done] is written
+	for pos := 0; pos < len(restore); {
+		end, next := len(restore), len(restore)
+		if i := strings.IndexByte(restore[pos:], '\n'); i >= 0 {
+			end, next = pos+i, pos+i+1
 		}
-		if trimmed == "COMMIT" {
+		line := restore[pos:end]
+		if strings.HasPrefix(line, "*") {
+			table = line
+		}
+		if line == "COMMIT" {
+			out.WriteString(restore[done:pos])
+			done = pos
 			for _, j := range perTable[table] {
 				out.WriteString(j + "\n")
 			}
 			delete(perTable, table)
 		}
-		out.WriteString(line)
+		pos = next
 	}
+	out.WriteString(restore[done:])
 	// A table with jumps but no section in restore gets a section of its own.
 	for t, js := range perTable {
 		out.WriteString(t + "\n" + strings.Join(js, "\n") + "\nCOMMIT\n")

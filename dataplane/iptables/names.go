@@ -1,8 +1,6 @@
 package iptables
 
 import (
-	"crypto/sha256"
-	"encoding/base32"
 	"fmt"
 	"strings"
 
@@ -48,13 +46,31 @@ func IsServiceChain(name string) bool {
 // hash16 is kube-proxy's chain-name hash: sha256, base32 (standard
 // alphabet), first 16 characters.
 func hash16(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return base32.StdEncoding.EncodeToString(h[:])[:16]
+	var h hash
+	hashTo(&h, []byte(s))
+	return string(h[:])
 }
 
 // protocol is the lower-case protocol kube-proxy hashes and writes in rules.
 func protocol(spn cluster.ServicePortName) string {
+	switch spn.Protocol {
+	case "TCP":
+		return "tcp"
+	case "UDP":
+		return "udp"
+	case "SCTP":
+		return "sctp"
+	}
 	return strings.ToLower(string(spn.Protocol))
+}
+
+// portName is spn.String(), "namespace/name:port" (or "namespace/name"),
+// without fmt.
+func portName(spn cluster.ServicePortName) string {
+	if spn.Port == "" {
+		return spn.Namespace + "/" + spn.Name
+	}
+	return spn.Namespace + "/" + spn.Name + ":" + spn.Port
 }
 
 // PortProtoHash is kube-proxy's portProtoHash(svcPortName.String(),

@@ -1,14 +1,28 @@
 package iptables
 
 // The renderer is kube-proxy's syncProxyRules cut into rule families: each
-// family is a small function that returns lines, and Render only decides
+// family is a small function that appends its lines, and Render only decides
 // which families to call for which service port and where their lines go
 // (written, or only counted when a partial sync skips an unchanged service
 // port).
+//
+// Rendering cost matters: a full sync is held to 1.1 times a raw
+// iptables-restore of the same text. So the families append straight into
+// reused byte buffers (no fmt, no string per rule or per argument), chain
+// names are kept as fixed-size hashes and turned into strings only where a
+// string is handed out (stale chains, the ChainMap, built lazily), and the
+// hashes of a service port and of its endpoints are taken from the previous
+// render's output for the same service port when there is one. A service
+// port whose output is identical to the previous render's keeps the previous
+// svcOut, so that a full render of an unchanged cluster allocates little
+// besides the text.
 
 import (
-	"bytes"
+	"crypto/sha256"
+	"encoding/base32"
 	"fmt"
+	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,7 +44,8 @@ type Renderer struct {
 	// memory implements the keep-deleted-endpoint fault.
 	memory *dataplane.EndpointMemory
 	// cache holds, per service port, what the last render produced for
-	// it, so that a partial render does not recompute unchanged ones.
+	// it, so that a partial render does not recompute unchanged ones (and
+	// any render reuses its chain-name hashes).
 	cache map[cluster.ServicePortName]*svcOut
 	// buffers are reused from render to render.
 	buf       sections
@@ -38,6 +53,35 @@ type Renderer struct {
 	// committedOuts is, per service port, what the kernel holds: the
 	// chains and sets stale detection compares against.
 	committedOuts map[cluster.ServicePortName]*svcOut
+
+	// Fixed text, made once: the rules of the top-level chains that do not
+	// depend on Services, and the jump rules.
+	natStatic, filterStatic []string
+	jumps                   string
+	// cidr is the masked ClusterCIDR as text ("" without one).
+	cidr string
+
+	// order is the last render's sorted service ports, reused while the
+	// set of service ports stays the same; orderSP their ServicePorts in
+	// this render; outs the last render's outputs (cache's values, nil for
+	// a service port that was not rendered), parallel to order.
+	order   []cluster.ServicePortName
+	orderSP []*cluster.ServicePort
+	outs    []*svcOut
+	// gen counts renders; cacheGen is the render that made cache and
+	// committedGen the one that made committedOuts. When they are the same,
+	// stale chains can only come from the service ports whose output
+	// changed in this render.
+	gen, cacheGen, committedGen uint64
+	// changed is this render's changed service ports, sorted; moved the
+	// service ports whose output differs from the cache's.
+	changed []cluster.ServicePortName
+	moved   []outPair
+	// Scratch space of one service port's render.
+	tmp    svcOut
+	hashIn []byte
+	// Per-render copies of the faults in force.
+	fUniform, fDropLast, fNoTimeout bool
 }
 
 // NewRenderer returns a renderer for cfg's node. It fails on a bad config.
@@ -55,6 +99,12 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 	if cfg.Faults.Has(dataplane.FaultKeepDeletedEndpoint) {
 		r.memory = dataplane.NewEndpointMemory()
 	}
+	if cfg.ClusterCIDR.IsValid() {
+		r.cidr = cfg.ClusterCIDR.Masked().String()
+	}
+	r.natStatic = append(r.postroutingRules(), r.markMasqRules()...)
+	r.filterStatic = append(r.forwardRules(), r.kubeletFirewallRules()...)
+	r.jumps = r.jumpRestore()
 	return r, nil
 }
 
@@ -68,6 +118,7 @@ func (r *Renderer) Config() Config { return r.cfg }
 func (r *Renderer) Commit(rs *Ruleset) {
 	r.committed = true
 	r.committedOuts = rs.outs
+	r.committedGen = rs.gen
 }
 
 // Reset forgets what was committed: the next render is a full one and deletes
@@ -76,90 +127,183 @@ func (r *Renderer) Reset() {
 	r.committed = false
 	r.committedOuts = nil
 	r.cache = nil
+	r.committedGen = 0
 }
 
-// svc is one service port as the renderer sees it during a render.
-type svc struct {
-	spn     cluster.ServicePortName
-	sp      *cluster.ServicePort
-	name    string // "ns/name:port"
-	proto   string // lower case
-	cat     dataplane.Categorized
-	svcName string // KUBE-SVC-...
-	svlName string // KUBE-SVL-...
-	extName string // KUBE-EXT-...
+// outPair is a service port's output in the cache (old) and in this render
+// (now, nil when it is not rendered any more).
+type outPair struct{ old, now *svcOut }
 
-	hasEndpoints, hasInternal, hasExternal         bool
-	usesClusterChain, usesLocalChain, usesExtChain bool
-	internalChain, externalChain                   string
-	// eps holds each reachable endpoint's key, chain and affinity set.
-	eps map[*cluster.Endpoint]epRef
-	// large drops per-endpoint comments (kube-proxy's largeClusterMode).
-	large bool
+// hashLen is the length of kube-proxy's chain-name hashes.
+const hashLen = 16
+
+// hash is a chain-name hash, sha256 then base32, first 16 characters.
+type hash [hashLen]byte
+
+// svcInfo is what a service port's rules and chain map depend on, besides
+// its endpoints. It is comparable: two svcOuts with equal svcInfo and eps
+// are interchangeable.
+type svcInfo struct {
+	spn   cluster.ServicePortName
+	name  string // "ns/name:port"
+	proto string // lower case
+	// h is the suffix of the SVC, SVL and EXT chains.
+	h                hash
+	clusterIP        netip.Addr
+	port, nodePort   int32
+	external         bool // externally accessible (a node port)
+	internalLocal    bool // cluster-IP traffic goes to the SVL chain
+	hasEndpoints     bool
+	hasInternal      bool
+	hasExternal      bool
+	usesExtChain     bool
+	usesClusterChain bool
+	usesLocalChain   bool
+	noLocalInternal  bool
+	noLocalExternal  bool
+	sorted           bool // eps sorted by ip:port, without duplicates
+	nChains, nRules  int  // the service port's own chains and rules
 }
 
-// epRef is what the rules need of an endpoint.
-type epRef struct {
-	key string // "ip:port"
-	sep string // KUBE-SEP-...
-	set string // KUBE-AFF-..., "" unless the ipset affinity option is used
+// epOut is one reachable endpoint: its key, chain and affinity set.
+type epOut struct {
+	ap  netip.AddrPort // the key, "ip:port"
+	sep hash           // KUBE-SEP-<sep>
+	aff hash           // KUBE-AFF-<aff>, when hasAff
+	// affT is the timeout hashed into aff.
+	affT   int32
+	hasAff bool
 }
 
 // svcOut is what one service port contributes to a render. The top-level
-// lines are written on every render; the rest is what a partial render
-// reuses for a service port that did not change.
+// lines are written on every render (from svcInfo); the rest is what a
+// partial render reuses for a service port that did not change. A svcOut is
+// never modified once made, so renders can share it.
 type svcOut struct {
-	natTop, filterTop   string // lines for KUBE-SERVICES, KUBE-NODEPORTS, ...
-	nNatTop, nFilterTop int
-	nChains, nRules     int      // the service port's own chains and rules
-	chains              []string // its active nat chains
-	sets                []string // its affinity sets
-	refs                []namedRef
-	services            []string // ChainMap.Services keys
-	spn                 cluster.ServicePortName
-	noLocalInternal     bool
-	noLocalExternal     bool
+	svcInfo
+	// eps are the reachable endpoints (AllReachable order).
+	eps []epOut
 }
 
-type namedRef struct {
-	name string
-	ref  ChainRef
+func (o *svcOut) equal(p *svcOut) bool {
+	return o.svcInfo == p.svcInfo && slices.Equal(o.eps, p.eps)
 }
 
-// lines collects restore lines, or only counts them when discard is set.
+// find returns the endpoint of o with key ap, or nil. *cur is where the
+// search starts: endpoints are usually looked up in o's order.
+func (o *svcOut) find(ap netip.AddrPort, cur *int) *epOut {
+	if c := *cur; c < len(o.eps) && o.eps[c].ap == ap {
+		*cur = c + 1
+		return &o.eps[c]
+	}
+	switch {
+	case o.sorted:
+		i, ok := slices.BinarySearchFunc(o.eps, ap, func(e epOut, ap netip.AddrPort) int { return e.ap.Compare(ap) })
+		if ok {
+			*cur = i + 1
+			return &o.eps[i]
+		}
+	case len(o.eps) <= 64:
+		for i := range o.eps {
+			if o.eps[i].ap == ap {
+				*cur = i + 1
+				return &o.eps[i]
+			}
+		}
+	}
+	return nil
+}
+
+// lines collects restore lines in chunks: a line is appended to b, the
+// current chunk, and end moves on to a new chunk when b has little room
+// left, so that text is never copied to grow a buffer (the nat rules of
+// 5000 Services x 10 endpoints are 14 MB). Chunks are kept for the next
+// render.
 type lines struct {
-	discard bool
-	n       int
-	b       bytes.Buffer
+	n      int
+	b      []byte
+	chunks [][]byte // full chunks, before b
+	spare  [][]byte // chunks of earlier renders, for reuse
+	size   int      // the next new chunk's capacity
 }
 
-func (l *lines) add(ls ...string) {
-	l.n += len(ls)
-	if l.discard {
-		return
-	}
-	for _, s := range ls {
-		l.b.WriteString(s)
-		l.b.WriteByte('\n')
-	}
+const (
+	minChunk = 16 << 10
+	maxChunk = 2 << 20
+	// lineRoom is the room a chunk keeps for the next line. A longer line
+	// is fine: append grows the chunk.
+	lineRoom = 2 << 10
+)
+
+func (l *lines) add(s string) {
+	l.b = append(append(l.b, s...), '\n')
+	l.end0()
 }
 
-// line writes one line made of parts.
-func (l *lines) line(parts ...string) {
+// end ends a line appended to l.b.
+func (l *lines) end() {
+	l.b = append(l.b, '\n')
+	l.end0()
+}
+
+func (l *lines) end0() {
 	l.n++
-	if l.discard {
-		return
+	if cap(l.b)-len(l.b) < lineRoom {
+		l.next()
 	}
-	for _, p := range parts {
-		l.b.WriteString(p)
-	}
-	l.b.WriteByte('\n')
 }
 
-func (l *lines) reset(discard bool) {
+// next starts a new chunk.
+func (l *lines) next() {
+	if l.b != nil {
+		l.chunks = append(l.chunks, l.b)
+	}
+	if n := len(l.spare); n > 0 {
+		l.b = l.spare[n-1][:0]
+		l.spare[n-1] = nil
+		l.spare = l.spare[:n-1]
+		return
+	}
+	l.size = min(max(2*l.size, minChunk), maxChunk)
+	l.b = make([]byte, 0, l.size)
+}
+
+func (l *lines) reset() {
 	l.n = 0
-	l.discard = discard
-	l.b.Reset()
+	if l.b == nil {
+		l.next()
+	}
+	for i := len(l.chunks) - 1; i >= 0; i-- {
+		l.spare = append(l.spare, l.chunks[i][:0])
+		l.chunks[i] = nil
+	}
+	l.chunks = l.chunks[:0]
+	l.b = l.b[:0]
+}
+
+// len is the length of the text.
+func (l *lines) len() int {
+	n := len(l.b)
+	for _, c := range l.chunks {
+		n += len(c)
+	}
+	return n
+}
+
+// writeTo appends the text to b.
+func (l *lines) writeTo(b *strings.Builder) {
+	for _, c := range l.chunks {
+		b.Write(c)
+	}
+	b.Write(l.b)
+}
+
+// String returns the text.
+func (l *lines) String() string {
+	var b strings.Builder
+	b.Grow(l.len())
+	l.writeTo(&b)
+	return b.String()
 }
 
 // sections of one render: chain declarations and rules, per table.
@@ -169,9 +313,10 @@ type sections struct {
 	// skippedChains and skippedRules count what a partial render leaves
 	// out.
 	skippedChains, skippedRules int
-	// top collects one service port's top-level lines.
-	natTop, filterTop lines
-	ipsetCreate       lines
+	ipsetCreate                 lines
+	// discardChains and discardRules take the chains of a service port
+	// that is only counted.
+	discardChains, discardRules lines
 }
 
 // Render renders the ruleset of st for the configured node. changed names the
@@ -191,10 +336,9 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	if n := st.Nodes[r.cfg.NodeName]; n != nil {
 		cat.Zone = n.Zone
 	}
-	chg := make(map[cluster.ServicePortName]bool, len(changed))
-	for _, n := range changed {
-		chg[n] = true
-	}
+	r.fUniform = r.cfg.Faults.Has(dataplane.FaultUniformProbability)
+	r.fDropLast = r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint)
+	r.fNoTimeout = r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout)
 	total := 0
 	for _, eps := range st.Endpoints {
 		total += len(eps)
@@ -207,118 +351,286 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	}
 	s := &r.buf
 	for _, l := range []*lines{&s.filterChains, &s.filterRules, &s.natChains, &s.natRules, &s.ipsetCreate} {
-		l.reset(false)
+		l.reset()
 	}
 	s.skippedChains, s.skippedRules = 0, 0
 	r.topLevelChains(s)
-	s.natRules.add(r.postroutingRules()...)
-	s.natRules.add(r.markMasqRules()...)
-	s.filterRules.add(r.forwardRules()...)
-	s.filterRules.add(r.kubeletFirewallRules()...)
+	for _, l := range r.natStatic {
+		s.natRules.add(l)
+	}
+	for _, l := range r.filterStatic {
+		s.filterRules.add(l)
+	}
 
-	cache := make(map[cluster.ServicePortName]*svcOut, len(st.Services))
-	for _, spn := range st.SortedServicePorts() {
-		sp := st.Services[spn]
+	r.gen++
+	order, sps, same := r.sortedServicePorts(st)
+	// With the same service ports as the last render, its outputs are at
+	// the same positions, and its map only needs the changes.
+	aligned := same && r.cache != nil
+	var cache map[cluster.ServicePortName]*svcOut
+	if aligned {
+		cache = maps.Clone(r.cache)
+	} else {
+		cache = make(map[cluster.ServicePortName]*svcOut, len(order))
+		r.outs = slices.Grow(r.outs[:0], len(order))[:len(order)]
+	}
+	quickStale := aligned && r.committedOuts != nil && r.committedGen == r.cacheGen
+	r.moved = r.moved[:0]
+	// changed, sorted, is walked beside order.
+	ch := r.changed[:0]
+	if !full {
+		ch = append(ch, changed...)
+		slices.SortFunc(ch, cluster.CompareNames)
+	}
+	r.changed = ch
+	for i, spn := range order {
+		var prev *svcOut
+		if aligned {
+			prev = r.outs[i]
+		} else {
+			prev = r.cache[spn]
+		}
+		sp := sps[i]
 		if sp == nil || sp.Headless || !sp.ClusterIP.IsValid() {
+			if aligned && prev != nil {
+				delete(cache, spn)
+				r.moved = append(r.moved, outPair{prev, nil})
+			}
+			r.outs[i] = nil
 			continue
 		}
-		write := full || chg[spn]
-		out := r.cache[spn]
+		write := full
+		if !full {
+			for len(ch) > 0 && cluster.CompareNames(ch[0], spn) < 0 {
+				ch = ch[1:]
+			}
+			write = len(ch) > 0 && ch[0] == spn
+		}
+		out := prev
 		fresh, written := false, false
 		if write || out == nil {
 			eps := st.Endpoints[spn]
 			if r.memory != nil {
 				eps = r.memory.Merge(spn, eps)
 			}
-			v := r.newSvc(spn, sp, cat.Categorize(eps, sp))
-			v.large = large
-			out = r.renderService(v, s, write)
+			out = r.renderService(spn, sp, cat.Categorize(eps, sp), prev, large, s, write)
 			fresh, written = true, write
 		}
-		cache[spn] = out
+		if !aligned || out != prev {
+			cache[spn] = out
+			if prev != nil {
+				r.moved = append(r.moved, outPair{prev, out})
+			}
+		}
+		r.outs[i] = out
 		r.use(rs, s, out, fresh, written)
 	}
-	r.cache = cache
-	rs.outs = cache
+	clear(sps) // do not keep the state's ServicePorts alive
+	r.cache, r.cacheGen = cache, r.gen
+	rs.outs, rs.gen = cache, r.gen
 	rs.Chains = &ChainMap{outs: cache}
 	// Finally the jump to KUBE-NODEPORTS, which must be the last rule of
 	// KUBE-SERVICES.
-	s.natRules.add(r.nodePortsJumpRule())
+	s.natRules.add(nodePortsJumpRule)
 
 	// Stale chains: declare (which flushes) then delete.
-	var ipsetDestroy lines
-	rs.Stale, rs.StaleSets = r.stale(cache)
+	rs.Stale, rs.StaleSets = r.stale(cache, quickStale)
 	for _, c := range rs.Stale {
-		s.natChains.add(chainLine(c))
-		s.natRules.add("-X " + c)
+		s.natChains.b = appendChainLine(s.natChains.b, c, nil)
+		s.natChains.end()
+		s.natRules.b = append(append(s.natRules.b, "-X "...), c...)
+		s.natRules.end()
 	}
-	for _, set := range rs.StaleSets {
-		ipsetDestroy.add("destroy " + set)
+	if len(rs.StaleSets) > 0 {
+		var b strings.Builder
+		for _, set := range rs.StaleSets {
+			b.WriteString("destroy " + set + "\n")
+		}
+		rs.IPSetDestroy = b.String()
 	}
 
+	const head, mid, tail = "*filter\n", "COMMIT\n*nat\n", "COMMIT\n"
 	var b strings.Builder
-	b.Grow(s.filterChains.b.Len() + s.filterRules.b.Len() + s.natChains.b.Len() + s.natRules.b.Len() + 32)
-	b.WriteString("*filter\n")
-	b.Write(s.filterChains.b.Bytes())
-	b.Write(s.filterRules.b.Bytes())
-	b.WriteString("COMMIT\n*nat\n")
-	b.Write(s.natChains.b.Bytes())
-	b.Write(s.natRules.b.Bytes())
-	b.WriteString("COMMIT\n")
+	b.Grow(len(head) + s.filterChains.len() + s.filterRules.len() + len(mid) + s.natChains.len() + s.natRules.len() + len(tail))
+	b.WriteString(head)
+	s.filterChains.writeTo(&b)
+	s.filterRules.writeTo(&b)
+	b.WriteString(mid)
+	s.natChains.writeTo(&b)
+	s.natRules.writeTo(&b)
+	b.WriteString(tail)
 	rs.Restore = b.String()
 	rs.Lines = s.filterChains.n + s.filterRules.n + s.natChains.n + s.natRules.n + 4
-	rs.IPSetRestore = s.ipsetCreate.b.String()
-	rs.IPSetDestroy = ipsetDestroy.b.String()
+	rs.IPSetRestore = s.ipsetCreate.String()
 	rs.FilterChains = s.filterChains.n
 	rs.FilterRules = s.filterRules.n
 	rs.NATChains = s.natChains.n + s.skippedChains - len(rs.Stale)
 	rs.NATRules = s.natRules.n + s.skippedRules - len(rs.Stale)
-	rs.Jumps = r.jumpRestore()
+	rs.Jumps = r.jumps
 	return rs, nil
 }
 
-// renderService renders one service port: its top-level lines into out, its
-// own chains into the sections when write is set (else only counted).
-func (r *Renderer) renderService(v *svc, s *sections, write bool) *svcOut {
-	out := &svcOut{spn: v.spn}
-	s.natTop.reset(false)
-	s.filterTop.reset(false)
-	s.natTop.add(r.clusterIPRules(v)...)
-	s.filterTop.add(r.clusterIPFilterRules(v)...)
-	nat, filter := r.nodePortRules(v)
-	s.natTop.add(nat...)
-	s.filterTop.add(filter...)
-	out.natTop, out.nNatTop = s.natTop.b.String(), s.natTop.n
-	out.filterTop, out.nFilterTop = s.filterTop.b.String(), s.filterTop.n
+// sortedServicePorts returns st's service ports in order, and their
+// ServicePorts. The order of the last render is reused when st has the same
+// service ports (sorting 5000 names costs more than checking them); same
+// reports it.
+func (r *Renderer) sortedServicePorts(st *cluster.State) (_ []cluster.ServicePortName, _ []*cluster.ServicePort, same bool) {
+	sps := r.orderSP[:0]
+	if len(r.order) == len(st.Services) {
+		same = true
+		for _, n := range r.order {
+			sp, ok := st.Services[n]
+			if !ok {
+				same = false
+				break
+			}
+			sps = append(sps, sp)
+		}
+		if same {
+			r.orderSP = sps
+			return r.order, sps, true
+		}
+		clear(sps)
+		sps = sps[:0]
+	}
+	r.order = st.SortedServicePorts()
+	for _, n := range r.order {
+		sps = append(sps, st.Services[n])
+	}
+	r.orderSP = sps
+	return r.order, sps, false
+}
+
+// svc is one service port as the renderer sees it while rendering it.
+type svc struct {
+	sp  *cluster.ServicePort
+	cat dataplane.Categorized
+	// o is the service port's output being made: o.eps is parallel to
+	// cat.AllReachable.
+	o *svcOut
+	// large drops per-endpoint comments (kube-proxy's largeClusterMode).
+	large         bool
+	externalLocal bool
+	// cur is where the next endpoint lookup by pointer starts.
+	cur int
+}
+
+// ep returns the output of list[i] (an endpoint of the Cluster or Local
+// set), found by pointer among the reachable endpoints; nil if it is not
+// there (a duplicate ip:port that the union of both sets left out).
+func (v *svc) ep(list []*cluster.Endpoint, i int) *epOut {
+	all, ep := v.cat.AllReachable, list[i]
+	if i < len(all) && all[i] == ep {
+		return &v.o.eps[i]
+	}
+	for j := v.cur; j < len(all); j++ {
+		if all[j] == ep {
+			v.cur = j + 1
+			return &v.o.eps[j]
+		}
+	}
+	for j := 0; j < v.cur && j < len(all); j++ {
+		if all[j] == ep {
+			v.cur = j + 1
+			return &v.o.eps[j]
+		}
+	}
+	return nil
+}
+
+// renderService renders one service port: its top-level lines, and its own
+// chains into the sections when write is set (else only counted). prev is
+// the previous render's output for the service port, if any: its hashes are
+// reused, and so is prev itself when nothing changed.
+func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.ServicePort, cat dataplane.Categorized, prev *svcOut, large bool, s *sections, write bool) *svcOut {
+	o := &r.tmp
+	o.svcInfo = svcInfo{spn: spn}
+	if prev != nil {
+		o.name, o.proto, o.h = prev.name, prev.proto, prev.h
+	} else {
+		o.name, o.proto = portName(spn), protocol(spn)
+		r.hashIn = append(append(r.hashIn[:0], o.name...), o.proto...)
+		hashTo(&o.h, r.hashIn)
+	}
+	r.endpoints(o, sp, cat.AllReachable, prev)
+
+	v := &svc{sp: sp, cat: cat, o: o, large: large, externalLocal: dataplane.ExternalPolicyLocal(sp)}
+	o.clusterIP, o.port, o.nodePort = sp.ClusterIP, sp.Port, sp.NodePort
+	o.external = dataplane.ExternallyAccessible(sp)
+	o.internalLocal = dataplane.InternalPolicyLocal(sp)
+	o.hasEndpoints = cat.HasAny
+	o.hasInternal = o.hasEndpoints && !(o.internalLocal && len(cat.Local) == 0)
+	o.hasExternal = o.hasEndpoints && !(v.externalLocal && len(cat.Local) == 0)
+	o.usesClusterChain = len(cat.Cluster) > 0 && dataplane.UsesClusterEndpoints(sp)
+	o.usesLocalChain = len(cat.Local) > 0 && dataplane.UsesLocalEndpoints(sp)
+	o.usesExtChain = o.hasEndpoints && o.external
+	o.noLocalInternal = o.hasEndpoints && !o.hasInternal
+	o.noLocalExternal = o.hasEndpoints && o.external && !o.hasExternal
+
 	// The top-level lines go first, as in kube-proxy's output.
-	s.writeTop(out)
+	r.writeTop(s, o)
 
 	chains, rules := &s.natChains, &s.natRules
 	if !write {
-		chains, rules = &lines{discard: true}, &lines{discard: true}
+		s.discardChains.reset()
+		s.discardRules.reset()
+		chains, rules = &s.discardChains, &s.discardRules
 	}
 	c0, r0 := chains.n, rules.n
-	out.chains = r.serviceChains(v, chains, rules)
-	out.nChains, out.nRules = chains.n-c0, rules.n-r0
+	r.serviceChains(v, chains, rules)
+	o.nChains, o.nRules = chains.n-c0, rules.n-r0
 	if write {
-		s.ipsetCreate.add(r.ipsetCreateLines(v)...)
+		r.ipsetCreateLines(v, &s.ipsetCreate)
 	}
-	for _, ep := range v.cat.AllReachable {
-		if e := v.eps[ep]; e.set != "" {
-			out.sets = append(out.sets, e.set)
-		}
+	if prev != nil && o.equal(prev) {
+		return prev
 	}
-	out.refs, out.services = r.mapService(v)
-	out.noLocalInternal = v.hasEndpoints && !v.hasInternal
-	out.noLocalExternal = v.hasEndpoints && dataplane.ExternallyAccessible(v.sp) && !v.hasExternal
+	out := &svcOut{svcInfo: o.svcInfo}
+	if len(o.eps) > 0 {
+		out.eps = slices.Clone(o.eps)
+	}
 	return out
 }
 
-func (s *sections) writeTop(out *svcOut) {
-	s.natRules.b.WriteString(out.natTop)
-	s.natRules.n += out.nNatTop
-	s.filterRules.b.WriteString(out.filterTop)
-	s.filterRules.n += out.nFilterTop
+// endpoints fills o.eps for the reachable endpoints: key, chain hash and,
+// with the ipset option, affinity set hash, reusing prev's hashes.
+func (r *Renderer) endpoints(o *svcOut, sp *cluster.ServicePort, reachable []*cluster.Endpoint, prev *svcOut) {
+	useSet := r.cfg.Affinity == AffinityIPSet && sp.ClientIPAffinity
+	t := sp.AffinityTimeout
+	if r.fNoTimeout {
+		t = -1
+	}
+	eps := o.eps[:0]
+	o.sorted = true
+	cur := 0
+	for i, ep := range reachable {
+		e := epOut{ap: netip.AddrPortFrom(ep.IP, uint16(ep.Port))}
+		var old *epOut
+		if prev != nil {
+			old = prev.find(e.ap, &cur)
+		}
+		if old != nil {
+			e.sep = old.sep
+		} else {
+			r.hashIn = appendAddrPort(append(append(r.hashIn[:0], o.name...), o.proto...), e.ap)
+			hashTo(&e.sep, r.hashIn)
+		}
+		if useSet {
+			e.hasAff, e.affT = true, t
+			if old != nil && old.hasAff && old.affT == t {
+				e.aff = old.aff
+			} else {
+				r.hashIn = appendAddrPort(append(append(r.hashIn[:0], o.name...), o.proto...), e.ap)
+				r.hashIn = strconv.AppendInt(append(r.hashIn, "/timeout="...), int64(t), 10)
+				hashTo(&e.aff, r.hashIn)
+			}
+		}
+		if i > 0 && eps[i-1].ap.Compare(e.ap) >= 0 {
+			o.sorted = false
+		}
+		eps = append(eps, e)
+	}
+	o.eps = eps
 }
 
 // use adds one service port's contribution to the render. fresh reports that
@@ -326,7 +638,7 @@ func (s *sections) writeTop(out *svcOut) {
 // written that its own chains were written too.
 func (r *Renderer) use(rs *Ruleset, s *sections, out *svcOut, fresh, written bool) {
 	if !fresh {
-		s.writeTop(out)
+		r.writeTop(s, out)
 	}
 	if !written {
 		s.skippedChains += out.nChains
@@ -340,142 +652,176 @@ func (r *Renderer) use(rs *Ruleset, s *sections, out *svcOut, fresh, written boo
 	}
 }
 
-// newSvc decides, as syncProxyRules does, which chains a service port uses and
-// where its traffic goes.
-func (r *Renderer) newSvc(spn cluster.ServicePortName, sp *cluster.ServicePort, cat dataplane.Categorized) *svc {
-	v := &svc{
-		spn: spn, sp: sp, name: spn.String(), proto: protocol(spn), cat: cat,
-		svcName: ServiceChain(spn), svlName: LocalChain(spn), extName: ExternalChain(spn),
-		eps: make(map[*cluster.Endpoint]epRef, len(cat.AllReachable)),
+// serviceChains writes the service port's own chains (SVC, SVL, EXT, SEP).
+func (r *Renderer) serviceChains(v *svc, chains, rules *lines) {
+	o := v.o
+	if o.hasInternal {
+		r.masqueradeRules(rules, o)
 	}
-	hashPrefix := v.name + v.proto
-	for _, ep := range cat.AllReachable {
-		k := ep.String()
-		v.eps[ep] = epRef{key: k, sep: PrefixSEP + hash16(hashPrefix+k), set: r.affinitySet(v, k)}
+	if o.usesExtChain {
+		chains.b = appendChainLine(chains.b, PrefixEXT, &o.h)
+		chains.end()
+		r.externalChainRules(rules, v)
 	}
-	v.hasEndpoints = cat.HasAny
-	v.hasInternal = v.hasEndpoints
-	v.internalChain = v.svcName
-	if dataplane.InternalPolicyLocal(sp) {
-		v.internalChain = v.svlName
-		if len(cat.Local) == 0 {
-			v.hasInternal = false
-		}
+	if o.usesClusterChain {
+		chains.b = appendChainLine(chains.b, PrefixSVC, &o.h)
+		chains.end()
+		r.affinityRules(rules, v, PrefixSVC, v.cat.Cluster)
+		r.cascadeRules(rules, v, PrefixSVC, v.cat.Cluster)
 	}
-	v.hasExternal = v.hasEndpoints
-	v.externalChain = v.svcName
-	if dataplane.ExternalPolicyLocal(sp) {
-		v.externalChain = v.svlName
-		if len(cat.Local) == 0 {
-			v.hasExternal = false
-		}
+	if o.usesLocalChain {
+		chains.b = appendChainLine(chains.b, PrefixSVL, &o.h)
+		chains.end()
+		r.affinityRules(rules, v, PrefixSVL, v.cat.Local)
+		r.cascadeRules(rules, v, PrefixSVL, v.cat.Local)
 	}
-	v.usesClusterChain = len(cat.Cluster) > 0 && dataplane.UsesClusterEndpoints(sp)
-	v.usesLocalChain = len(cat.Local) > 0 && dataplane.UsesLocalEndpoints(sp)
-	v.usesExtChain = v.hasEndpoints && dataplane.ExternallyAccessible(sp)
-	return v
-}
-
-// serviceChains writes the service port's own chains (SVC, SVL, EXT, SEP) and
-// returns their names.
-func (r *Renderer) serviceChains(v *svc, chains, rules *lines) []string {
-	var names []string
-	if v.hasInternal {
-		rules.add(r.masqueradeRules(v)...)
+	for i, ep := range v.cat.AllReachable {
+		chains.b = appendChainLine(chains.b, PrefixSEP, &o.eps[i].sep)
+		chains.end()
+		r.endpointRules(rules, v, ep, &o.eps[i])
 	}
-	if v.usesExtChain {
-		chains.add(chainLine(v.extName))
-		names = append(names, v.extName)
-		rules.add(r.externalChainRules(v)...)
-	}
-	if v.usesClusterChain {
-		chains.add(chainLine(v.svcName))
-		names = append(names, v.svcName)
-		r.affinityRules(rules, v, v.svcName, v.cat.Cluster)
-		r.cascadeRules(rules, v, v.svcName, v.cat.Cluster)
-	}
-	if v.usesLocalChain {
-		chains.add(chainLine(v.svlName))
-		names = append(names, v.svlName)
-		r.affinityRules(rules, v, v.svlName, v.cat.Local)
-		r.cascadeRules(rules, v, v.svlName, v.cat.Local)
-	}
-	for _, ep := range v.cat.AllReachable {
-		sep := v.eps[ep].sep
-		chains.add(chainLine(sep))
-		names = append(names, sep)
-		r.endpointRules(rules, v, ep)
-	}
-	return names
 }
 
 // stale lists the chains and sets the kernel holds (as committed) that the
 // render in cur no longer uses, sorted. A service port whose output was
-// reused holds exactly what it held.
-func (r *Renderer) stale(cur map[cluster.ServicePortName]*svcOut) (chains, sets []string) {
-	for spn, old := range r.committedOuts {
-		now := cur[spn]
-		if now == old {
-			continue
+// reused holds exactly what it held. quick reports that the kernel holds
+// the cache this render started from: then only the outputs in r.moved
+// changed.
+func (r *Renderer) stale(cur map[cluster.ServicePortName]*svcOut, quick bool) (chains, sets []string) {
+	if quick {
+		for _, p := range r.moved {
+			chains, sets = p.old.appendMissing(chains, sets, p.now)
 		}
-		var keepC, keepS []string
-		if now != nil {
-			keepC, keepS = now.chains, now.sets
+	} else {
+		for spn, old := range r.committedOuts {
+			now := cur[spn]
+			if now == old {
+				continue
+			}
+			chains, sets = old.appendMissing(chains, sets, now)
 		}
-		chains = appendMissing(chains, old.chains, keepC)
-		sets = appendMissing(sets, old.sets, keepS)
 	}
+	clear(r.moved)
 	slices.Sort(chains)
 	slices.Sort(sets)
 	return chains, sets
 }
 
-// appendMissing appends to out the names of old that are not in keep.
-func appendMissing(out, old, keep []string) []string {
-	if len(old) == 0 {
-		return out
+// appendMissing appends the names of o's chains and sets that now (the same
+// service port, or nil) does not have.
+func (o *svcOut) appendMissing(chains, sets []string, now *svcOut) ([]string, []string) {
+	var keep *svcOut
+	if now != nil {
+		keep = now
+	} else {
+		keep = &svcOut{}
 	}
-	if len(keep) > 16 {
-		in := make(map[string]bool, len(keep))
-		for _, k := range keep {
-			in[k] = true
-		}
-		for _, o := range old {
-			if !in[o] {
-				out = append(out, o)
+	// The SVC, SVL and EXT names only depend on the service port.
+	if o.usesExtChain && !keep.usesExtChain {
+		chains = append(chains, PrefixEXT+string(o.h[:]))
+	}
+	if o.usesClusterChain && !keep.usesClusterChain {
+		chains = append(chains, PrefixSVC+string(o.h[:]))
+	}
+	if o.usesLocalChain && !keep.usesLocalChain {
+		chains = append(chains, PrefixSVL+string(o.h[:]))
+	}
+	if len(o.eps) == 0 {
+		return chains, sets
+	}
+	hasSEP := func(h hash) bool {
+		return slices.ContainsFunc(keep.eps, func(e epOut) bool { return e.sep == h })
+	}
+	hasAFF := func(h hash) bool {
+		return slices.ContainsFunc(keep.eps, func(e epOut) bool { return e.hasAff && e.aff == h })
+	}
+	if len(keep.eps) > 16 {
+		seps := make(map[hash]bool, len(keep.eps))
+		affs := make(map[hash]bool)
+		for _, e := range keep.eps {
+			seps[e.sep] = true
+			if e.hasAff {
+				affs[e.aff] = true
 			}
 		}
-		return out
+		hasSEP = func(h hash) bool { return seps[h] }
+		hasAFF = func(h hash) bool { return affs[h] }
 	}
-	for _, o := range old {
-		if !slices.Contains(keep, o) {
-			out = append(out, o)
+	for _, e := range o.eps {
+		if !hasSEP(e.sep) {
+			chains = append(chains, PrefixSEP+string(e.sep[:]))
+		}
+		if e.hasAff && !hasAFF(e.aff) {
+			sets = append(sets, PrefixAFF+string(e.aff[:]))
 		}
 	}
-	return out
+	return chains, sets
 }
 
-// mapService lists the service port's chains, sets and destinations for the
-// ruleset's ChainMap, for counters.
-func (r *Renderer) mapService(v *svc) (refs []namedRef, services []string) {
-	refs = make([]namedRef, 0, 3+2*len(v.eps))
-	refs = append(refs,
-		namedRef{v.svcName, ChainRef{ServicePort: v.spn, Kind: PrefixSVC}},
-		namedRef{v.svlName, ChainRef{ServicePort: v.spn, Kind: PrefixSVL}},
-		namedRef{v.extName, ChainRef{ServicePort: v.spn, Kind: PrefixEXT}},
-	)
-	for _, ep := range v.cat.AllReachable {
-		e := v.eps[ep]
-		refs = append(refs, namedRef{e.sep, ChainRef{ServicePort: v.spn, Endpoint: e.key, Kind: PrefixSEP}})
-		if e.set != "" {
-			refs = append(refs, namedRef{e.set, ChainRef{ServicePort: v.spn, Endpoint: e.key, Kind: PrefixAFF}})
+// index adds the service port's chains, sets and destinations to a
+// ChainMap's index, for counters.
+func (o *svcOut) index(chains map[string]ChainRef, services map[string]cluster.ServicePortName) {
+	h := string(o.h[:])
+	chains[PrefixSVC+h] = ChainRef{ServicePort: o.spn, Kind: PrefixSVC}
+	chains[PrefixSVL+h] = ChainRef{ServicePort: o.spn, Kind: PrefixSVL}
+	chains[PrefixEXT+h] = ChainRef{ServicePort: o.spn, Kind: PrefixEXT}
+	for i := range o.eps {
+		e := &o.eps[i]
+		key := e.key()
+		chains[PrefixSEP+string(e.sep[:])] = ChainRef{ServicePort: o.spn, Endpoint: key, Kind: PrefixSEP}
+		if e.hasAff {
+			chains[PrefixAFF+string(e.aff[:])] = ChainRef{ServicePort: o.spn, Endpoint: key, Kind: PrefixAFF}
 		}
 	}
-	services = append(services, ServiceKey(v.proto, v.sp.ClusterIP.String(), int(v.sp.Port)))
-	if dataplane.ExternallyAccessible(v.sp) {
-		services = append(services, ServiceKey(v.proto, "", int(v.sp.NodePort)))
+	services[ServiceKey(o.proto, o.clusterIP.String(), int(o.port))] = o.spn
+	if o.external {
+		services[ServiceKey(o.proto, "", int(o.nodePort))] = o.spn
 	}
-	return refs, services
+}
+
+// refs is the number of chain and set names index adds.
+func (o *svcOut) refs() int {
+	n := 3 + len(o.eps)
+	for i := range o.eps {
+		if o.eps[i].hasAff {
+			n++
+		}
+	}
+	return n
+}
+
+// key is the endpoint's "ip:port".
+func (e *epOut) key() string { return e.ap.String() }
+
+// appendAddrPort appends ap as AddrPort.String does.
+func appendAddrPort(b []byte, ap netip.AddrPort) []byte {
+	if !ap.Addr().IsValid() {
+		return append(b, ap.String()...)
+	}
+	return ap.AppendTo(b)
+}
+
+// appendAddr appends ip as Addr.String does.
+func appendAddr(b []byte, ip netip.Addr) []byte {
+	if !ip.IsValid() {
+		return append(b, ip.String()...)
+	}
+	return ip.AppendTo(b)
+}
+
+// appendChain appends a chain (or set) name, prefix and hash.
+func appendChain(b []byte, prefix string, h *hash) []byte {
+	b = append(b, prefix...)
+	if h != nil {
+		b = append(b, h[:]...)
+	}
+	return b
+}
+
+// appendChainLine appends a chain declaration (without the newline).
+func appendChainLine(b []byte, prefix string, h *hash) []byte {
+	b = appendChain(append(b, ':'), prefix, h)
+	return append(b, " - [0:0]"...)
 }
 
 func chainLine(c string) string { return ":" + c + " - [0:0]" }
@@ -526,114 +872,161 @@ func (r *Renderer) kubeletFirewallRules() []string {
 }
 
 // nodePortsJumpRule is KUBE-SERVICES' last rule.
-func (r *Renderer) nodePortsJumpRule() string {
-	return fmt.Sprintf(`-A %s -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j %s`, ChainServices, ChainNodePorts)
+const nodePortsJumpRule = `-A ` + ChainServices + ` -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j ` + ChainNodePorts
+
+// writeTop writes a service port's lines in the top-level chains.
+func (r *Renderer) writeTop(s *sections, o *svcOut) {
+	r.clusterIPRules(&s.natRules, o)
+	r.clusterIPFilterRules(&s.filterRules, o)
+	r.nodePortRules(&s.natRules, &s.filterRules, o)
+}
+
+// appendMatch appends ` -m <proto> -p <proto>`.
+func appendMatch(b []byte, o *svcOut) []byte {
+	b = append(append(b, " -m "...), o.proto...)
+	return append(append(b, " -p "...), o.proto...)
+}
+
+// appendClusterIPMatch appends ` -m <proto> -p <proto> -d <cluster IP> --dport <port>`.
+func appendClusterIPMatch(b []byte, o *svcOut) []byte {
+	b = appendAddr(append(appendMatch(b, o), " -d "...), o.clusterIP)
+	return strconv.AppendInt(append(b, " --dport "...), int64(o.port), 10)
+}
+
+// appendNoEndpoints appends the comment and target of a REJECT or DROP rule.
+func appendNoEndpoints(b []byte, o *svcOut) (_ []byte, target string) {
+	b = append(append(b, ` -m comment --comment "`...), o.name...)
+	if o.hasEndpoints {
+		return append(b, ` has no local endpoints"`...), "DROP"
+	}
+	return append(b, ` has no endpoints"`...), "REJECT"
 }
 
 // clusterIPRules sends traffic for the cluster IP to the internal policy
 // chain, when it has endpoints.
-func (r *Renderer) clusterIPRules(v *svc) []string {
-	if !v.hasInternal {
-		return nil
+func (r *Renderer) clusterIPRules(w *lines, o *svcOut) {
+	if !o.hasInternal {
+		return
 	}
-	return []string{fmt.Sprintf(`-A %s -m comment --comment "%s cluster IP" -m %s -p %s -d %s --dport %d -j %s`,
-		ChainServices, v.name, v.proto, v.proto, v.sp.ClusterIP, v.sp.Port, v.internalChain)}
+	b := append(w.b, "-A "+ChainServices+` -m comment --comment "`...)
+	b = append(append(b, o.name...), ` cluster IP"`...)
+	b = append(appendClusterIPMatch(b, o), " -j "...)
+	w.b = appendChain(b, o.internalChainPrefix(), &o.h)
+	w.end()
+}
+
+// internalChainPrefix is the prefix of the chain cluster-IP traffic goes to.
+func (o *svcOut) internalChainPrefix() string {
+	if o.internalLocal {
+		return PrefixSVL
+	}
+	return PrefixSVC
 }
 
 // clusterIPFilterRules REJECT traffic for a service port without endpoints,
 // and DROP it for internalTrafficPolicy Local without local endpoints.
-func (r *Renderer) clusterIPFilterRules(v *svc) []string {
-	if v.hasInternal {
-		return nil
+func (r *Renderer) clusterIPFilterRules(w *lines, o *svcOut) {
+	if o.hasInternal {
+		return
 	}
-	target, comment := "REJECT", v.name+" has no endpoints"
-	if v.hasEndpoints {
-		target, comment = "DROP", v.name+" has no local endpoints"
-	}
-	return []string{fmt.Sprintf(`-A %s -m comment --comment "%s" -m %s -p %s -d %s --dport %d -j %s`,
-		ChainServices, comment, v.proto, v.proto, v.sp.ClusterIP, v.sp.Port, target)}
+	b, target := appendNoEndpoints(append(w.b, "-A "+ChainServices...), o)
+	b = append(append(appendClusterIPMatch(b, o), " -j "...), target...)
+	w.b = b
+	w.end()
 }
 
 // nodePortRules send node-port traffic to the KUBE-EXT chain (nat), and
 // REJECT or DROP it when there is nowhere to send it (filter).
-func (r *Renderer) nodePortRules(v *svc) (nat, filter []string) {
-	if !dataplane.ExternallyAccessible(v.sp) {
-		return nil, nil
+func (r *Renderer) nodePortRules(nat, filter *lines, o *svcOut) {
+	if !o.external {
+		return
 	}
-	if v.hasEndpoints {
-		nat = append(nat, fmt.Sprintf(`-A %s -m comment --comment %s -m %s -p %s --dport %d -j %s`,
-			ChainNodePorts, v.name, v.proto, v.proto, v.sp.NodePort, v.extName))
+	if o.hasEndpoints {
+		b := append(append(nat.b, "-A "+ChainNodePorts+" -m comment --comment "...), o.name...)
+		b = strconv.AppendInt(append(appendMatch(b, o), " --dport "...), int64(o.nodePort), 10)
+		nat.b = appendChain(append(b, " -j "...), PrefixEXT, &o.h)
+		nat.end()
 	}
-	if !v.hasExternal {
-		target, comment := "REJECT", v.name+" has no endpoints"
-		if v.hasEndpoints {
-			target, comment = "DROP", v.name+" has no local endpoints"
-		}
-		filter = append(filter, fmt.Sprintf(`-A %s -m comment --comment "%s" -m addrtype --dst-type LOCAL -m %s -p %s --dport %d -j %s`,
-			ChainExternalServices, comment, v.proto, v.proto, v.sp.NodePort, target))
+	if !o.hasExternal {
+		b, target := appendNoEndpoints(append(filter.b, "-A "+ChainExternalServices...), o)
+		b = appendMatch(append(b, " -m addrtype --dst-type LOCAL"...), o)
+		b = strconv.AppendInt(append(b, " --dport "...), int64(o.nodePort), 10)
+		filter.b = append(append(b, " -j "...), target...)
+		filter.end()
 	}
-	return nat, filter
 }
 
 // masqueradeRules mark traffic to the cluster IP from outside the pod range
 // (or all of it, with masqueradeAll), in the internal policy chain.
-func (r *Renderer) masqueradeRules(v *svc) []string {
-	base := fmt.Sprintf(`-A %s -m comment --comment "%s cluster IP" -m %s -p %s -d %s --dport %d`,
-		v.internalChain, v.name, v.proto, v.proto, v.sp.ClusterIP, v.sp.Port)
-	switch {
-	case r.cfg.MasqueradeAll:
-		return []string{base + " -j " + ChainMarkMasq}
-	case r.cfg.ClusterCIDR.IsValid():
-		return []string{fmt.Sprintf("%s ! -s %s -j %s", base, r.cfg.ClusterCIDR.Masked(), ChainMarkMasq)}
+func (r *Renderer) masqueradeRules(w *lines, o *svcOut) {
+	if !r.cfg.MasqueradeAll && r.cidr == "" {
+		return
 	}
-	return nil
+	b := appendChain(append(w.b, "-A "...), o.internalChainPrefix(), &o.h)
+	b = append(append(append(b, ` -m comment --comment "`...), o.name...), ` cluster IP"`...)
+	b = appendClusterIPMatch(b, o)
+	if !r.cfg.MasqueradeAll {
+		b = append(append(b, " ! -s "...), r.cidr...)
+	}
+	w.b = append(b, " -j "+ChainMarkMasq...)
+	w.end()
 }
 
 // externalChainRules fill KUBE-EXT: masquerade and go to the Cluster chain for
 // externalTrafficPolicy Cluster; for Local, short-circuit pod and host traffic
 // to the Cluster chain (masquerading host traffic) and send the rest to the
 // Local chain.
-func (r *Renderer) externalChainRules(v *svc) []string {
-	var out []string
-	if !dataplane.ExternalPolicyLocal(v.sp) {
-		out = append(out, fmt.Sprintf(`-A %s -m comment --comment "masquerade traffic for %s external destinations" -j %s`, v.extName, v.name, ChainMarkMasq))
+func (r *Renderer) externalChainRules(w *lines, v *svc) {
+	o := v.o
+	rule := func(comment, middle, target string, h *hash) {
+		b := appendChain(append(w.b, "-A "...), PrefixEXT, &o.h)
+		b = append(append(append(b, ` -m comment --comment "`...), comment...), o.name...)
+		b = append(append(b, ` external destinations"`...), middle...)
+		w.b = appendChain(append(b, " -j "...), target, h)
+		w.end()
+	}
+	if !v.externalLocal {
+		rule("masquerade traffic for ", "", ChainMarkMasq, nil)
 	} else {
-		if r.cfg.ClusterCIDR.IsValid() {
-			out = append(out, fmt.Sprintf(`-A %s -m comment --comment "pod traffic for %s external destinations" -s %s -j %s`, v.extName, v.name, r.cfg.ClusterCIDR.Masked(), v.svcName))
+		if r.cidr != "" {
+			rule("pod traffic for ", " -s "+r.cidr, PrefixSVC, &o.h)
 		}
-		out = append(out,
-			fmt.Sprintf(`-A %s -m comment --comment "masquerade LOCAL traffic for %s external destinations" -m addrtype --src-type LOCAL -j %s`, v.extName, v.name, ChainMarkMasq),
-			fmt.Sprintf(`-A %s -m comment --comment "route LOCAL traffic for %s external destinations" -m addrtype --src-type LOCAL -j %s`, v.extName, v.name, v.svcName),
-		)
+		rule("masquerade LOCAL traffic for ", " -m addrtype --src-type LOCAL", ChainMarkMasq, nil)
+		rule("route LOCAL traffic for ", " -m addrtype --src-type LOCAL", PrefixSVC, &o.h)
 	}
-	if v.hasExternal {
-		out = append(out, fmt.Sprintf("-A %s -j %s", v.extName, v.externalChain))
+	if o.hasExternal {
+		b := appendChain(append(w.b, "-A "...), PrefixEXT, &o.h)
+		prefix := PrefixSVC
+		if v.externalLocal {
+			prefix = PrefixSVL
+		}
+		w.b = appendChain(append(b, " -j "...), prefix, &o.h)
+		w.end()
 	}
-	return out
 }
 
-// comment is kube-proxy's appendServiceCommentLocked: left out in large
-// clusters.
-func (r *Renderer) comment(large bool, text string) string {
-	if large {
-		return ""
-	}
-	if strings.ContainsAny(text, " \t") {
-		return ` -m comment --comment "` + text + `"`
-	}
-	return " -m comment --comment " + text
-}
+// The per-endpoint families below are most of the text (5000 Services x 10
+// endpoints: 200,000 of 215,000 lines).
 
-// The per-endpoint families below write straight into the line buffer, in
-// pieces: building a string per rule and a slice per family cost a quarter of
-// a full render at 5000 Services x 10 endpoints.
-
-// epComment appends the per-endpoint comment `"svc -> ip:port"` in pieces.
-func epComment(parts []string, v *svc, key string) []string {
+// appendEPComment appends the per-endpoint comment `"svc -> ip:port"`.
+func appendEPComment(b []byte, v *svc, e *epOut) []byte {
 	if v.large {
-		return parts
+		return b
 	}
-	return append(parts, ` -m comment --comment "`, v.name, " -> ", key, `"`)
+	b = append(append(b, ` -m comment --comment "`...), v.o.name...)
+	b = append(b, " -> "...)
+	if e != nil {
+		b = appendAddrPort(b, e.ap)
+	}
+	return append(b, '"')
+}
+
+// appendSEP appends an endpoint's chain name ("" for a missing endpoint).
+func appendSEP(b []byte, e *epOut) []byte {
+	if e == nil {
+		return b
+	}
+	return appendChain(b, PrefixSEP, &e.sep)
 }
 
 // affinityRules send a client with a live affinity entry for an endpoint
@@ -642,103 +1035,96 @@ func (r *Renderer) affinityRules(w *lines, v *svc, chain string, eps []*cluster.
 	if !v.sp.ClientIPAffinity {
 		return
 	}
-	var buf [16]string
-	seconds := strconv.Itoa(int(v.sp.AffinityTimeout))
-	for _, ep := range eps {
-		e := v.eps[ep]
-		parts := epComment(append(buf[:0], "-A ", chain), v, e.key)
+	v.cur = 0
+	for i := range eps {
+		e := v.ep(eps, i)
+		b := appendEPComment(appendChain(append(w.b, "-A "...), chain, &v.o.h), v, e)
 		switch {
-		case e.set != "":
-			parts = append(parts, " -m set --match-set ", e.set, " src")
-		case r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout):
+		case e != nil && e.hasAff:
+			b = append(appendChain(append(b, " -m set --match-set "...), PrefixAFF, &e.aff), " src"...)
+		case r.fNoTimeout:
 			// --reap needs --seconds, so both go.
-			parts = append(parts, " -m recent --name ", e.sep, " --rcheck")
+			b = append(appendSEP(append(b, " -m recent --name "...), e), " --rcheck"...)
 		default:
-			parts = append(parts, " -m recent --name ", e.sep, " --rcheck --seconds ", seconds, " --reap")
+			b = append(appendSEP(append(b, " -m recent --name "...), e), " --rcheck --seconds "...)
+			b = append(strconv.AppendInt(b, int64(v.sp.AffinityTimeout), 10), " --reap"...)
 		}
-		w.line(append(parts, " -j ", e.sep)...)
+		w.b = appendSEP(append(b, " -j "...), e)
+		w.end()
 	}
 }
 
 // cascadeRules are the load-balancing rules: rule i of n matches with
 // probability 1/(n-i), the last one always, which gives each endpoint 1/n.
 func (r *Renderer) cascadeRules(w *lines, v *svc, chain string, eps []*cluster.Endpoint) {
-	if r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint) && len(eps) > 0 {
+	if r.fDropLast && len(eps) > 0 {
 		eps = eps[:len(eps)-1]
 	}
-	var buf [16]string
+	v.cur = 0
 	n := len(eps)
-	for i, ep := range eps {
-		e := v.eps[ep]
-		parts := epComment(append(buf[:0], "-A ", chain), v, e.key)
+	for i := range eps {
+		e := v.ep(eps, i)
+		b := appendEPComment(appendChain(append(w.b, "-A "...), chain, &v.o.h), v, e)
 		if i < n-1 {
 			p := n - i
-			if r.cfg.Faults.Has(dataplane.FaultUniformProbability) {
+			if r.fUniform {
 				p = n
 			}
-			parts = append(parts, " -m statistic --mode random --probability ", r.probability(p))
+			b = append(append(b, " -m statistic --mode random --probability "...), r.probability(p)...)
 		}
-		w.line(append(parts, " -j ", e.sep)...)
+		w.b = appendSEP(append(b, " -j "...), e)
+		w.end()
 	}
 }
 
 // endpointRules fill a KUBE-SEP chain: masquerade hairpin traffic (the
 // endpoint reaching itself through the Service), record the client for
 // affinity, and DNAT.
-func (r *Renderer) endpointRules(w *lines, v *svc, ep *cluster.Endpoint) {
-	e := v.eps[ep]
-	var buf [16]string
-	head := append(buf[:0], "-A ", e.sep)
-	if !v.large {
-		head = append(head, " -m comment --comment ", v.name)
+func (r *Renderer) endpointRules(w *lines, v *svc, ep *cluster.Endpoint, e *epOut) {
+	head := func(b []byte) []byte {
+		b = appendChain(append(b, "-A "...), PrefixSEP, &e.sep)
+		if !v.large {
+			b = append(append(b, " -m comment --comment "...), v.o.name...)
+		}
+		return b
 	}
-	n := len(head)
-	w.line(append(head, " -s ", ep.IP.String(), " -j ", ChainMarkMasq)...)
-	head = head[:n]
+	b := appendAddr(append(head(w.b), " -s "...), ep.IP)
+	w.b = append(b, " -j "+ChainMarkMasq...)
+	w.end()
+	b = head(w.b)
 	if v.sp.ClientIPAffinity {
-		if e.set != "" {
-			parts := append(head, " -j SET --add-set ", e.set, " src --exist")
-			if !r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout) {
-				parts = append(parts, " --timeout ", strconv.Itoa(int(v.sp.AffinityTimeout)))
+		if e.hasAff {
+			b = append(appendChain(append(b, " -j SET --add-set "...), PrefixAFF, &e.aff), " src --exist"...)
+			if !r.fNoTimeout {
+				b = strconv.AppendInt(append(b, " --timeout "...), int64(v.sp.AffinityTimeout), 10)
 			}
-			w.line(parts...)
-			head = head[:n]
+			w.b = b
+			w.end()
+			b = head(w.b)
 		} else {
-			head = append(head, " -m recent --name ", e.sep, " --set")
+			b = append(appendChain(append(b, " -m recent --name "...), PrefixSEP, &e.sep), " --set"...)
 		}
 	}
-	w.line(append(head, " -m ", v.proto, " -p ", v.proto, " -j DNAT --to-destination ", e.key)...)
-}
-
-// affinitySet is the ipset of an endpoint ("ip:port") under AffinityIPSet,
-// else "".
-func (r *Renderer) affinitySet(v *svc, endpoint string) string {
-	if r.cfg.Affinity != AffinityIPSet || !v.sp.ClientIPAffinity {
-		return ""
-	}
-	t := int(v.sp.AffinityTimeout)
-	if r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout) {
-		t = -1
-	}
-	return AffinitySet(v.spn, endpoint, t)
+	b = append(appendMatch(b, v.o), " -j DNAT --to-destination "...)
+	w.b = appendAddrPort(b, e.ap)
+	w.end()
 }
 
 // ipsetCreateLines create the service port's affinity sets (for
 // `ipset restore -exist`, which leaves an identical existing set alone).
-func (r *Renderer) ipsetCreateLines(v *svc) []string {
-	var out []string
-	for _, ep := range v.cat.AllReachable {
-		set := v.eps[ep].set
-		if set == "" {
+func (r *Renderer) ipsetCreateLines(v *svc, w *lines) {
+	for i := range v.o.eps {
+		e := &v.o.eps[i]
+		if !e.hasAff {
 			continue
 		}
-		if r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout) {
-			out = append(out, "create "+set+" hash:ip family inet")
-		} else {
-			out = append(out, "create "+set+" hash:ip family inet timeout "+strconv.Itoa(int(v.sp.AffinityTimeout)))
+		b := append(appendChain(append(w.b, "create "...), PrefixAFF, &e.aff), " hash:ip family inet"...)
+		if !r.fNoTimeout {
+			b = strconv.AppendInt(append(b, " timeout "...), int64(v.sp.AffinityTimeout), 10)
 		}
+		w.b = b
+		w.end()
 	}
-	return out
 }
 
 // probability is kube-proxy's computeProbability, cached.
@@ -758,3 +1144,11 @@ func (r *Renderer) probability(n int) string {
 
 // Probability is 1/n printed as kube-proxy prints it, %0.10f.
 func Probability(n int) string { return fmt.Sprintf("%0.10f", 1.0/float64(n)) }
+
+// hashTo stores kube-proxy's chain-name hash of in in h: sha256, base32
+// (standard alphabet), first 16 characters, which are the encoding of the
+// first 10 bytes of the digest.
+func hashTo(h *hash, in []byte) {
+	sum := sha256.Sum256(in)
+	base32.StdEncoding.Encode(h[:], sum[:10])
+}

@@ -45,8 +45,10 @@ type Ruleset struct {
 	// Stale lists the chains this render deletes; StaleSets the ipsets.
 	Stale, StaleSets []string
 
-	// outs is what each service port contributed (the renderer's cache).
+	// outs is what each service port contributed (the renderer's cache),
+	// gen the renderer's count of this render.
 	outs map[cluster.ServicePortName]*svcOut
+	gen  uint64
 }
 
 // ChainRef says what a chain or set belongs to.
@@ -72,17 +74,12 @@ func (m *ChainMap) index() {
 	m.once.Do(func() {
 		n := 0
 		for _, o := range m.outs {
-			n += len(o.refs)
+			n += o.refs()
 		}
 		m.chains = make(map[string]ChainRef, n)
 		m.services = make(map[string]cluster.ServicePortName, len(m.outs)+len(m.outs)/4)
 		for _, o := range m.outs {
-			for _, nr := range o.refs {
-				m.chains[nr.name] = nr.ref
-			}
-			for _, k := range o.services {
-				m.services[k] = o.spn
-			}
+			o.index(m.chains, m.services)
 		}
 	})
 }
