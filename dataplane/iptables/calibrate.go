@@ -7,42 +7,22 @@ import (
 	"net/netip"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
-// CalibrationPoint is one measured size, in the JSON shape the simulator's
-// cost model reads (sim/cost.Point), plus the raw-restore comparison.
-type CalibrationPoint struct {
-	Services            int     `json:"services"`
-	EndpointsPerService int     `json:"endpointsPerService"`
-	Objects             int     `json:"objects"`
-	FullSeconds         float64 `json:"fullSyncSeconds"`
-	PartialSeconds      float64 `json:"partialSyncSeconds,omitempty"`
-	// RawRestoreSeconds is `iptables-restore --noflush` of the exact text
-	// of the full sync, into a fresh namespace: the floor a sync is held to.
-	RawRestoreSeconds float64 `json:"rawRestoreSeconds"`
-	Ratio             float64 `json:"fullOverRaw"`
-	PartialOverFull   float64 `json:"partialOverFull"`
-	RestoreBytes      int     `json:"restoreBytes"`
-	Runs              int     `json:"runs"`
-}
-
-// Calibration is sync time against size for one variant.
-type Calibration struct {
-	Mode    string             `json:"mode"`
-	Variant string             `json:"variant"`
-	Kernel  string             `json:"kernel,omitempty"`
-	Source  string             `json:"source"`
-	Points  []CalibrationPoint `json:"points"`
-}
+// CalibrationPoint and Calibration are the shared calibration file shapes.
+type (
+	CalibrationPoint = dataplane.CalibrationPoint
+	Calibration      = dataplane.Calibration
+)
 
 // SyntheticState builds n ClusterIP Services of k ready endpoints each, all
 // on one node "node-1" (the calibration namespace), as cluster.State.
@@ -108,11 +88,7 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*Calibration, error) {
 	return out, nil
 }
 
-func median(v []float64) float64 {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	return v[len(v)/2]
-}
+func median(v []float64) float64 { return dataplane.Median(v) }
 
 // oneNode builds a topology of a single node namespace (no pods).
 func oneNode(ctx context.Context) (*netns.Topology, *netns.Namespace, error) {

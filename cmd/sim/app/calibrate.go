@@ -11,7 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/nftables"
 	"github.com/kpsim/kpsim/harness/conform"
 )
 
@@ -21,6 +23,7 @@ type calibrateFlags struct {
 	out       outputFlag
 	mode      string
 	backends  []string
+	layouts   []string
 	sizes     []int
 	endpoints int
 	runs      int
@@ -30,7 +33,7 @@ type calibrateFlags struct {
 func newCalibrate(s Streams) *cobra.Command {
 	var f calibrateFlags
 	c := &cobra.Command{
-		Use:   "calibrate",
+		Use:   "calibrate --mode iptables|nftables",
 		Short: "Measure full and partial sync time of the real dataplane at a ladder of sizes (root)",
 		Long: `calibrate programs synthetic ClusterIP Services (N x E ready endpoints on one
 node) into fresh network namespaces and measures, for each size: a full sync
@@ -42,8 +45,15 @@ reads it (results/calibration/<mode>.json).`,
 			if err := f.out.check(); err != nil {
 				return err
 			}
-			if f.mode != "iptables" {
-				return &EnvError{Err: fmt.Errorf("calibration of %s mode is not available in this build (available: iptables)", f.mode)}
+			switch f.mode {
+			case "iptables", "nftables":
+			case "ipvs":
+				return &EnvError{Err: fmt.Errorf("calibration of ipvs mode is not available in this build (available: iptables, nftables)")}
+			default:
+				return &UsageError{Err: fmt.Errorf("unknown mode %q: iptables or nftables", f.mode)}
+			}
+			if !c.Flags().Changed("write") {
+				f.file = "results/calibration/" + f.mode + ".json"
 			}
 			if os.Geteuid() != 0 {
 				return &EnvError{Err: fmt.Errorf("sim calibrate needs root: it creates network namespaces and programs netfilter inside them")}
@@ -58,13 +68,23 @@ reads it (results/calibration/<mode>.json).`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			var out []*iptables.Calibration
-			for _, b := range f.backends {
-				if b != "nft" && b != "legacy" {
-					return &UsageError{Err: fmt.Errorf("unknown backend %q: nft or legacy", b)}
+			var out []*dataplane.Calibration
+			logf := func(format string, a ...any) { fmt.Fprintf(s.Err, format, a...) }
+			variants := f.backends
+			if f.mode == "nftables" {
+				variants = f.layouts
+			}
+			for _, v := range variants {
+				var cal *dataplane.Calibration
+				var err error
+				switch {
+				case f.mode == "iptables" && (v == "nft" || v == "legacy"):
+					cal, err = iptables.Calibrate(ctx, iptables.CalibrateOptions{Variant: v, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
+				case f.mode == "nftables" && (v == "kube-proxy" || v == "fast"):
+					cal, err = nftables.Calibrate(ctx, nftables.CalibrateOptions{Layout: nftables.Layout(v), Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
+				default:
+					return &UsageError{Err: fmt.Errorf("unknown %s variant %q (iptables: --backend nft|legacy; nftables: --layout kube-proxy|fast)", f.mode, v)}
 				}
-				cal, err := iptables.Calibrate(ctx, iptables.CalibrateOptions{Variant: b, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs,
-					Log: func(format string, a ...any) { fmt.Fprintf(s.Err, format, a...) }})
 				if err != nil {
 					return &EnvError{Err: err}
 				}
@@ -84,8 +104,8 @@ reads it (results/calibration/<mode>.json).`,
 				return writeJSON(s.Out, out)
 			}
 			for _, cal := range out {
-				fmt.Fprintf(s.Out, "iptables-%s (kernel %s), medians of %d runs\n", cal.Variant, cal.Kernel, f.runs)
-				fmt.Fprintf(s.Out, "%9s %8s %10s %10s %8s %10s %9s\n", "services", "lines", "full s", "raw s", "ratio", "partial s", "partial%")
+				fmt.Fprintf(s.Out, "%s %s (kernel %s), medians of %d runs\n", cal.Mode, cal.Variant, cal.Kernel, f.runs)
+				fmt.Fprintf(s.Out, "%9s %8s %10s %10s %8s %10s %9s\n", "services", "objects", "full s", "raw s", "ratio", "partial s", "partial%")
 				for _, p := range cal.Points {
 					fmt.Fprintf(s.Out, "%9d %8d %10.3f %10.3f %8.3f %10.4f %8.1f%%\n", p.Services, p.Objects, p.FullSeconds, p.RawRestoreSeconds, p.Ratio, p.PartialSeconds, 100*p.PartialOverFull)
 				}
@@ -96,10 +116,11 @@ reads it (results/calibration/<mode>.json).`,
 	f.out.add(c)
 	c.Flags().StringVar(&f.mode, "mode", "iptables", "mode to calibrate (iptables)")
 	c.Flags().StringSliceVar(&f.backends, "backend", []string{"nft", "legacy"}, "iptables backends to measure")
+	c.Flags().StringSliceVar(&f.layouts, "layout", []string{"kube-proxy", "fast"}, "nftables layouts to measure")
 	c.Flags().IntSliceVar(&f.sizes, "sizes", []int{500, 1000, 2000, 3000, 5000}, "numbers of Services")
 	c.Flags().IntVar(&f.endpoints, "endpoints", 10, "endpoints per Service")
 	c.Flags().IntVar(&f.runs, "runs", 5, "runs per size (the median is kept)")
-	c.Flags().StringVar(&f.file, "write", "results/calibration/iptables.json", "file to write ('' to only print)")
+	c.Flags().StringVar(&f.file, "write", "results/calibration/<mode>.json", "file to write ('' to only print)")
 	return c
 }
 
