@@ -4,6 +4,9 @@
 #   make test     install what the tests need (Debian packages included,
 #                 idempotently), then run every test tier; as root the
 #                 namespace tier runs and a skipped test is a failure
+#   make test-vm  the IPVS conformance suite, in a qemu microVM when this
+#                 kernel has no IPVS (installs qemu-system-x86, fetches the
+#                 Debian kernel and busybox into ~/.cache/kpsim/vm)
 #   make build    build bin/sim
 #   make bench    benchmarks (loading, engines, statistics)
 #   make lint     go vet and staticcheck
@@ -22,7 +25,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: host-snapshot test-go run test build bench lint results deps check-skips conformance calibrate clean
+.PHONY: host-snapshot test-go run test test-vm build bench lint results deps check-skips conformance calibrate clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
@@ -67,15 +70,44 @@ test-go:
 	grep -E '^(ok|FAIL|panic|---)|^\s+--- (FAIL|SKIP)|^\s+[a-z_]+\.go:[0-9]+:' $(TEST_LOG) | grep -v -- '--- PASS' ; \
 	$(MAKE) --no-print-directory check-skips || status=1; exit $$status
 
-# conformance runs the suite through the real kernel with both iptables
-# backends (root: it builds its own namespaces), writing JUnit and Markdown
-# next to the test log.
+# conformance runs the suite through the real kernel: iptables mode with both
+# iptables backends, nftables mode in both layouts (root: it builds its own
+# namespaces), writing JUnit and Markdown next to the test log.
 conformance: build
 	@if [ "$$(id -u)" != 0 ]; then echo "make conformance: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
 	$(BIN) conform scenarios/conformance/ --mode iptables --iptables-backend nft \
 		--junit $(TEST_DIR)/kpsim-junit-iptables-nft.xml --summary $(TEST_DIR)/kpsim-summary-iptables-nft.md
 	$(BIN) conform scenarios/conformance/ --mode iptables --iptables-backend legacy \
 		--junit $(TEST_DIR)/kpsim-junit-iptables-legacy.xml --summary $(TEST_DIR)/kpsim-summary-iptables-legacy.md
+	$(BIN) conform scenarios/conformance/ --mode nftables --layout kube-proxy \
+		--junit $(TEST_DIR)/kpsim-junit-nftables-kube-proxy.xml --summary $(TEST_DIR)/kpsim-summary-nftables-kube-proxy.md
+	$(BIN) conform scenarios/conformance/ --mode nftables --layout fast \
+		--junit $(TEST_DIR)/kpsim-junit-nftables-fast.xml --summary $(TEST_DIR)/kpsim-summary-nftables-fast.md
+
+# test-vm runs the IPVS conformance suite (scenarios/conformance/, which
+# includes ipvs/) in IPVS mode. This host's kernel has no IPVS, so it runs in
+# the qemu microVM of harness/vm: qemu-system-x86 is installed when missing,
+# the Debian kernel (the package linux-image-amd64 depends on) and
+# busybox-static are fetched into the cache with apt-get download and
+# dpkg-deb -x (nothing else is installed), and a static sim is booted with
+# them. On a kernel with IPVS (the Vagrant box) the suite runs directly;
+# VM=1 forces the VM there too. Idempotent: the cache and image are reused.
+VM_BIN     := bin/sim-static
+VM_PACKAGE := qemu-system-x86
+test-vm: deps
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-vm: needs root (apt-get, network namespaces)"; exit 3; fi
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(VM_BIN) ./cmd/sim
+	@if [ -n "$(VM)" ] || ! { [ -e /sys/module/ip_vs ] || [ -e /proc/net/ip_vs ]; }; then \
+		if ! command -v qemu-system-x86_64 >/dev/null; then \
+			echo "installing: $(VM_PACKAGE)"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(VM_PACKAGE) || exit 3; \
+		fi; \
+		apt-cache show linux-image-amd64 >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+		$(VM_BIN) vm fetch || exit $$?; \
+	fi
+	$(VM_BIN) conform scenarios/conformance/ --mode ipvs $(if $(VM),--vm) \
+		--junit $(TEST_DIR)/kpsim-junit-ipvs.xml --summary $(TEST_DIR)/kpsim-summary-ipvs.md
 
 # calibrate measures the real iptables dataplane's sync times for the
 # simulator's cost model (root).

@@ -75,13 +75,15 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 	vip := netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port))
 	t0 := time.Now()
 	proto := protoOf(sp)
-	// round sends one probe from every address, in order, and returns the
-	// endpoint each reached ("" when none) with its virtual send time.
-	round := func() (map[netip.Addr]string, map[netip.Addr]time.Duration, error) {
+	// round sends one probe from every address, in order starting at the
+	// shift-th, and returns the endpoint each reached ("" when none) with
+	// its virtual send time.
+	round := func(shift int) (map[netip.Addr]string, map[netip.Addr]time.Duration, error) {
 		s.flushConntrack()
 		s.prober.Phase()
 		sentAt := map[netip.Addr]time.Duration{}
-		for _, a := range addrs {
+		for i := range addrs {
+			a := addrs[(i+shift)%len(addrs)]
 			sentAt[a.ip] = time.Since(t0)
 			if _, err := s.prober.Send(ctx, Probe{Client: clients[a.client], Src: a.ip, VIP: vip, Proto: proto, N: 1}, s.rng); err != nil {
 				return nil, nil, err
@@ -116,7 +118,7 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 	}
 
 	// 1. First choices.
-	got, at, err := round()
+	got, at, err := round(0)
 	if err != nil {
 		fail(err.Error())
 		return
@@ -167,7 +169,7 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 	viol, known, lost := 0, 0, 0
 	lostClients := map[netip.Addr]bool{}
 	for r := 0; r < stickyRounds; r++ {
-		got, at, err := round()
+		got, at, err := round(0)
 		if err != nil {
 			fail(err.Error())
 			return
@@ -201,8 +203,9 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 	}
 
 	// 3. Expiry: idle past the timeout, then every client chooses afresh.
-	timeout := time.Duration(sp.AffinityTimeout) * time.Second
-	if timeout > maxExpiryWait {
+	// How long the clients idle depends on the mode (expiryIdle, ipvs.go).
+	idle, checked := s.expiryIdle(sp)
+	if !checked {
 		expiry.Verdict, expiry.Test, expiry.P = report.Pass, "none", 1
 		expiry.Message = fmt.Sprintf("not checked: timeoutSeconds %d is longer than the %s this check waits", sp.AffinityTimeout, maxExpiryWait)
 		return
@@ -217,9 +220,9 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 	case <-ctx.Done():
 		fail(ctx.Err().Error())
 		return
-	case <-time.After(timeout + time.Second):
+	case <-time.After(idle):
 	}
-	got, _, err = round()
+	got, _, err = round(s.expiryShift(len(addrs), len(endpoints)))
 	if err != nil {
 		fail(err.Error())
 		return
@@ -254,7 +257,7 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 		expiry.Statistic, expiry.P = float64(switched), res.P
 		expiry.AchievedPower = stats.BinomialPower(trials, pSwitch, pSwitch/2, s.alphaUnit, stats.Less)
 		if res.P <= s.alphaUnit {
-			expiry.Message = fmt.Sprintf("only %d of %d clients chose afresh after %s idle: affinity outlived its timeout", switched, trials, timeout+time.Second)
+			expiry.Message = fmt.Sprintf("only %d of %d clients chose afresh after %s idle: affinity outlived its timeout", switched, trials, idle)
 		}
 	}
 	expiry.Verdict = report.Pass

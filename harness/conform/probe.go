@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,12 +48,33 @@ type Key struct {
 	Client   netip.Addr
 }
 
+// replyDrops are the backend namespaces' OUTPUT rules that drop the
+// kernel's answers to probes (see NewProber).
+var replyDrops = [][]string{
+	{"OUTPUT", "-p", "tcp", "--tcp-flags", "RST", "RST", "-j", "DROP"},
+	{"OUTPUT", "-p", "icmp", "--icmp-type", "port-unreachable", "-j", "DROP"},
+}
+
 // Limits that bound every traffic loop.
 const (
 	maxProbesPerPhase = 2_000_000
-	quietPeriod       = 250 * time.Millisecond
-	maxCollectWait    = 5 * time.Second
 )
+
+// The waits of Collect, stretched by KPSIM_TIME_SCALE on a slow machine
+// (the microVM's init sets it under software emulation, where a large
+// phase's packets can trail its last send by seconds).
+var (
+	quietPeriod    = timeScaled(250 * time.Millisecond)
+	maxCollectWait = timeScaled(5 * time.Second)
+)
+
+// timeScaled multiplies d by KPSIM_TIME_SCALE (a whole number, 1 to 20).
+func timeScaled(d time.Duration) time.Duration {
+	if n, err := strconv.Atoi(os.Getenv("KPSIM_TIME_SCALE")); err == nil && n > 1 && n <= 20 {
+		return d * time.Duration(n)
+	}
+	return d
+}
 
 // NewProber opens the raw sockets: a sender in each client namespace, an
 // observer for TCP and UDP in each backend namespace and for ICMP in each
@@ -84,10 +107,8 @@ func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
 		// the node's conntrack. Drop them at the source, in the backend
 		// namespace (ours): the node's conntrack entries then stay in
 		// SYN_SENT until the phase's flush.
-		for _, args := range [][]string{
-			{"-w", "-A", "OUTPUT", "-p", "tcp", "--tcp-flags", "RST", "RST", "-j", "DROP"},
-			{"-w", "-A", "OUTPUT", "-p", "icmp", "--icmp-type", "port-unreachable", "-j", "DROP"},
-		} {
+		for _, rule := range replyDrops {
+			args := append([]string{"-w", "-A"}, rule...)
 			if out, err := n.Backends.Exec("iptables-nft", args...); err != nil {
 				p.Close()
 				return nil, fmt.Errorf("backends of %s: could not silence replies: %w: %s", n.Config.Name, err, out)

@@ -25,7 +25,9 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/ipvs"
 	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/dataplane/nftables"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/traffic"
@@ -44,6 +46,9 @@ type Options struct {
 	// or "ipset") override the scenarios' proxy section when set.
 	IPTablesBackend  string
 	IPTablesAffinity string
+	// NFTablesLayout ("kube-proxy" or "fast") overrides the scenarios'
+	// proxy.nftablesLayout when set.
+	NFTablesLayout string
 	// FamilyAlpha is the family-wise error rate of the whole run (default
 	// stats.DefaultFamilyAlpha).
 	FamilyAlpha float64
@@ -79,7 +84,7 @@ const (
 )
 
 // Modes this harness can program today.
-var supportedModes = []string{"iptables"}
+var supportedModes = []string{"iptables", "nftables", "ipvs"}
 
 // Preflight checks that the machine can run mode: root, and the commands.
 func Preflight(o Options) error {
@@ -99,8 +104,18 @@ func Preflight(o Options) error {
 		if o.IPTablesBackend != "" && o.IPTablesBackend != v {
 			continue
 		}
-		if err := iptables.CheckTools(v, o.IPTablesAffinity == "ipset"); err != nil && (o.IPTablesBackend != "" || v == "nft") {
+		if err := iptables.CheckTools(v, o.IPTablesAffinity == "ipset" || o.Mode == oracle.ModeIPVS); err != nil && (o.IPTablesBackend != "" || v == "nft") {
 			return &EnvironmentError{err}
+		}
+	}
+	if o.Mode == oracle.ModeNFTables {
+		if _, err := exec.LookPath("nft"); err != nil {
+			return &EnvironmentError{errors.New("the nft command is missing (Debian package nftables)")}
+		}
+	}
+	if o.Mode == oracle.ModeIPVS {
+		if err := ipvs.Available(); err != nil {
+			return &EnvironmentError{fmt.Errorf("%w; sim conform runs IPVS mode in its microVM on such a host (harness/vm)", err)}
 		}
 	}
 	return nil
@@ -144,7 +159,7 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 	// Size every check at the first Holm level of the whole run.
 	units := 0
 	for _, l := range loaded {
-		units += plannedUnits(l.Scenario)
+		units += plannedUnits(l.Scenario) + ipvsExtraUnits(o.Mode, l.Scenario)
 	}
 	alphaUnit := o.FamilyAlpha / float64(max(units, 1))
 	fmt.Fprintf(o.Log, "conform: %d scenarios, %d verdicts planned, each sized at alpha %.3g (family %.3g, Holm)\n", len(loaded), units, alphaUnit, o.FamilyAlpha)
@@ -291,6 +306,7 @@ type suite struct {
 	or        oracle.Oracle
 	start     time.Time
 	ipset     bool
+	layout    string // nftables layout
 }
 
 func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults dataplane.Faults, alphaUnit float64, run *report.Run) *report.Suite {
@@ -332,11 +348,19 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 		affinity = s.o.IPTablesAffinity
 	}
 	s.ipset = affinity == "ipset"
+	s.layout = px.NFTablesLayout
+	if s.o.NFTablesLayout != "" {
+		s.layout = s.o.NFTablesLayout
+	}
+	if s.o.Mode == oracle.ModeNFTables {
+		run.Layout = s.layout
+	}
 	if s.ipset {
 		s.or.RecentCapacity = 1 << 30 // an ipset holds every client
 	}
 	run.IPTablesBackend = variant
-	if err := iptables.CheckTools(variant, s.ipset); err != nil {
+	s.or.IPVSScheduler = px.IPVSScheduler
+	if err := iptables.CheckTools(variant, s.ipset || s.o.Mode == oracle.ModeIPVS); err != nil {
 		return err
 	}
 	id, err := netns.NewRunID()
@@ -368,8 +392,17 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 		if err != nil {
 			return err
 		}
-		b, err := iptables.NewBackend(n.NS, iptables.Config{NodeName: n.Config.Name, ClusterCIDR: podCIDR,
-			MasqueradeAll: px.MasqueradeAll, Affinity: iptables.AffinityMode(affinity), Faults: faults}, variant)
+		var b dataplane.Backend
+		if s.o.Mode == oracle.ModeIPVS {
+			b, err = ipvs.NewBackend(n.NS, ipvs.Config{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll,
+				Scheduler: px.IPVSScheduler, IPTablesVariant: variant, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}, Faults: faults})
+		} else if s.o.Mode == oracle.ModeNFTables {
+			b, err = nftables.NewNamespaceBackend(n.NS, nftables.Config{NodeName: n.Config.Name, Layout: nftables.Layout(s.layout),
+				ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults})
+		} else {
+			b, err = iptables.NewBackend(n.NS, iptables.Config{NodeName: n.Config.Name, ClusterCIDR: podCIDR,
+				MasqueradeAll: px.MasqueradeAll, Affinity: iptables.AffinityMode(affinity), Faults: faults}, variant)
+		}
 		if err != nil {
 			return err
 		}
@@ -390,12 +423,24 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 		return err
 	}
 	s.prober = p
+	if s.o.Mode == oracle.ModeIPVS {
+		if err := s.keepResets(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 func (s *suite) teardown() {
 	if s.prober != nil {
 		s.prober.Close()
+	}
+	for _, n := range s.nodes {
+		// A backend holding sockets in its namespace (IPVS) keeps the
+		// namespace alive until they are closed.
+		if c, ok := n.backend.(io.Closer); ok {
+			_ = c.Close()
+		}
 	}
 	if s.topo != nil {
 		if err := s.topo.Close(); err != nil {
@@ -505,6 +550,10 @@ func (s *suite) runChecks(ctx context.Context) {
 			}
 		default:
 			for _, nd := range nodes {
+				if s.o.Mode == oracle.ModeIPVS && c.Type == scenario.CheckDistribution {
+					s.ipvsDistribution(ctx, c, nd) // scheduler-aware (ipvs.go)
+					continue
+				}
 				s.outcomeCheck(ctx, c, nd, "")
 			}
 		}

@@ -20,7 +20,10 @@ package engine
 // expired ones; the table doubles when more than a third of it is live.
 // Memory: 24 bytes per slot, 72-144 bytes per live entry.
 
-import "time"
+import (
+	"math/bits"
+	"time"
+)
 
 // Conntrack defaults (kernel sysctls net.netfilter.nf_conntrack_*).
 const (
@@ -279,11 +282,17 @@ func (t *Conntrack) sweep(nowMs uint32) (live int, next uint32) {
 // grow rehashes the (swept) table into one twice as large.
 func (t *Conntrack) grow(nowMs uint32) {
 	t.Stats.Grows++
+	t.resize(2*len(t.slots), nowMs)
+}
+
+// resize rehashes the live entries into a table of size slots (a power of
+// two).
+func (t *Conntrack) resize(size int, nowMs uint32) {
 	t.gen++
 	old := t.slots
-	t.slots = make([]ctSlot, 2*len(old))
+	t.slots = make([]ctSlot, size)
 	adviseHuge(t.slots)
-	t.shift--
+	t.shift = uint(64 - bits.TrailingZeros(uint(size)))
 	mask := uint64(len(t.slots) - 1)
 	t.used = 0
 	for i := range old {
@@ -298,6 +307,33 @@ func (t *Conntrack) grow(nowMs uint32) {
 		t.slots[j] = *s
 		t.used++
 	}
+}
+
+// Reserve sizes the table so that n live entries stay under half load:
+// no sweep and no rehash until more are inserted. It is a hint for a
+// simulator that knows its connection count (growing by doubling from
+// 1024 slots to millions costs a rehash per doubling and a sweep before
+// each); a call that would shrink the table does nothing. Entries live at
+// now are kept.
+func (t *Conntrack) Reserve(n int, now int64) {
+	size := len(t.slots)
+	for size/2 <= n {
+		size *= 2
+	}
+	if size > len(t.slots) {
+		t.resize(size, msFloor(now))
+	}
+}
+
+// Reset empties the table and its counters, keeping its size and
+// configuration, so that a simulator can reuse one table for another
+// node's run instead of allocating (and having the kernel fault in) a new
+// one.
+func (t *Conntrack) Reset() {
+	clear(t.slots)
+	t.used, t.fullMs = 0, 0
+	t.gen++
+	t.Stats = ConntrackStats{}
 }
 
 // Lookup returns the endpoint of a live entry for the connection's tuple.

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,43 +77,114 @@ func TestValidateCorpusExit2(t *testing.T) {
 	}
 }
 
-// TestRunDeterministic: the same seed gives byte-identical JSON, and the
-// counts match the generator's parameters.
+// TestRunDeterministic: the same seed gives byte-identical report.json,
+// which is also what -o json prints; another seed gives another report.
 func TestRunDeterministic(t *testing.T) {
-	f := "../../../scenarios/1000-services.yaml"
-	c1, a, e1 := run("run", f, "-o", "json")
-	c2, b, _ := run("run", f, "-o", "json")
-	if c1 != 0 || c2 != 0 {
-		t.Fatalf("exit %d %d: %s", c1, c2, e1)
+	f := "../../../sim/simulate/testdata/medium.yaml"
+	dirs := []string{t.TempDir(), t.TempDir()}
+	var outs []string
+	for _, d := range dirs {
+		code, out, errs := run("run", f, "-o", "json", "--out", d)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		outs = append(outs, out)
 	}
-	if a != b {
-		t.Fatal("two runs with the same seed printed different JSON")
-	}
-	_, c, _ := run("run", f, "-o", "json", "--seed", "99")
-	if a == c {
-		t.Error("a different seed printed the same JSON")
-	}
-	var s struct {
-		Services     int `json:"services"`
-		ServicePorts int `json:"servicePorts"`
-		Nodes        []any
-		Policies     struct {
-			ClientIPAffinity           int `json:"clientIPAffinity"`
-			InternalTrafficPolicyLocal int `json:"internalTrafficPolicyLocal"`
-		} `json:"policies"`
-		Generated struct {
-			Endpoints int `json:"endpoints"`
-		} `json:"generated"`
-		Endpoints struct {
-			Total int `json:"total"`
-		} `json:"endpoints"`
-	}
-	if err := json.Unmarshal([]byte(a), &s); err != nil {
+	a, err := os.ReadFile(filepath.Join(dirs[0], "report.json"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	b, err := os.ReadFile(filepath.Join(dirs[1], "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) || outs[0] != outs[1] {
+		t.Fatal("two runs with the same seed wrote different reports")
+	}
+	if string(a) != outs[0] {
+		t.Error("-o json printed something else than report.json")
+	}
+	for _, name := range []string{"report.md", "rules.png", "sync-time.png", "deviation.png", "flapping.png"} {
+		if _, err := os.Stat(filepath.Join(dirs[0], name)); err != nil {
+			t.Error(err)
+		}
+	}
+	_, c, _ := run("run", f, "-o", "json", "--seed", "99", "--out", t.TempDir())
+	if outs[0] == c {
+		t.Error("a different seed printed the same JSON")
+	}
+}
+
+// TestRun1000Services: the cluster section of the report matches the
+// generator's parameters, and every mode simulated every connection.
+func TestRun1000Services(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 36 million connections; skipped with -short")
+	}
+	code, a, errs := run("run", "../../../scenarios/1000-services.yaml", "-o", "json", "--out", t.TempDir())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r struct {
+		Cluster struct {
+			Services     int `json:"services"`
+			ServicePorts int `json:"servicePorts"`
+			Nodes        []any
+			Policies     struct {
+				ClientIPAffinity           int `json:"clientIPAffinity"`
+				InternalTrafficPolicyLocal int `json:"internalTrafficPolicyLocal"`
+			} `json:"policies"`
+			Generated struct {
+				Endpoints int `json:"endpoints"`
+			} `json:"generated"`
+			Endpoints struct {
+				Total int `json:"total"`
+			} `json:"endpoints"`
+		} `json:"cluster"`
+		Modes []struct {
+			Mode        string `json:"mode"`
+			Connections struct {
+				Total int64 `json:"total"`
+			} `json:"connections"`
+		} `json:"modes"`
+	}
+	if err := json.Unmarshal([]byte(a), &r); err != nil {
+		t.Fatal(err)
+	}
+	s := r.Cluster
 	if s.Services != 1000 || s.ServicePorts != 1000 || len(s.Nodes) != 24 || s.Policies.ClientIPAffinity != 60 ||
 		s.Policies.InternalTrafficPolicyLocal != 60 || s.Endpoints.Total != s.Generated.Endpoints {
 		t.Errorf("counts do not match the generator: %+v", s)
+	}
+	if len(r.Modes) != 3 {
+		t.Fatalf("%d modes, want 3", len(r.Modes))
+	}
+	for _, m := range r.Modes {
+		if m.Connections.Total != 12_000_000 {
+			t.Errorf("%s: %d connections, want 12,000,000", m.Mode, m.Connections.Total)
+		}
+	}
+}
+
+// TestRunCheckFailsExit1: a check that cannot hold makes sim run exit 1,
+// after writing the report.
+func TestRunCheckFailsExit1(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := run("run", "../../../sim/simulate/testdata/broken.yaml", "--out", dir)
+	if code != ExitCheckFailed || !strings.Contains(errs, "no-endpoints:demo/two:http") {
+		t.Errorf("exit %d, stderr %q", code, errs)
+	}
+	if !strings.Contains(out, "fail") {
+		t.Errorf("the table does not show the failure:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "report.json")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestRunUnknownModeExit2(t *testing.T) {
+	if code, _, errs := run("run", "../../../sim/simulate/testdata/flip.yaml", "--mode", "ebpf"); code != ExitBadInput {
+		t.Errorf("exit %d, stderr %q", code, errs)
 	}
 }
 

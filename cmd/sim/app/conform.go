@@ -14,6 +14,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/harness/conform"
 	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/harness/vm"
 )
 
 func init() { extraCommands = append(extraCommands, newConform) }
@@ -26,6 +27,9 @@ type conformFlags struct {
 	junit, json, md string
 	backend         string
 	affinity        string
+	layout          string
+	vm              bool
+	vmTimeout       time.Duration
 }
 
 func newConform(s Streams) *cobra.Command {
@@ -39,6 +43,9 @@ chosen kube-proxy mode in every node namespace, sends probe connections from the
 client pods and decides every check with stated statistics: each is sized at the
 first Holm level of the run (family alpha 0.001 by default) for its minimum
 detectable effect and power, and the verdicts are Holm-corrected together.
+
+IPVS mode on a kernel without IPVS runs in a qemu microVM booting Debian's
+kernel (harness/vm); --vm runs any mode there. The report is the same.
 
 Exit 0 when every check passes, 1 when one fails (the check, statistic, p, n,
 seed and an observed-against-expected table are printed), 2 for bad input,
@@ -54,6 +61,9 @@ seed and an observed-against-expected table are printed), 2 for bad input,
 			if f.backend != "" && f.backend != "nft" && f.backend != "legacy" {
 				return &UsageError{Err: fmt.Errorf("unknown --iptables-backend %q: nft or legacy", f.backend)}
 			}
+			if f.layout != "" && f.layout != "kube-proxy" && f.layout != "fast" {
+				return &UsageError{Err: fmt.Errorf("unknown --layout %q: kube-proxy or fast", f.layout)}
+			}
 			if f.affinity != "" && f.affinity != "recent" && f.affinity != "ipset" {
 				return &UsageError{Err: fmt.Errorf("unknown --affinity %q: recent or ipset", f.affinity)}
 			}
@@ -61,13 +71,20 @@ seed and an observed-against-expected table are printed), 2 for bad input,
 			if err != nil {
 				return err
 			}
-			o := conform.Options{Mode: f.mode, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, Log: s.Err}
+			o := conform.Options{Mode: f.mode, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Log: s.Err}
 			if c.Flags().Changed("seed") {
 				o.Seed = &f.seed
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			run, err := conform.Run(ctx, files, o)
+			var run *report.Run
+			if f.vm || vm.NeedsVM(f.mode) {
+				// In the microVM (harness/vm): forced, or IPVS mode on a
+				// kernel without IPVS.
+				run, err = vm.Conform(ctx, files, o, vm.Options{Log: s.Err, Timeout: f.vmTimeout})
+			} else {
+				run, err = conform.Run(ctx, files, o)
+			}
 			if err != nil {
 				var env *conform.EnvironmentError
 				if errors.As(err, &env) {
@@ -108,6 +125,9 @@ seed and an observed-against-expected table are printed), 2 for bad input,
 	c.Flags().StringVar(&f.md, "summary", "", "write a Markdown summary to this file (fits $GITHUB_STEP_SUMMARY)")
 	c.Flags().StringVar(&f.backend, "iptables-backend", "", "override the scenarios' iptables backend: nft or legacy")
 	c.Flags().StringVar(&f.affinity, "affinity", "", "override the iptables affinity layout: recent (kube-proxy) or ipset (ours)")
+	c.Flags().StringVar(&f.layout, "layout", "", "override the nftables layout: kube-proxy or fast (ours)")
+	c.Flags().BoolVar(&f.vm, "vm", false, "run in the qemu microVM (Debian kernel) for any mode; ipvs mode uses it by itself when this kernel has no IPVS")
+	c.Flags().DurationVar(&f.vmTimeout, "vm-timeout", 30*time.Minute, "bound on the whole microVM run")
 	return c
 }
 

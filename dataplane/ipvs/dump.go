@@ -1,0 +1,138 @@
+package ipvs
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/kpsim/kpsim/dataplane"
+)
+
+// Dump returns what the kernel holds for this node as canonical text, in
+// four sections: the IPVS table as `ipvsadm -Ln` prints it (services and
+// real servers sorted), the addresses on kube-ipvs0, the entries of
+// kube-proxy's ipsets (`ipset save`, sorted), and the KUBE- part of
+// `iptables-save` (rule order kept, counters and comments dropped).
+func (b *Backend) Dump() (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return "", errClosed
+	}
+	var out strings.Builder
+	out.WriteString("# ipvs\n")
+	svcs, err := b.h.GetServices()
+	if err != nil {
+		return "", fmt.Errorf("could not list the virtual servers: %w", err)
+	}
+	writeHeader(&out)
+	for _, s := range svcs {
+		ds, err := b.h.GetDestinations(s)
+		if err != nil {
+			return "", fmt.Errorf("could not list the real servers of %s: %w", KeyOf(s), err)
+		}
+		writeService(&out, s, ds)
+	}
+	fmt.Fprintf(&out, "# %s\n", DummyDevice)
+	addrs, err := b.sys.Addresses(DummyDevice)
+	if err != nil {
+		return "", err
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	for _, a := range addrs {
+		fmt.Fprintf(&out, "%s/32\n", a)
+	}
+	out.WriteString("# ipsets\n")
+	save, err := b.sys.Run("", "ipset", "save")
+	if err != nil {
+		return "", fmt.Errorf("could not list the ipsets: %w", err)
+	}
+	out.WriteString(canonicalSets(save))
+	out.WriteString("# iptables\n")
+	ipt, err := b.sys.Run("", b.Tool("save"))
+	if err != nil {
+		return "", fmt.Errorf("could not save the iptables rules: %w", err)
+	}
+	out.WriteString(kubeRules(ipt))
+	return out.String(), nil
+}
+
+// canonicalSets keeps kube-proxy's sets from `ipset save` output: each
+// set's create line (in kube-proxy's order) followed by its entries sorted.
+func canonicalSets(save string) string {
+	creates := map[string]string{}
+	entries := map[string][]string{}
+	for _, line := range strings.Split(save, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || setInfo(f[1]).name == "" {
+			continue
+		}
+		switch f[0] {
+		case "create":
+			// ipset save prints a set's options in its own order and adds
+			// some (bucketsize, initval); keep name and type.
+			creates[f[1]] = "create " + f[1] + " " + f[2]
+		case "add":
+			entries[f[1]] = append(entries[f[1]], line)
+		}
+	}
+	var b strings.Builder
+	for _, n := range SetNames() {
+		if c, ok := creates[n]; ok {
+			b.WriteString(c + "\n")
+		}
+		e := entries[n]
+		slices.Sort(e)
+		for _, l := range e {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// kubeRules keeps the lines of iptables-save output that belong to
+// kube-proxy: table headers, KUBE- chain declarations (without counters),
+// rules in KUBE- chains and jumps into them, and COMMIT; tables without any
+// are left out.
+func kubeRules(save string) string {
+	var b, table strings.Builder
+	has := false
+	for _, line := range strings.Split(save, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table.Reset()
+			has = false
+			table.WriteString(line + "\n")
+		case strings.HasPrefix(line, ":KUBE-"):
+			table.WriteString(":" + strings.Fields(line[1:])[0] + "\n")
+			has = true
+		case strings.HasPrefix(line, "-A KUBE-"), strings.HasPrefix(line, "-A ") && strings.Contains(line, " -j KUBE-"):
+			table.WriteString(line + "\n")
+			has = true
+		case line == "COMMIT":
+			if has {
+				b.WriteString(table.String() + "COMMIT\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+// FaultMapping documents what each named fault does in IPVS mode, in
+// dataplane.AllFaults order.
+func FaultMapping() []string {
+	m := map[dataplane.Fault]string{
+		dataplane.FaultUniformProbability:  "the last real server of each virtual server gets weight 2 (rr and lc become wrr and wlc so that the weight counts): it gets twice the others' share",
+		dataplane.FaultKeepNotReady:        "not-ready endpoints stay real servers of the Cluster set",
+		dataplane.FaultIgnoreLocalPolicy:   "Local policies use the endpoints of every node as if they were local",
+		dataplane.FaultAffinityNoTimeout:   fmt.Sprintf("ClientIP persistence timeout %d s (180 days) instead of timeoutSeconds", noTimeout),
+		dataplane.FaultKeepDeletedEndpoint: "endpoints removed from the slices stay real servers (weight 1)",
+		dataplane.FaultDropLastEndpoint:    "the last endpoint (by address) is never added as a real server; a lone endpoint leaves the virtual server empty (rejects)",
+	}
+	var out []string
+	for _, f := range dataplane.AllFaults() {
+		out = append(out, string(f)+": "+m[f])
+	}
+	return out
+}

@@ -1,0 +1,43 @@
+package conform
+
+import (
+	"testing"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/harness/testenv"
+)
+
+// TestConformanceNFTables: nftables mode passes in both layouts, and every
+// named fault fails the run with the check that should catch it.
+func TestConformanceNFTables(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip", "nft", "conntrack", "iptables-nft")
+	for _, layout := range []string{"kube-proxy", "fast"} {
+		t.Run(layout, func(t *testing.T) {
+			run := runDir(t, Options{Mode: "nftables", NFTablesLayout: layout})
+			if f := run.Failed(); len(f) > 0 {
+				for _, s := range run.Suites {
+					for _, c := range s.Checks {
+						if c.Verdict != report.Pass {
+							t.Log(c.Summary())
+						}
+					}
+				}
+				t.Fatalf("the correct dataplane failed %d checks: %v", len(f), f)
+			}
+			for _, f := range dataplane.AllFaults() {
+				run := runDir(t, Options{Mode: "nftables", NFTablesLayout: layout, Faults: []string{string(f)}})
+				caught := false
+				for _, s := range run.Suites {
+					for _, c := range s.Checks {
+						caught = caught || (c.Verdict == report.Fail && c.Type == FaultCatches[f])
+					}
+				}
+				if !caught {
+					t.Errorf("%s layout, fault %s: no %s check failed (failed: %v)", layout, f, FaultCatches[f], run.Failed())
+				}
+			}
+		})
+	}
+}

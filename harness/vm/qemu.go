@@ -1,0 +1,366 @@
+package vm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// QEMU is the emulator binary (Debian package qemu-system-x86).
+const QEMU = "qemu-system-x86_64"
+
+// BootOptions configure one VM run.
+type BootOptions struct {
+	Kernel string
+	// Initrd is the concatenated initramfs (base image and run archive).
+	Initrd string
+	// Share is a host directory mounted in the VM at /results over 9p
+	// (mount_tag results); empty: results come back on the console only.
+	Share string
+	// MemoryMB is the guest's memory (default 1024).
+	MemoryMB int
+	// CPUs is the guest's CPU count (default 2).
+	CPUs int
+	// BootTimeout bounds the time to the READY marker (default 2 min).
+	BootTimeout time.Duration
+	// Timeout bounds the whole run (default 30 min).
+	Timeout time.Duration
+	// Console receives every console line as it arrives (nil: discarded).
+	Console io.Writer
+	// Accel forces "kvm" or "tcg"; empty chooses (see Boot).
+	Accel string
+	// KVMVerdict is a file that remembers a KVM that hangs (empty: none).
+	KVMVerdict string
+}
+
+// kvmProbe bounds the wait for init's first line under KVM: a working KVM
+// gets there in a second or two, TCG in about five; a nested KVM without
+// the host's support can hang forever before the kernel prints anything.
+const kvmProbe = 20 * time.Second
+
+// ErrKVMStuck is returned when a guest under KVM did not start init in
+// kvmProbe.
+var ErrKVMStuck = errors.New("the guest made no progress under KVM")
+
+// Result is what a VM run reported.
+type Result struct {
+	// Accel is "kvm" or "tcg".
+	Accel string
+	// Booted is the wall time from starting qemu to init's first line;
+	// Ready to the READY marker (modules loaded, share mounted).
+	Booted, Ready time.Duration
+	// GuestUptimeReady is the guest's own uptime at READY.
+	GuestUptimeReady float64
+	// Share reports whether the 9p share was mounted in the guest.
+	Share bool
+	// ExitCode is the code sim exited with in the guest (-1: none seen).
+	ExitCode int
+	// Files are result files sent on the console (when there was no share).
+	Files map[string][]byte
+	// Wall is the whole run's duration.
+	Wall time.Duration
+	// Tail holds the last console lines, for error messages.
+	Tail []string
+}
+
+// KVMUsable reports whether /dev/kvm can be opened for reading and writing.
+func KVMUsable() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// Args returns the qemu command line: no network device at all (-nic
+// none), the serial console on stdio (-nographic), no reboot (a guest
+// panic or reboot ends qemu), KVM when usable with TCG as the fallback.
+func (o *BootOptions) Args(accel string) []string {
+	mem, cpus := o.MemoryMB, o.CPUs
+	if mem == 0 {
+		mem = 1024
+	}
+	if cpus == 0 {
+		cpus = 2
+	}
+	args := []string{"-m", strconv.Itoa(mem), "-smp", strconv.Itoa(cpus)}
+	if accel == "kvm" {
+		args = append(args, "-accel", "kvm", "-accel", "tcg")
+	} else {
+		args = append(args, "-accel", "tcg")
+	}
+	args = append(args, "-cpu", "max", "-nographic", "-no-reboot", "-nic", "none", "-monitor", "none", "-serial", "stdio",
+		"-kernel", o.Kernel, "-initrd", o.Initrd,
+		"-append", "console=ttyS0 panic=-1 quiet loglevel=3 random.trust_cpu=on kpsim.scale="+strconv.Itoa(timeScale(accel)))
+	if o.Share != "" {
+		args = append(args, "-virtfs", "local,path="+o.Share+",mount_tag=results,security_model=none,id=results")
+	}
+	return args
+}
+
+// timeScale is how much the harness stretches its waits for packets in
+// flight: software emulation (TCG) runs the guest's network stack several
+// times slower than the host's.
+func timeScale(accel string) int {
+	if accel == "kvm" {
+		return 1
+	}
+	return 4
+}
+
+// ErrBoot is wrapped when the guest did not reach READY.
+var ErrBoot = errors.New("the VM did not boot")
+
+// Boot runs qemu until it exits, the run times out or ctx ends (qemu is
+// killed then), reading the console for the markers of the init script.
+//
+// The accelerator is KVM when /dev/kvm can be opened, TCG otherwise, or
+// Accel (also $KPSIM_VM_ACCEL) when set. A KVM guest that has not started
+// init within 20 s is killed and the run starts again under TCG; the
+// verdict is kept in KVMVerdict (with the host kernel's release), so later
+// runs on this host go straight to TCG.
+func Boot(ctx context.Context, o BootOptions) (*Result, error) {
+	if _, err := exec.LookPath(QEMU); err != nil {
+		return nil, &MissingError{Package: PackageQEMU, Err: fmt.Errorf("%s is not installed", QEMU)}
+	}
+	if o.BootTimeout == 0 {
+		o.BootTimeout = 2 * time.Minute
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Minute
+	}
+	accel := o.Accel
+	if accel == "" {
+		accel = os.Getenv("KPSIM_VM_ACCEL")
+	}
+	if accel == "" {
+		accel = "tcg"
+		if KVMUsable() && !kvmKnownStuck(o.KVMVerdict) {
+			accel = "kvm"
+		}
+	}
+	res, err := boot(ctx, o, accel)
+	if errors.Is(err, ErrKVMStuck) && o.Accel == "" {
+		if o.KVMVerdict != "" {
+			_ = os.WriteFile(o.KVMVerdict, []byte(hostRelease()+"\n"), 0o644)
+		}
+		if o.Console != nil {
+			fmt.Fprintf(o.Console, "%v: starting again under TCG (software emulation)\n", err)
+		}
+		return boot(ctx, o, "tcg")
+	}
+	return res, err
+}
+
+// kvmKnownStuck reports whether KVM was found to hang on this host kernel.
+func kvmKnownStuck(verdict string) bool {
+	if verdict == "" {
+		return false
+	}
+	b, err := os.ReadFile(verdict)
+	return err == nil && strings.TrimSpace(string(b)) == hostRelease()
+}
+
+func hostRelease() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}
+
+func boot(ctx context.Context, o BootOptions, accel string) (*Result, error) {
+	res := &Result{Accel: accel, ExitCode: -1, Files: map[string][]byte{}}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cmd := exec.Command(QEMU, o.Args(res.Accel)...)
+	cmd.Stdin = nil
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("could not start %s: %w", QEMU, err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	// Pdeathsig fires when the forking thread ends, not the process: fork
+	// from a locked thread kept until qemu exits, so that qemu dies with
+	// this process and never earlier.
+	exited := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			<-exited
+		}
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("could not start %s: %w", QEMU, err)
+	}
+	var killOnce sync.Once
+	kill := func() { killOnce.Do(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }) }
+	ready := make(chan struct{})
+	booted := make(chan struct{})
+	var readyOnce, bootedOnce sync.Once
+	var stuck atomic.Bool
+	go func() {
+		bootT := time.NewTimer(o.BootTimeout)
+		defer bootT.Stop()
+		var probe <-chan time.Time
+		if accel == "kvm" {
+			t := time.NewTimer(kvmProbe)
+			defer t.Stop()
+			probe = t.C
+		}
+		for {
+			select {
+			case <-exited:
+				return
+			case <-ctx.Done():
+				kill()
+				return
+			case <-probe:
+				probe = nil
+				select {
+				case <-booted:
+				default:
+					stuck.Store(true)
+					kill()
+					return
+				}
+			case <-bootT.C:
+				select {
+				case <-ready:
+				default:
+					kill()
+					return
+				}
+			}
+		}
+	}()
+
+	con := &console{res: res}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		ev, show := con.feed(line)
+		if show && o.Console != nil {
+			fmt.Fprintln(o.Console, line)
+		}
+		switch ev {
+		case "KPSIM-BOOTED":
+			res.Booted = time.Since(start)
+			bootedOnce.Do(func() { close(booted) })
+		case "KPSIM-READY":
+			res.Ready = time.Since(start)
+			readyOnce.Do(func() { close(ready) })
+		case "KPSIM-EXIT":
+			// Init exits next and the kernel's panic reboots into
+			// -no-reboot; do not wait on a guest that hangs instead.
+			go func() {
+				select {
+				case <-exited:
+				case <-time.After(10 * time.Second):
+					kill()
+				}
+			}()
+		}
+	}
+	_, _ = io.Copy(io.Discard, out)
+	werr := cmd.Wait()
+	close(exited)
+	res.Wall = time.Since(start)
+	res.Tail = con.tail
+	if con.err != nil {
+		return res, con.err
+	}
+	if stuck.Load() {
+		return res, fmt.Errorf("%w within %s", ErrKVMStuck, kvmProbe)
+	}
+	if res.Ready == 0 {
+		msg := strings.TrimSpace(stderr.String())
+		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return res, ctx.Err()
+		}
+		return res, fmt.Errorf("%w within %s (qemu: %v %s); console:\n%s", ErrBoot, o.BootTimeout, werr, msg, strings.Join(res.Tail, "\n"))
+	}
+	if res.ExitCode < 0 {
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("the VM run did not finish: %w; console:\n%s", ctx.Err(), strings.Join(res.Tail, "\n"))
+		}
+		return res, fmt.Errorf("the VM stopped without reporting an exit code (qemu: %v); console:\n%s", werr, strings.Join(res.Tail, "\n"))
+	}
+	return res, nil
+}
+
+// console reads the guest's serial console: it keeps the last lines, picks
+// out the init script's markers and reassembles result files sent in
+// base64 between KPSIM-BEGIN and KPSIM-END.
+type console struct {
+	res  *Result
+	tail []string
+	cur  string
+	buf  bytes.Buffer
+	err  error
+}
+
+// feed takes one line and returns the marker it holds ("" for none) and
+// whether the line is worth showing (file contents are not).
+func (c *console) feed(line string) (string, bool) {
+	if c.cur != "" {
+		if strings.TrimSpace(line) != "KPSIM-END" {
+			c.buf.WriteString(strings.TrimSpace(line))
+			return "", false
+		}
+		b, err := base64.StdEncoding.DecodeString(c.buf.String())
+		if err != nil && c.err == nil {
+			c.err = fmt.Errorf("could not decode %s from the console: %w", c.cur, err)
+		}
+		c.res.Files[c.cur] = b
+		c.cur = ""
+		c.buf.Reset()
+		return "", false
+	}
+	c.tail = append(c.tail, line)
+	if len(c.tail) > 40 {
+		c.tail = c.tail[1:]
+	}
+	// A marker may follow the terminal escapes SeaBIOS leaves.
+	i := strings.Index(line, "KPSIM-")
+	if i < 0 {
+		return "", true
+	}
+	f := strings.Fields(line[i:])
+	switch f[0] {
+	case "KPSIM-READY":
+		if len(f) > 1 {
+			c.res.GuestUptimeReady, _ = strconv.ParseFloat(f[1], 64)
+		}
+		c.res.Share = strings.Contains(line, "share=yes")
+	case "KPSIM-BEGIN":
+		if len(f) > 1 {
+			c.cur = f[1]
+		}
+		return f[0], false
+	case "KPSIM-EXIT":
+		if len(f) > 1 {
+			c.res.ExitCode, _ = strconv.Atoi(f[1])
+		}
+	}
+	return f[0], true
+}

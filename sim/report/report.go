@@ -1,0 +1,388 @@
+// Package report is the simulator's report: the figures `sim run` computes
+// per kube-proxy mode, the verdicts of the scenario's checks, and the
+// writers for them (report.json, report.md, a terminal table and PNG plots).
+//
+// report.json is a pure function of the scenario and the seed: it holds no
+// timestamp, no wall-clock figure and no host detail, so the same seed gives
+// the same bytes. Wall time belongs to the printed summary only.
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/cost"
+)
+
+// Check verdicts.
+const (
+	Pass  = "pass"
+	Fail  = "fail"
+	Error = "error" // the check could not be evaluated (no traffic reached it, too few connections)
+)
+
+// Report is one simulation of a scenario in one or more modes.
+type Report struct {
+	Scenario string `json:"scenario"`
+	File     string `json:"file"`
+	Seed     uint64 `json:"seed"`
+	// Cluster is the cluster the scenario expands to, as the informers see
+	// it (what `sim run` printed before it simulated).
+	Cluster *cluster.Summary `json:"cluster"`
+	Traffic Traffic          `json:"traffic"`
+	// Steps are the API writes of the events timeline.
+	Steps []Step `json:"steps"`
+	Modes []Mode `json:"modes"`
+	// Checks are the scenario's checks, one entry per mode and check.
+	Checks []Check `json:"checks"`
+	// Failed names the failed checks as "mode/check".
+	Failed []string `json:"failed"`
+	// Calibrations are the sync-time models used, with their sources.
+	Calibrations []cost.Calibration `json:"calibrations"`
+	// Model states what is modelled and how, in sentences.
+	Model []string `json:"model"`
+}
+
+// Traffic is the traffic section as simulated.
+type Traffic struct {
+	Connections int64 `json:"connections"`
+	// SpanSeconds is the virtual time over which connections arrive.
+	SpanSeconds float64 `json:"spanSeconds"`
+	// RatePerSecond is Connections / SpanSeconds (all client nodes).
+	RatePerSecond      float64 `json:"ratePerSecond"`
+	ClientNodes        int     `json:"clientNodes"`
+	SourceAddresses    int     `json:"sourceAddresses"`
+	ConnectionDuration string  `json:"connectionDuration"`
+	// TargetServicePorts is the number of distinct service ports targeted.
+	TargetServicePorts int `json:"targetServicePorts"`
+}
+
+// Step is one API write of the events timeline.
+type Step struct {
+	AtSeconds   float64 `json:"atSeconds"`
+	Description string  `json:"description"`
+	// ServicePorts are the service ports whose state it changed.
+	ServicePorts []string `json:"servicePorts"`
+}
+
+// Mode is everything simulated for one kube-proxy mode.
+type Mode struct {
+	Mode         string        `json:"mode"`
+	Connections  Connections   `json:"connections"`
+	Rules        Rules         `json:"rules"`
+	Sync         Sync          `json:"sync"`
+	FirstPacket  FirstPacket   `json:"firstPacket"`
+	Conntrack    Conntrack     `json:"conntrack"`
+	Distribution Distribution  `json:"distribution"`
+	Affinity     Affinity      `json:"affinity"`
+	Local        InternalLocal `json:"internalTrafficPolicyLocal"`
+	Flapping     Flapping      `json:"flapping"`
+	Timeline     *Timeline     `json:"timeline,omitempty"`
+}
+
+// Connections counts new connections by outcome.
+type Connections struct {
+	Total int64 `json:"total"`
+	// Established followed a live conntrack entry (a reused tuple).
+	Established int64 `json:"established"`
+	Accepted    int64 `json:"accepted"`
+	Dropped     int64 `json:"dropped"`
+	Rejected    int64 `json:"rejected"`
+}
+
+// Rules are the objects each node programs (sim/cost Count), over nodes.
+type Rules struct {
+	// Measure names what Objects counts in this mode.
+	Measure      string `json:"measure"`
+	ObjectsMax   int    `json:"objectsMax"`
+	ObjectsTotal int    `json:"objectsTotal"`
+	// MaxNode is the node with the most objects, and Counts its breakdown.
+	MaxNode string      `json:"maxNode"`
+	Counts  cost.Counts `json:"counts"`
+}
+
+// Sync is the sync loop's work: one full sync per node at start (before
+// traffic), then the runs the events caused, paced by the sync runner.
+type Sync struct {
+	// Variant names the calibration used (with Mode, see cost.Find);
+	// Calibration describes it.
+	Variant     string `json:"variant"`
+	Calibration string `json:"calibration"`
+	// Syncs counts every sync over all nodes; Full, Partial and Periodic
+	// break it down.
+	Syncs    int `json:"syncs"`
+	Full     int `json:"full"`
+	Partial  int `json:"partial"`
+	Periodic int `json:"periodic"`
+	// Seconds are quantiles of the sync time over every sync.
+	P50Seconds float64 `json:"p50Seconds"`
+	P99Seconds float64 `json:"p99Seconds"`
+	MaxSeconds float64 `json:"maxSeconds"`
+	// FullSeconds is the largest node's full sync time.
+	FullSeconds float64 `json:"fullSeconds"`
+}
+
+// FirstPacket is the rule-walking work of a new connection's first packet.
+type FirstPacket struct {
+	RulesP50 float64 `json:"rulesP50"`
+	RulesP99 float64 `json:"rulesP99"`
+	Note     string  `json:"note"`
+}
+
+// Conntrack is the conntrack table at its peak, on the busiest node.
+type Conntrack struct {
+	PeakEntries int64  `json:"peakEntries"`
+	Bytes       int64  `json:"bytes"`
+	Node        string `json:"node"`
+	EntryBytes  int    `json:"entryBytes"`
+}
+
+// Distribution is the chi-square verdict of every service port with at
+// least two eligible endpoints and enough connections.
+type Distribution struct {
+	Tested  int `json:"tested"`
+	Skipped int `json:"skipped"`
+	// Failed is the number rejected at FamilyAlpha with Holm's correction
+	// over the tested service ports.
+	Failed      int     `json:"failed"`
+	FamilyAlpha float64 `json:"familyAlpha"`
+	// WorstP is the smallest p-value and WorstPServicePort its service port.
+	WorstP            float64 `json:"worstP"`
+	WorstPServicePort string  `json:"worstPServicePort,omitempty"`
+	// WorstDeviation is the largest |observed − expected| share of one
+	// endpoint, over every tested service port.
+	WorstDeviation            float64  `json:"worstDeviation"`
+	WorstDeviationServicePort string   `json:"worstDeviationServicePort,omitempty"`
+	FailedServicePorts        []string `json:"failedServicePorts,omitempty"`
+	// Histogram bins the per-service-port largest deviation.
+	Histogram []Bin  `json:"histogram"`
+	Note      string `json:"note,omitempty"`
+}
+
+// Bin is one histogram bin [Lo, Hi).
+type Bin struct {
+	Lo    float64 `json:"lo"`
+	Hi    float64 `json:"hi"`
+	Count int     `json:"count"`
+}
+
+// Affinity is ClientIP stickiness over every affinity service port.
+type Affinity struct {
+	ServicePorts int `json:"servicePorts"`
+	// Bound counts new connections of clients bound to an endpoint (inside
+	// the timeout, the endpoint still programmed); Kept those that reached it.
+	Bound      int64   `json:"bound"`
+	Kept       int64   `json:"kept"`
+	Stickiness float64 `json:"stickiness"`
+	// CILow and CIHigh are the 99 % Clopper-Pearson interval of Stickiness.
+	CILow  float64 `json:"ciLow"`
+	CIHigh float64 `json:"ciHigh"`
+	// RecentEvictedLive counts clients an iptables recent list forgot while
+	// still inside the timeout (ip_list_tot): a known deviation.
+	RecentEvictedLive int64  `json:"recentEvictedLive"`
+	Note              string `json:"note,omitempty"`
+}
+
+// InternalLocal is what internalTrafficPolicy Local does to each client
+// node's connections.
+type InternalLocal struct {
+	ServicePorts int `json:"servicePorts"`
+	// MaxFraction is the largest share of a node's connections black-holed
+	// (DROP), MeanFraction the mean over client nodes.
+	MaxFraction  float64 `json:"maxFraction"`
+	MeanFraction float64 `json:"meanFraction"`
+	// MaxRefusedFraction is the largest share of a node's connections to
+	// Local service ports dropped or rejected (ipvs rejects where the
+	// others drop: its documented deviation).
+	MaxRefusedFraction float64     `json:"maxRefusedFraction"`
+	Nodes              []LocalNode `json:"nodes"`
+}
+
+// LocalNode is one client node.
+type LocalNode struct {
+	Node        string `json:"node"`
+	Connections int64  `json:"connections"`
+	// ToLocal counts connections to Local service ports; Dropped and
+	// Rejected those refused.
+	ToLocal  int64 `json:"toLocal"`
+	Dropped  int64 `json:"dropped"`
+	Rejected int64 `json:"rejected"`
+	// Fraction is Dropped / Connections; FractionOfLocal Dropped / ToLocal.
+	Fraction        float64 `json:"fraction"`
+	FractionOfLocal float64 `json:"fractionOfLocal"`
+}
+
+// Flapping is the exposure window: from an API change to the end of the
+// first sync that picked it up, a node's rules still send traffic to the old
+// endpoints.
+type Flapping struct {
+	// WindowP50Seconds and WindowMaxSeconds are over every (step, node).
+	WindowP50Seconds float64 `json:"windowP50Seconds"`
+	WindowMaxSeconds float64 `json:"windowMaxSeconds"`
+	// ConnectionsInWindow were decided by stale rules; Misrouted of them
+	// reached an endpoint the API no longer allowed (not ready, removed).
+	ConnectionsInWindow int64 `json:"connectionsInWindow"`
+	Misrouted           int64 `json:"misrouted"`
+	// Refused in the window were dropped or rejected though the API had an
+	// endpoint for them.
+	Refused int64 `json:"refused"`
+	// MismatchedAfterSync counts connections whose outcome disagreed with
+	// the oracle while the rules were up to date: 0 on a correct engine.
+	MismatchedAfterSync int64        `json:"mismatchedAfterSync"`
+	Steps               []StepWindow `json:"steps"`
+}
+
+// StepWindow is the exposure of one timeline step.
+type StepWindow struct {
+	Step             int     `json:"step"`
+	AtSeconds        float64 `json:"atSeconds"`
+	WindowP50Seconds float64 `json:"windowP50Seconds"`
+	WindowMaxSeconds float64 `json:"windowMaxSeconds"`
+	// Open counts nodes whose window was still open when traffic ended.
+	Open                int   `json:"open,omitempty"`
+	ConnectionsInWindow int64 `json:"connectionsInWindow"`
+	Misrouted           int64 `json:"misrouted"`
+}
+
+// Timeline follows one service port over virtual time.
+type Timeline struct {
+	ServicePort string  `json:"servicePort"`
+	BinSeconds  float64 `json:"binSeconds"`
+	// Eligible is the number of endpoints the API allows at the start of
+	// each bin; Connections and Misrouted count per bin over all nodes.
+	Eligible    []int   `json:"eligible"`
+	Connections []int64 `json:"connections"`
+	Misrouted   []int64 `json:"misrouted"`
+}
+
+// Check is one scenario check in one mode.
+type Check struct {
+	Mode        string `json:"mode"`
+	Name        string `json:"name"`
+	Type        string `json:"type"`
+	ServicePort string `json:"servicePort"`
+	Verdict     string `json:"verdict"`
+	Message     string `json:"message,omitempty"`
+	// Alpha is the family-wise level of the mode's statistical units.
+	Alpha      float64  `json:"alpha,omitempty"`
+	Units      []Unit   `json:"units"`
+	Deviations []string `json:"knownDeviations,omitempty"`
+}
+
+// Unit is a check's verdict for one client node.
+type Unit struct {
+	ClientNode string `json:"clientNode"`
+	Verdict    string `json:"verdict"`
+	Message    string `json:"message,omitempty"`
+	// Expected is the oracle's outcome when the rules are up to date
+	// ("ENDPOINTS", "DROP", "REJECT"; "mixed" when it changed over time).
+	Expected string `json:"expected"`
+	// Decisions are new connections decided by up-to-date rules;
+	// Mismatched of them disagreed with the oracle.
+	Decisions  int64 `json:"decisions"`
+	Mismatched int64 `json:"mismatched"`
+	// In-window figures (flapping).
+	InWindow  int64 `json:"inWindow,omitempty"`
+	Misrouted int64 `json:"misrouted,omitempty"`
+	// Chi-square (distribution).
+	Test            string  `json:"test,omitempty"`
+	Statistic       float64 `json:"statistic,omitempty"`
+	DF              int     `json:"df,omitempty"`
+	P               float64 `json:"p,omitempty"`
+	N               int64   `json:"n,omitempty"`
+	MaxAbsDeviation float64 `json:"maxAbsDeviation,omitempty"`
+	// Power is the power at the check's minimum detectable effect, and
+	// RequiredN the sample it would need for the check's power.
+	Power     float64 `json:"power,omitempty"`
+	RequiredN int     `json:"requiredN,omitempty"`
+	// Affinity.
+	Bound      int64 `json:"bound,omitempty"`
+	Violations int64 `json:"violations,omitempty"`
+	Known      int64 `json:"knownDeviations,omitempty"`
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("could not encode the report: %w", err)
+	}
+	return nil
+}
+
+// Files names what WriteFiles writes in the output folder.
+var Files = struct{ JSON, Markdown, Rules, SyncTime, Deviation, Flapping string }{
+	JSON: "report.json", Markdown: "report.md", Rules: "rules.png", SyncTime: "sync-time.png",
+	Deviation: "deviation.png", Flapping: "flapping.png",
+}
+
+// WriteFiles writes report.json, report.md and the plots into dir, creating
+// it. It returns the paths written.
+func (r *Report) WriteFiles(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("could not create the output folder: %w", err)
+	}
+	var written []string
+	write := func(name string, f func(io.Writer) error) error {
+		p := filepath.Join(dir, name)
+		tmp, err := os.CreateTemp(dir, "."+name+".*")
+		if err != nil {
+			return fmt.Errorf("could not write %s: %w", p, err)
+		}
+		if err := f(tmp); err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			return fmt.Errorf("could not write %s: %w", p, err)
+		}
+		if err := tmp.Close(); err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("could not write %s: %w", p, err)
+		}
+		if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("could not write %s: %w", p, err)
+		}
+		if err := os.Rename(tmp.Name(), p); err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("could not write %s: %w", p, err)
+		}
+		written = append(written, p)
+		return nil
+	}
+	if err := write(Files.JSON, r.WriteJSON); err != nil {
+		return written, err
+	}
+	if err := write(Files.Markdown, r.WriteMarkdown); err != nil {
+		return written, err
+	}
+	// The plots are drawn concurrently (each takes a tenth of a second),
+	// then written in order.
+	plots := r.plots()
+	images := make([]bytes.Buffer, len(plots))
+	errs := make([]error, len(plots))
+	var wg sync.WaitGroup
+	for i, p := range plots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.draw(&images[i])
+		}()
+	}
+	wg.Wait()
+	for i, p := range plots {
+		if errs[i] != nil {
+			return written, fmt.Errorf("could not write %s: %w", filepath.Join(dir, p.name), errs[i])
+		}
+		if err := write(p.name, func(w io.Writer) error { _, err := images[i].WriteTo(w); return err }); err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}

@@ -1,0 +1,673 @@
+package simulate
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kpsim/kpsim/sim/engine"
+	"github.com/kpsim/kpsim/sim/oracle"
+	"github.com/kpsim/kpsim/sim/report"
+)
+
+// gvCount counts one service port version's connections from one node.
+type gvCount struct {
+	Total       int64
+	Established int64
+	Accepted    int64
+	Dropped     int64
+	Rejected    int64
+	// Decisions are new connections decided while the node's rules were up
+	// to date for the version; Mismatched of them disagreed with the
+	// oracle; Fresh were accepted free choices (not held by affinity), the
+	// sample of the distribution tests.
+	Decisions  int64
+	Mismatched int64
+	Fresh      int64
+	// In the exposure window (rules older than the API state).
+	InWindow  int64
+	Misrouted int64
+	Refused   int64
+}
+
+type syncRec struct {
+	dur      int64
+	periodic bool
+}
+
+// affCount is an affinity check's tally on one node.
+type affCount struct {
+	bound, violations, known int64
+}
+
+// nodeResult is what one node's run in one mode hands back.
+type nodeResult struct {
+	gv    []gvCount
+	cells []uint32 // fresh accepted connections per version and endpoint
+	syncs []syncRec
+	// window per step: ns from the step to the end of the sync that put it
+	// in this node's rules; -1 when no sync did (no write, or never).
+	window []int64
+	// Affinity (every ClientIP service port).
+	bound, kept, recentEvictedLive int64
+	peakLive                       int64
+	// Per node totals.
+	conns, toLocal, dropped, rejected, localDropped, localRejected int64
+	// Timeline bins of the followed service port.
+	tlConns, tlMis []int64
+	aff            map[int32]*affCount
+	// After the run, gv and cells are folded into the mode's totals and
+	// dropped; perNode holds the versions that need per-node figures (those
+	// of checked service ports, and those whose expectation differs
+	// between nodes).
+	perNode map[int32]*keptGV
+	// fp is the node's first-packet figures (iptables).
+	fp report.FirstPacket
+}
+
+// keptGV is one version's counts on one node.
+type keptGV struct {
+	c     gvCount
+	cells []uint32
+}
+
+// add sums counts.
+func (c *gvCount) add(o *gvCount) {
+	c.Total += o.Total
+	c.Established += o.Established
+	c.Accepted += o.Accepted
+	c.Dropped += o.Dropped
+	c.Rejected += o.Rejected
+	c.Decisions += o.Decisions
+	c.Mismatched += o.Mismatched
+	c.Fresh += o.Fresh
+	c.InWindow += o.InWindow
+	c.Misrouted += o.Misrouted
+	c.Refused += o.Refused
+}
+
+// modeAcc is a mode's counts summed over nodes (integers: the order in
+// which nodes finish does not matter).
+type modeAcc struct {
+	gv    []gvCount
+	cells []uint64
+}
+
+func newModeAcc(w *world) *modeAcc {
+	return &modeAcc{gv: make([]gvCount, len(w.gvs)), cells: make([]uint64, w.cells)}
+}
+
+func (a *modeAcc) add(r *nodeResult) {
+	for g := range r.gv {
+		a.gv[g].add(&r.gv[g])
+	}
+	for i, c := range r.cells {
+		a.cells[i] += uint64(c)
+	}
+}
+
+// shrink keeps what needs per-node figures and drops the full arrays.
+func (r *nodeResult) shrink(w *world) {
+	r.perNode = map[int32]*keptGV{}
+	for g := range w.gvs {
+		if !w.keep[g] {
+			continue
+		}
+		k := len(w.svcs[w.gvs[g].svc].eps)
+		off := w.gvs[g].cellOff
+		r.perNode[int32(g)] = &keptGV{c: r.gv[g], cells: append([]uint32(nil), r.cells[off:off+int32(k)]...)}
+	}
+	r.gv, r.cells = nil, nil
+}
+
+// nodeRun is one node simulated in one mode: its dataplane split into
+// shards, its control schedule (API writes and rule changes), and the
+// counters.
+//
+// Shards: connections to different service ports never meet in the
+// dataplane (each service port has its own engine, and a conntrack entry
+// is keyed by the service port), so a node's service ports are split into
+// shards, each an engine.Node with its own, small conntrack table, and each
+// shard's connections are handled together, in time order. A table of a
+// few tens of thousands of entries stays in the CPU's cache, where one
+// table of half a million entries costs a cache miss per connection. The
+// kernel has one table per node; without nf_conntrack_max (not modelled
+// here) the split changes nothing a connection can observe.
+type nodeRun struct {
+	w      *world
+	md     *modeData
+	ni     int
+	shards []shard
+	plan   *shardPlan
+	pool   *tablePool
+	// Per service port: the versions in the API and in the rules, and the
+	// programmed affinity timeout, side by side for the per-connection path.
+	svc []svcState
+	// Per version: the oracle's outcome for this node, in the compact form
+	// the per-connection path reads (fast), and its index in md.outs.
+	fast      []fastOutcome
+	out       []int32
+	gen       []uint32
+	aff       affTable
+	affOracle []*oracle.Affinity // per service port, for affinity checks
+	res       *nodeResult
+	liveDiff  []int32
+	liveShift uint
+}
+
+// shard is a part of a node's service ports with its own dataplane and
+// its part of the control schedule.
+type shard struct {
+	node   *engine.Node
+	table  bool // node.CT is the shard's sized table
+	evs    []ctlEvent
+	ev     int
+	nextAt int64
+}
+
+func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, pool *tablePool) *nodeRun {
+	nn := len(w.nodes)
+	r := &nodeRun{w: w, md: md, ni: ni, plan: plan, pool: pool}
+	r.svc = make([]svcState, len(w.svcs))
+	r.out = make([]int32, len(w.gvs))
+	r.fast = make([]fastOutcome, len(w.gvs))
+	for g := range w.gvs {
+		r.out[g] = md.out[g*nn+ni]
+		o := &md.outs[r.out[g]]
+		r.fast[g] = fastOutcome{kind: o.kind, o: o}
+		if len(o.allowed) == 1 {
+			r.fast[g].bits, r.fast[g].small = o.allowed[0], true
+		}
+	}
+	r.gen = make([]uint32, w.unionCells)
+	r.aff = newAffTable()
+	r.res = &nodeResult{
+		gv:     make([]gvCount, len(w.gvs)),
+		cells:  make([]uint32, w.cells),
+		window: make([]int64, len(w.steps)),
+	}
+	for i := range r.res.window {
+		r.res.window[i] = -1
+	}
+	if w.tlSvc >= 0 {
+		r.res.tlConns = make([]int64, w.tlBins)
+		r.res.tlMis = make([]int64, w.tlBins)
+	}
+	// Bins of a power of two nanoseconds, about 1/4096 of the run.
+	for r.liveShift = 0; int64(1)<<r.liveShift < max(1, w.tr.span/4096); r.liveShift++ {
+	}
+	r.liveDiff = make([]int32, w.tr.span>>r.liveShift+2)
+	if len(w.affCheck) > 0 {
+		r.affOracle = make([]*oracle.Affinity, len(w.svcs))
+		r.res.aff = map[int32]*affCount{}
+		for s, nodes := range w.affCheck {
+			if nodes[ni] {
+				g := w.svcs[s].gvs[0]
+				o := md.outs[r.out[g]]
+				r.affOracle[s] = oracle.Oracle{RecentCapacity: md.ncfg.IPTables.RecentCapacity}.NewAffinity(md.name, w.gvs[g].sp, w.oracleOutcome(s, &o))
+				r.res.aff[s] = &affCount{}
+			}
+		}
+	}
+	// The control schedule does not depend on traffic: compute it first,
+	// then give each shard its part.
+	evs := r.schedule()
+	r.shards = make([]shard, plan.n)
+	for i := range r.shards {
+		rng := engine.NewRand(rand.NewPCG(seed, mix(uint64(md.mode)<<56|uint64(ni)<<24|uint64(i))))
+		node, err := engine.NewNode(w.nodes[ni].name, md.ncfg, rng)
+		if err != nil {
+			panic(err) // buildMode parsed the mode and the scheduler
+		}
+		// The shard's real table is taken when its connections come
+		// (handleShard): emptying it then brings it into the cache.
+		r.shards[i].node = node
+	}
+	for _, e := range evs {
+		if k := plan.of[e.svc]; k >= 0 {
+			r.shards[k].evs = append(r.shards[k].evs, e)
+		}
+	}
+	for i := range r.shards {
+		r.shards[i].nextAt = math.MaxInt64
+		if len(r.shards[i].evs) > 0 {
+			r.shards[i].nextAt = r.shards[i].evs[0].at
+		}
+	}
+	// The initial full sync happened before traffic starts. Service ports
+	// this node sends nothing to get no engine.
+	for s := range w.svcs {
+		g := w.svcs[s].gvs[0]
+		r.svc[s].api, r.svc[s].rule = g, g
+		k := plan.of[s]
+		if k < 0 {
+			continue
+		}
+		rules := md.rules[int(g)*nn+ni]
+		r.shards[k].node.Program(int(plan.local[s]), *rules, 0)
+		if rules.Verdict == engine.Accept {
+			r.svc[s].aff = int64(rules.AffinityTimeout)
+		}
+	}
+	return r
+}
+
+// mix is SplitMix64's finaliser: distinct, well spread stream numbers.
+func mix(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31)
+}
+
+// runNode simulates one node's traffic through that node in every mode.
+// The node's connections are generated a chunk at a time (the whole run
+// when it fits, the common case) and bucketed by shard; each mode handles
+// a chunk shard by shard. With one chunk, the modes run one after the
+// other on it, so only one mode's tables are alive at a time; with more,
+// every mode's run stays alive across chunks. The traffic stream does not
+// depend on the modes, the shards or the chunking, so every mode (and a
+// mode simulated alone) sees the same connections.
+func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]*nodeResult, error) {
+	plan := w.planShards(ni)
+	out := make([]*nodeResult, len(w.modes))
+	g := newTrafficGen(w, ni, seed)
+	ch := wk.chunk(plan.n)
+	handle := func(r *nodeRun) error {
+		for k := range r.shards {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			r.handleShard(k, ch.byShard[k])
+		}
+		return nil
+	}
+	if g.n <= chunkConns {
+		g.fill(ch, plan)
+		for mi, md := range w.modes {
+			r := newNodeRun(w, md, ni, plan, seed, &wk.tables)
+			if err := handle(r); err != nil {
+				return nil, err
+			}
+			r.finish()
+			out[mi] = r.res
+		}
+		return out, nil
+	}
+	runs := make([]*nodeRun, len(w.modes))
+	for mi, md := range w.modes {
+		runs[mi] = newNodeRun(w, md, ni, plan, seed, &wk.tables)
+	}
+	for g.fill(ch, plan) {
+		for _, r := range runs {
+			if err := handle(r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for mi, r := range runs {
+		r.finish()
+		out[mi] = r.res
+	}
+	return out, nil
+}
+
+// worker holds what one worker goroutine reuses from node to node: the
+// chunk buffers and the shards' conntrack tables (allocating them anew
+// for every node and mode costs page faults and zeroing).
+type worker struct {
+	ch     *chunk
+	tables tablePool
+}
+
+func (wk *worker) chunk(shards int) *chunk {
+	if wk.ch == nil {
+		wk.ch = &chunk{}
+	}
+	for len(wk.ch.byShard) < shards {
+		wk.ch.byShard = append(wk.ch.byShard, nil)
+	}
+	wk.ch.byShard = wk.ch.byShard[:shards]
+	return wk.ch
+}
+
+// tablePool keeps emptied conntrack tables by size.
+type tablePool struct {
+	free map[int][]*engine.Conntrack
+}
+
+// get returns an empty table sized as Conntrack.Reserve would size one for
+// n entries, or nil.
+func (p *tablePool) get(n int) *engine.Conntrack {
+	size := 1 << 10
+	for size/2 <= n {
+		size *= 2
+	}
+	l := p.free[size]
+	if len(l) == 0 {
+		return nil
+	}
+	ct := l[len(l)-1]
+	p.free[size] = l[:len(l)-1]
+	ct.Reset()
+	return ct
+}
+
+func (p *tablePool) put(ct *engine.Conntrack) {
+	if p.free == nil {
+		p.free = map[int][]*engine.Conntrack{}
+	}
+	size := ct.Bytes() / 24
+	p.free[size] = append(p.free[size], ct)
+}
+
+// handleShard decides a shard's connections in time order, each after the
+// shard's control events due by its time.
+func (r *nodeRun) handleShard(k int, cs []chunkConn) {
+	sh := &r.shards[k]
+	node := sh.node
+	if !sh.table && len(cs) > 0 {
+		if ct := r.pool.get(r.plan.live[k]); ct != nil {
+			node.CT = ct
+		} else {
+			node.CT.Reserve(r.plan.live[k], 0)
+		}
+		sh.table = true
+	}
+	for i := range cs {
+		e := &cs[i]
+		if e.t >= sh.nextAt {
+			r.apply(sh, e.t)
+		}
+		res := node.Connect(int(e.local), &e.c, e.t)
+		r.account(e.svc, &e.c, res, e.t)
+	}
+}
+
+// apply applies a shard's control events up to and including t.
+func (r *nodeRun) apply(sh *shard, t int64) {
+	for sh.ev < len(sh.evs) && sh.evs[sh.ev].at <= t {
+		e := &sh.evs[sh.ev]
+		sh.ev++
+		if e.program {
+			r.program(sh.node, e.svc, e.gv, e.at)
+		} else {
+			r.svc[e.svc].api = e.gv
+		}
+	}
+	sh.nextAt = math.MaxInt64
+	if sh.ev < len(sh.evs) {
+		sh.nextAt = sh.evs[sh.ev].at
+	}
+}
+
+// program puts version g of service port sv into a node's rules at now,
+// as the end of a sync does.
+func (r *nodeRun) program(node *engine.Node, sv, g int32, now int64) {
+	w := r.w
+	nn := len(w.nodes)
+	old0 := r.svc[sv].rule
+	old := r.md.rules[int(old0)*nn+r.ni]
+	rules := r.md.rules[int(g)*nn+r.ni]
+	// Affinity state of an endpoint that leaves the rules is gone (recent
+	// list destroyed, set deleted, real server removed).
+	if r.svc[sv].aff > 0 {
+		off := w.svcs[sv].unionOff
+		for _, b := range old.Backends {
+			if !hasBackend(rules, b.ID) {
+				r.gen[off+b.ID]++
+			}
+		}
+	}
+	node.Program(int(r.plan.local[sv]), *rules, now)
+	r.svc[sv].rule = g
+	r.svc[sv].aff = 0
+	if rules.Verdict == engine.Accept {
+		r.svc[sv].aff = int64(rules.AffinityTimeout)
+	}
+	if r.affOracle != nil && r.affOracle[sv] != nil {
+		o := r.md.outs[r.out[g]]
+		prev, cur := w.gvs[old0].sp, w.gvs[g].sp
+		if prev.ClientIPAffinity != cur.ClientIPAffinity || prev.AffinityTimeout != cur.AffinityTimeout {
+			// New affinity settings: the proxy starts over.
+			r.affOracle[sv] = oracle.Oracle{RecentCapacity: r.md.ncfg.IPTables.RecentCapacity}.NewAffinity(r.md.name, cur, w.oracleOutcome(sv, &o))
+		} else {
+			r.affOracle[sv].Update(w.oracleOutcome(sv, &o))
+		}
+	}
+}
+
+func hasBackend(r *engine.Rules, id int32) bool {
+	if r.Verdict != engine.Accept {
+		return false
+	}
+	for _, b := range r.Backends {
+		if b.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// account classifies one connection against the oracle and counts it.
+func (r *nodeRun) account(s int32, c *engine.Conn, res engine.Result, t int64) {
+	ss := &r.svc[s]
+	g := ss.api
+	st := &r.res.gv[g]
+	st.Total++
+	if res.Established {
+		st.Established++
+		return
+	}
+	o := &r.fast[g]
+	inWin := g != ss.rule
+	ok, misrouted := false, false
+	switch res.Verdict {
+	case engine.Accept:
+		st.Accepted++
+		if o.kind == oracle.Endpoints {
+			if o.small {
+				ok = uint32(res.Endpoint) < 64 && o.bits&(1<<(uint32(res.Endpoint)&63)) != 0
+			} else {
+				ok = o.o.allows(res.Endpoint)
+			}
+		}
+		misrouted = !ok
+		r.live(t, c)
+	case engine.Drop:
+		st.Dropped++
+		ok = o.kind == oracle.Drop
+	default:
+		st.Rejected++
+		ok = o.kind == oracle.Reject
+	}
+	fresh := res.Verdict == engine.Accept
+	if fresh && ss.aff > 0 {
+		fresh = !r.affinity(s, c, res.Endpoint, t)
+	}
+	if r.affOracle != nil && r.affOracle[s] != nil && res.Verdict == engine.Accept {
+		r.observeAffinity(s, c, res.Endpoint, t)
+	}
+	if inWin {
+		st.InWindow++
+		if misrouted {
+			st.Misrouted++
+		} else if !ok {
+			st.Refused++
+		}
+	} else {
+		st.Decisions++
+		if !ok {
+			st.Mismatched++
+		}
+		if fresh {
+			st.Fresh++
+			r.res.cells[r.w.gvs[g].cellOff+res.Endpoint]++
+		}
+	}
+	if s == r.w.tlSvc {
+		b := t / r.w.tlBin
+		r.res.tlConns[b]++
+		if misrouted {
+			r.res.tlMis[b]++
+		}
+	}
+}
+
+// svcState is a service port's state on a node.
+type svcState struct {
+	api, rule int32 // versions in the API and in the rules
+	aff       int64 // affinity timeout of the rules, ns (0: none)
+}
+
+// fastOutcome is an outcome as the per-connection path reads it: the kind
+// and, for up to 64 endpoints, the allowed set inline.
+type fastOutcome struct {
+	kind  oracle.Kind
+	small bool
+	bits  uint64
+	o     *outcome
+}
+
+// affinity tracks which endpoint each client of a ClientIP service port is
+// bound to, and reports whether this connection's client was bound.
+func (r *nodeRun) affinity(s int32, c *engine.Conn, ep int32, t int64) bool {
+	e := r.aff.get(uint64(s)<<32 | uint64(c.SrcIP))
+	gen := &r.gen[r.w.svcs[s].unionOff+ep]
+	bound := false
+	if e.last != 0 && t < e.last-1+r.svc[s].aff && r.gen[r.w.svcs[s].unionOff+e.ep] == e.gen {
+		bound = true
+		r.res.bound++
+		if e.ep == ep {
+			r.res.kept++
+		}
+	}
+	e.ep, e.gen, e.last = ep, *gen, t+1 // +1: 0 means unset
+	return bound
+}
+
+func (r *nodeRun) observeAffinity(s int32, c *engine.Conn, ep int32, t int64) {
+	a := r.affOracle[s]
+	ac := r.res.aff[s]
+	client := engine.AddrFromIPv4(c.SrcIP)
+	now := time.Duration(t)
+	if _, bound := a.Expect(client, now); bound {
+		ac.bound++
+	}
+	switch a.Observe(client, r.w.svcs[s].names[ep], now, time.Duration(c.End)) {
+	case oracle.Violation:
+		ac.violations++
+	case oracle.KnownDeviation:
+		ac.known++
+	}
+}
+
+// live counts a new conntrack entry in the live-entries histogram: +1 when
+// it is created, -1 when it expires (the end of the flow plus TIME_WAIT or
+// the UDP timeout), at the histogram's resolution.
+func (r *nodeRun) live(t int64, c *engine.Conn) {
+	r.liveDiff[t>>r.liveShift]++
+	wait := int64(engine.DefaultTCPTimeWait)
+	if c.Proto == engine.UDP {
+		wait = int64(engine.DefaultUDPTimeout)
+	}
+	if exp := max(c.End, t) + wait; exp < r.w.tr.span {
+		r.liveDiff[exp>>r.liveShift+1]--
+	}
+}
+
+func (r *nodeRun) finish() {
+	for i := range r.shards {
+		r.apply(&r.shards[i], math.MaxInt64)
+	}
+	var cur, peak int64
+	for _, d := range r.liveDiff {
+		cur += int64(d)
+		peak = max(peak, cur)
+	}
+	r.res.peakLive = peak
+	for _, sh := range r.shards {
+		for s := range r.w.svcs {
+			if e, ok := sh.node.Engine(s).(*engine.IPTablesEngine); ok { // s: local numbers, all below len(svcs)
+				r.res.recentEvictedLive += int64(e.Stats.RecentEvictedLive)
+			}
+		}
+		ns := sh.node.Stats
+		r.res.conns += int64(ns.Connections)
+		r.res.dropped += int64(ns.Dropped)
+		r.res.rejected += int64(ns.Rejected)
+	}
+	for g := range r.w.gvs {
+		if r.w.gvs[g].local {
+			st := &r.res.gv[g]
+			r.res.toLocal += st.Total
+			r.res.localDropped += st.Dropped
+			r.res.localRejected += st.Rejected
+		}
+	}
+	// Hand the tables back before the result is kept.
+	for _, sh := range r.shards {
+		if sh.table {
+			r.pool.put(sh.node.CT)
+		}
+	}
+	r.shards = nil
+	r.liveDiff = nil
+}
+
+// affTable maps (service port, client address) to the client's binding:
+// open addressing with linear probing, grown at half load.
+type affTable struct {
+	keys  []uint64
+	vals  []affEntry
+	n     int
+	shift uint
+}
+
+type affEntry struct {
+	ep   int32
+	gen  uint32
+	last int64 // last new connection + 1; 0: none
+}
+
+func newAffTable() affTable {
+	return affTable{keys: make([]uint64, 64), vals: make([]affEntry, 64), shift: 64 - 6}
+}
+
+// get returns the entry of a key, inserting an empty one.
+func (a *affTable) get(k uint64) *affEntry {
+	k |= 1 << 63 // never 0
+	if (a.n+1)*2 > len(a.keys) {
+		a.grow()
+	}
+	mask := uint64(len(a.keys) - 1)
+	for i := (k * 0x9E3779B97F4A7C15) >> a.shift; ; i = (i + 1) & mask {
+		switch a.keys[i] {
+		case k:
+			return &a.vals[i]
+		case 0:
+			a.keys[i] = k
+			a.n++
+			return &a.vals[i]
+		}
+	}
+}
+
+func (a *affTable) grow() {
+	keys, vals := a.keys, a.vals
+	a.keys = make([]uint64, 2*len(keys))
+	a.vals = make([]affEntry, 2*len(keys))
+	a.shift--
+	mask := uint64(len(a.keys) - 1)
+	for i, k := range keys {
+		if k == 0 {
+			continue
+		}
+		j := (k * 0x9E3779B97F4A7C15) >> a.shift
+		for a.keys[j] != 0 {
+			j = (j + 1) & mask
+		}
+		a.keys[j], a.vals[j] = k, vals[i]
+	}
+}

@@ -1,0 +1,211 @@
+package simulate
+
+import (
+	"math/rand/v2"
+	"slices"
+
+	"github.com/kpsim/kpsim/sim/engine"
+)
+
+// Sharding and chunking bounds.
+const (
+	// shardSlots is the conntrack table size a shard aims at: 32768
+	// slots of 24 bytes (768 KiB) stay in a core's L2 cache. A table is
+	// kept under half load, and Reserve is asked for 1.2 times the
+	// expected entries plus 64, so a shard is planned for at most
+	// shardSlots/2 − 1024 of those (room for an unlucky shard).
+	shardSlots = 1 << 15
+	maxShards  = 256
+	// chunkConns bounds the connections generated and bucketed at once
+	// (32 bytes each); a node whose run fits is handled in one chunk, so
+	// that each shard goes through its whole run with its table hot.
+	chunkConns = 1 << 20
+	// maxReserve bounds the conntrack entries reserved up front; past it
+	// a table grows as it fills.
+	maxReserve = 1 << 24
+)
+
+// shardPlan splits a node's service ports into shards of about equal
+// traffic (longest processing time first), the same in every mode.
+type shardPlan struct {
+	n  int
+	of []int32 // shard of each service port; -1: the node sends it nothing
+	// local numbers the service ports of a shard 0, 1, ... : the shard's
+	// engine.Node knows them by these numbers (its engine slice stays
+	// dense; a conntrack entry is keyed by the local number, which is
+	// unique in its shard's table).
+	local []int32
+	live  []int     // conntrack entries to reserve per shard
+	share []float64 // each shard's share of the node's connections
+}
+
+// planShards plans node ni's shards from its clients' target weights.
+func (w *world) planShards(ni int) *shardPlan {
+	np := &w.tr.perNode[ni]
+	weight := make([]float64, len(w.svcs))
+	total := 0.0
+	for _, ng := range np.groups {
+		gp := &w.tr.groups[ng.group]
+		for i, s := range gp.targets {
+			weight[s] += ng.weight * gp.weights[i]
+			total += ng.weight * gp.weights[i]
+		}
+	}
+	live := expectedLive(np.conns, &w.tr)
+	per := shardSlots/2 - 1024
+	n := min(maxShards, max(1, (live*12/10+per-1)/per))
+	p := &shardPlan{n: n, of: make([]int32, len(w.svcs)), local: make([]int32, len(w.svcs)), live: make([]int, n), share: make([]float64, n)}
+	var order []int32
+	for s := range w.svcs {
+		p.of[s] = -1
+		if weight[s] > 0 {
+			order = append(order, int32(s))
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int32) int {
+		switch {
+		case weight[a] > weight[b]:
+			return -1
+		case weight[a] < weight[b]:
+			return 1
+		}
+		return 0
+	})
+	load := make([]float64, n)
+	for _, s := range order {
+		k := 0
+		for i := 1; i < n; i++ {
+			if load[i] < load[k] {
+				k = i
+			}
+		}
+		p.of[s] = int32(k)
+		load[k] += weight[s]
+	}
+	for k := range n {
+		if total > 0 {
+			p.share[k] = load[k] / total
+			p.live[k] = int(float64(live)*p.share[k]*1.2) + 64
+		}
+	}
+	next := make([]int32, n)
+	for s := range w.svcs {
+		if k := p.of[s]; k >= 0 {
+			p.local[s] = next[k]
+			next[k]++
+		}
+	}
+	return p
+}
+
+// expectedLive estimates a node's peak live conntrack entries: every
+// connection of the last TIME_WAIT (plus a flow's length) of the run.
+func expectedLive(conns int64, tr *trafficPlan) int {
+	n := float64(conns)
+	if tr.span > 0 {
+		if f := float64(int64(engine.DefaultTCPTimeWait)+2*tr.meanDur) / float64(tr.span); f < 1 {
+			n *= f * 1.1
+		}
+	}
+	return int(min(n, maxReserve))
+}
+
+// trafficStream is a node's traffic source: the same in every mode (the
+// modes see the same connections; only their decisions differ).
+func trafficStream(seed uint64, ni int) *rand.PCG {
+	return rand.NewPCG(seed^0x7472616666696373, mix(uint64(ni)|1<<40))
+}
+
+// chunkConn is one generated connection.
+type chunkConn struct {
+	c     engine.Conn
+	t     int64
+	svc   int32 // service port
+	local int32 // its number in its shard
+}
+
+// chunk holds generated connections bucketed by shard, each bucket in time
+// order.
+type chunk struct {
+	byShard [][]chunkConn
+}
+
+// trafficGen is a node's stream of new connections in time order: arrival
+// i falls in slot [i, i+1)·span/n at a uniform offset; its client, source
+// address and port, target service port (alias table) and duration are
+// drawn from the node's traffic random stream.
+type trafficGen struct {
+	tr     *trafficPlan
+	np     *nodePlan
+	pcg    *rand.PCG
+	xr     *rand.Rand
+	seq    []uint16
+	protos []engine.Proto
+	i, n   int64
+	delta  float64
+}
+
+func newTrafficGen(w *world, ni int, seed uint64) *trafficGen {
+	tr := &w.tr
+	np := &tr.perNode[ni]
+	g := &trafficGen{tr: tr, np: np, pcg: trafficStream(seed, ni), n: np.conns}
+	g.xr = rand.New(g.pcg)
+	g.seq = make([]uint16, np.seqPorts)
+	for i := range g.seq {
+		g.seq[i] = uint16((uint64(uint32(g.pcg.Uint64())) * ephemeralN) >> 32)
+	}
+	if g.n > 0 {
+		g.delta = float64(tr.span) / float64(g.n)
+	}
+	g.protos = make([]engine.Proto, len(w.svcs))
+	for s := range w.svcs {
+		g.protos[s] = w.svcs[s].proto
+	}
+	return g
+}
+
+// fill generates the next chunk of connections into ch, bucketed by the
+// plan's shards; false when the stream is exhausted.
+func (g *trafficGen) fill(ch *chunk, p *shardPlan) bool {
+	k := min(chunkConns, g.n-g.i)
+	if k <= 0 {
+		return false
+	}
+	for b := range ch.byShard {
+		// Room for the shard's share, so that appending rarely copies.
+		if want := int(float64(k)*p.share[b]*1.05) + 256; cap(ch.byShard[b]) < want {
+			ch.byShard[b] = make([]chunkConn, 0, want)
+		}
+		ch.byShard[b] = ch.byShard[b][:0]
+	}
+	tr, np, pcg := g.tr, g.np, g.pcg
+	multi := len(np.groups) > 1
+	for j := range k {
+		x := pcg.Uint64()
+		t := int64((float64(g.i+j) + float64(x>>11)*0x1p-53) * g.delta)
+		ng := &np.groups[0]
+		if multi {
+			ng = &np.groups[np.alias.pick(pcg.Uint64())]
+		}
+		gp := &tr.groups[ng.group]
+		y := pcg.Uint64()
+		src := uint32(((y >> 32) * uint64(ng.count)) >> 32)
+		var sp *uint16
+		if ng.seqOff >= 0 {
+			sp = &g.seq[int(ng.seqOff)+int(src)]
+		}
+		port := sourcePort(gp.portMode, uint32(y), sp)
+		s := gp.targets[gp.alias.pick(pcg.Uint64())]
+		d := tr.meanDur
+		if tr.expDur {
+			d = int64(g.xr.ExpFloat64() * float64(tr.meanDur))
+		}
+		b := p.of[s]
+		ch.byShard[b] = append(ch.byShard[b], chunkConn{
+			c: engine.Conn{SrcIP: ng.base + src, SrcPort: port, Proto: g.protos[s], End: t + d},
+			t: t, svc: s, local: p.local[s],
+		})
+	}
+	g.i += k
+	return true
+}

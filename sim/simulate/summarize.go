@@ -1,0 +1,395 @@
+package simulate
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/cost"
+	"github.com/kpsim/kpsim/sim/engine"
+	"github.com/kpsim/kpsim/sim/report"
+)
+
+// histogramBins is the number of bins of the deviation histogram.
+const histogramBins = 20
+
+// maxListed bounds the service ports a report lists by name.
+const maxListed = 20
+
+// report merges the node results, in mode and node order, into the report.
+func (w *world) report(sum *cluster.Summary, seed uint64, results [][]*nodeResult, accs []*modeAcc) *report.Report {
+	r := &report.Report{
+		Scenario: w.sc.Metadata.Name, File: sum.File, Seed: seed, Cluster: sum,
+		Calibrations: w.cals, Failed: []string{}, Checks: []report.Check{}, Steps: []report.Step{},
+	}
+	tr := &w.tr
+	clientNodes := 0
+	for _, np := range tr.perNode {
+		if np.conns > 0 {
+			clientNodes++
+		}
+	}
+	r.Traffic = report.Traffic{
+		Connections: tr.total, SpanSeconds: secs(tr.span), ClientNodes: clientNodes,
+		SourceAddresses: tr.sources, ConnectionDuration: tr.durDesc, TargetServicePorts: tr.targets,
+	}
+	if tr.span > 0 {
+		r.Traffic.RatePerSecond = float64(tr.total) / secs(tr.span)
+	}
+	for _, st := range w.steps {
+		rs := report.Step{AtSeconds: secs(st.at), Description: st.desc, ServicePorts: []string{}}
+		for _, g := range st.changes {
+			rs.ServicePorts = append(rs.ServicePorts, w.svcs[w.gvs[g].svc].label)
+		}
+		r.Steps = append(r.Steps, rs)
+	}
+	devs := make([][]float64, len(w.modes))
+	for mi := range w.modes {
+		mr, d := w.modeReport(mi, results[mi], accs[mi])
+		devs[mi] = d
+		r.Modes = append(r.Modes, mr)
+		for _, c := range w.evalChecks(mi, results[mi]) {
+			r.Checks = append(r.Checks, c)
+			if c.Verdict != report.Pass {
+				r.Failed = append(r.Failed, c.Mode+"/"+c.Name)
+			}
+		}
+	}
+	for mi := range r.Modes {
+		r.Modes[mi].Distribution.Histogram = histogram(devs[mi])
+	}
+	r.Model = w.modelNotes()
+	return r
+}
+
+func secs(ns int64) float64 { return float64(ns) / 1e9 }
+
+// modeReport computes one mode's figures; it also returns the per service
+// port deviations of the distribution verdicts, for the histogram.
+func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) (report.Mode, []float64) {
+	md := w.modes[mi]
+	mr := report.Mode{Mode: md.name}
+	// Connections.
+	for _, c := range acc.gv {
+		mr.Connections.Total += c.Total
+		mr.Connections.Established += c.Established
+		mr.Connections.Accepted += c.Accepted
+		mr.Connections.Dropped += c.Dropped
+		mr.Connections.Rejected += c.Rejected
+	}
+	// Rules.
+	mr.Rules.Measure = map[engine.Mode]string{
+		engine.IPTables: "iptables-restore lines (rules and chains, nat and filter)",
+		engine.NFTables: "nftables chains, rules, map elements and sets",
+		engine.IPVS:     "ipvs virtual and real servers plus ipset entries",
+	}[md.mode]
+	for ni, c := range md.counts {
+		mr.Rules.ObjectsTotal += c.Objects
+		if ni == 0 || c.Objects > mr.Rules.ObjectsMax {
+			mr.Rules.ObjectsMax, mr.Rules.MaxNode, mr.Rules.Counts = c.Objects, w.nodes[ni].name, c
+		}
+	}
+	// Syncs: one full sync per node before traffic, then what ran.
+	var durs []int64
+	mr.Sync.Calibration, mr.Sync.Variant = md.cal, md.variant
+	for ni, nr := range res {
+		durs = append(durs, md.fullSync[ni])
+		mr.Sync.Full++
+		mr.Sync.FullSeconds = max(mr.Sync.FullSeconds, secs(md.fullSync[ni]))
+		for _, s := range nr.syncs {
+			durs = append(durs, s.dur)
+			if s.periodic {
+				mr.Sync.Periodic++
+			} else {
+				mr.Sync.Partial++
+			}
+		}
+	}
+	slices.Sort(durs)
+	mr.Sync.Syncs = len(durs)
+	mr.Sync.P50Seconds = secs(quantile(durs, 0.5))
+	mr.Sync.P99Seconds = secs(quantile(durs, 0.99))
+	mr.Sync.MaxSeconds = secs(durs[len(durs)-1])
+	// First packet.
+	mr.FirstPacket = w.firstPacket(mi, res)
+	// Conntrack.
+	for ni, nr := range res {
+		if ni == 0 || nr.peakLive > mr.Conntrack.PeakEntries {
+			ct := cost.ConntrackFor(nr.peakLive)
+			mr.Conntrack = report.Conntrack{PeakEntries: ct.PeakEntries, Bytes: ct.Bytes, Node: w.nodes[ni].name, EntryBytes: cost.ConntrackEntryBytes}
+		}
+	}
+	// Distribution.
+	dist, devs := w.distribution(mi, res, acc)
+	mr.Distribution = dist
+	// Affinity.
+	aff := report.Affinity{}
+	for _, g := range w.svcs {
+		if sp := w.gvs[g.gvs[0]].sp; sp != nil && sp.ClientIPAffinity {
+			aff.ServicePorts++
+		}
+	}
+	for _, nr := range res {
+		aff.Bound += nr.bound
+		aff.Kept += nr.kept
+		aff.RecentEvictedLive += nr.recentEvictedLive
+	}
+	if aff.Bound > 0 {
+		aff.Stickiness = float64(aff.Kept) / float64(aff.Bound)
+		aff.CILow, aff.CIHigh = stats.ClopperPearson(int(aff.Kept), int(aff.Bound), 0.99)
+	}
+	switch {
+	case aff.ServicePorts == 0:
+		aff.Note = "no service port has sessionAffinity ClientIP"
+	case md.mode == engine.IPTables && w.sc.Proxy.IPTablesAffinity == "ipset":
+		aff.Note = "iptables with ipset affinity: no per-endpoint client limit below the set's maxelem (65536)"
+	case md.mode == engine.IPTables:
+		aff.Note = fmt.Sprintf("iptables keeps at most %d clients per endpoint (xt_recent ip_list_tot); recentEvictedLive counts clients it forgot inside the timeout: a known deviation, not counted as a violation", engine.RecentListCapacity)
+	}
+	mr.Affinity = aff
+	// internalTrafficPolicy Local.
+	loc := report.InternalLocal{Nodes: []report.LocalNode{}}
+	for s := range w.svcs {
+		if w.gvs[w.svcs[s].gvs[0]].local {
+			loc.ServicePorts++
+		}
+	}
+	var sumFrac float64
+	var counted int
+	for ni, nr := range res {
+		if nr.conns == 0 {
+			continue
+		}
+		ln := report.LocalNode{Node: w.nodes[ni].name, Connections: nr.conns, ToLocal: nr.toLocal, Dropped: nr.localDropped, Rejected: nr.localRejected}
+		ln.Fraction = float64(ln.Dropped) / float64(ln.Connections)
+		if ln.ToLocal > 0 {
+			ln.FractionOfLocal = float64(ln.Dropped) / float64(ln.ToLocal)
+		}
+		loc.MaxFraction = max(loc.MaxFraction, ln.Fraction)
+		loc.MaxRefusedFraction = max(loc.MaxRefusedFraction, float64(ln.Dropped+ln.Rejected)/float64(ln.Connections))
+		sumFrac += ln.Fraction
+		counted++
+		loc.Nodes = append(loc.Nodes, ln)
+	}
+	if counted > 0 {
+		loc.MeanFraction = sumFrac / float64(counted)
+	}
+	mr.Local = loc
+	// Flapping.
+	mr.Flapping = w.flapping(res, acc)
+	// Timeline.
+	if w.tlSvc >= 0 {
+		tl := &report.Timeline{ServicePort: w.svcs[w.tlSvc].label, BinSeconds: secs(w.tlBin),
+			Eligible: make([]int, w.tlBins), Connections: make([]int64, w.tlBins), Misrouted: make([]int64, w.tlBins)}
+		for _, nr := range res {
+			for b := range w.tlBins {
+				tl.Connections[b] += nr.tlConns[b]
+				tl.Misrouted[b] += nr.tlMis[b]
+			}
+		}
+		sv := &w.svcs[w.tlSvc]
+		for b := range w.tlBins {
+			t := int64(b) * w.tlBin
+			g := sv.gvs[0]
+			for _, v := range sv.gvs[1:] {
+				if w.steps[w.gvs[v].step].at <= t {
+					g = v
+				}
+			}
+			tl.Eligible[b] = md.eligible[g]
+		}
+		mr.Timeline = tl
+	}
+	return mr, devs
+}
+
+// quantile of sorted values, as cluster.Summary computes them.
+func quantile(v []int64, p float64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return v[min(len(v)-1, int(p*float64(len(v))))]
+}
+
+// firstPacket is the rules a new connection's first packet walks. In
+// iptables mode it is linear in the Service's position in KUBE-SERVICES
+// (sim/cost); the figure is the worst node's, weighted by the node's
+// connections. nftables and IPVS look the Service up in a hash.
+func (w *world) firstPacket(mi int, res []*nodeResult) report.FirstPacket {
+	md := w.modes[mi]
+	switch md.mode {
+	case engine.NFTables:
+		return report.FirstPacket{RulesP50: 5, RulesP99: 5, Note: "constant: one service-ips verdict-map lookup, the service chain (masquerade check, numgen vmap) and the endpoint chain (masquerade check, dnat); affinity adds one set lookup per endpoint"}
+	case engine.IPVS:
+		return report.FirstPacket{RulesP50: 2, RulesP99: 2, Note: "constant: KUBE-SERVICES matches the KUBE-CLUSTER-IP ipset (a hash), then IPVS finds the virtual server in its hash table"}
+	}
+	var fp report.FirstPacket
+	for _, nr := range res {
+		fp.RulesP50 = max(fp.RulesP50, nr.fp.RulesP50)
+		fp.RulesP99 = max(fp.RulesP99, nr.fp.RulesP99)
+		fp.Note = nr.fp.Note
+	}
+	return fp
+}
+
+// firstPacketNode is one node's iptables first-packet figures, weighted by
+// its new connections per service port (computed before the node's
+// counts are folded).
+func (w *world) firstPacketNode(mi, ni int, nr *nodeResult) report.FirstPacket {
+	md := w.modes[mi]
+	if md.mode != engine.IPTables {
+		return report.FirstPacket{}
+	}
+	nn := len(w.nodes)
+	in := make([]cost.ServicePortInput, len(w.svcs))
+	weights := make([]float64, len(w.svcs))
+	total := 0.0
+	for s := range w.svcs {
+		sv := &w.svcs[s]
+		in[s] = inputOf(sv.name, md.rules[int(sv.gvs[0])*nn+ni])
+		for _, g := range sv.gvs {
+			weights[s] += float64(nr.gv[g].Total - nr.gv[g].Established)
+		}
+		total += weights[s]
+	}
+	if total == 0 {
+		weights = nil
+	}
+	f := cost.IPTablesFirstPacket(in, weights)
+	return report.FirstPacket{RulesP50: f.RulesP50, RulesP99: f.RulesP99,
+		Note: f.Note + "; KUBE-SERVICES in service-port name order; the worst node's quantiles over its new connections"}
+}
+
+// distribution runs the chi-square of every service port with at least
+// two eligible endpoints and enough fresh connections against the oracle's
+// expectation summed over client nodes and versions, and Holm-corrects the
+// family.
+func (w *world) distribution(mi int, res []*nodeResult, acc *modeAcc) (report.Distribution, []float64) {
+	md := w.modes[mi]
+	alpha := w.familyAlpha()
+	d := report.Distribution{FamilyAlpha: alpha, WorstP: 1}
+	if md.mode == engine.IPVS && (w.sc.Proxy.IPVSScheduler == "sh" || w.sc.Proxy.IPVSScheduler == "dh") {
+		d.Note = "ipvs " + w.sc.Proxy.IPVSScheduler + " hashes the client (sh) or the ClusterIP (dh): shares are not uniform per connection (a documented deviation); not tested"
+		d.Skipped = len(w.svcs)
+		return d, nil
+	}
+	var ps, devs []float64
+	var names []string
+	for s := range w.svcs {
+		sv := &w.svcs[s]
+		r, tested, _, err := w.chiSquareAll(mi, res, acc, int32(s))
+		if !tested || err != nil {
+			d.Skipped++
+			continue
+		}
+		d.Tested++
+		ps = append(ps, r.P)
+		devs = append(devs, r.MaxAbsDeviation)
+		names = append(names, sv.label)
+		if r.P < d.WorstP || d.WorstPServicePort == "" {
+			d.WorstP, d.WorstPServicePort = r.P, sv.label
+		}
+		if r.MaxAbsDeviation > d.WorstDeviation || d.WorstDeviationServicePort == "" {
+			d.WorstDeviation, d.WorstDeviationServicePort = r.MaxAbsDeviation, sv.label
+		}
+	}
+	if len(ps) > 0 {
+		for i, rej := range stats.Holm(ps, alpha) {
+			if rej {
+				d.Failed++
+				if len(d.FailedServicePorts) < maxListed {
+					d.FailedServicePorts = append(d.FailedServicePorts, names[i])
+				}
+			}
+		}
+	}
+	if d.Tested == 0 {
+		d.Note = "no service port had two eligible endpoints and enough connections"
+	} else {
+		d.Note = "sample: connections decided afresh by up-to-date rules (not conntrack, not affinity), per service port over every client node; expected Σ n·p over nodes and versions (conservative where shares differ between nodes)"
+	}
+	return d, devs
+}
+
+// flapping measures the exposure window of every timeline step on every
+// node, and the connections decided by stale rules.
+func (w *world) flapping(res []*nodeResult, acc *modeAcc) report.Flapping {
+	f := report.Flapping{Steps: []report.StepWindow{}}
+	var all []int64
+	for k, st := range w.steps {
+		sw := report.StepWindow{Step: k + 1, AtSeconds: secs(st.at)}
+		var ws []int64
+		for _, nr := range res {
+			x := nr.window[k]
+			if x < 0 {
+				continue
+			}
+			ws = append(ws, x)
+			if st.at+x > w.tr.span {
+				sw.Open++
+			}
+		}
+		for _, g := range st.changes {
+			sw.ConnectionsInWindow += acc.gv[g].InWindow
+			sw.Misrouted += acc.gv[g].Misrouted
+		}
+		if len(ws) > 0 {
+			slices.Sort(ws)
+			sw.WindowP50Seconds = secs(quantile(ws, 0.5))
+			sw.WindowMaxSeconds = secs(ws[len(ws)-1])
+			all = append(all, ws...)
+		}
+		f.Steps = append(f.Steps, sw)
+	}
+	for _, c := range acc.gv {
+		f.ConnectionsInWindow += c.InWindow
+		f.Misrouted += c.Misrouted
+		f.Refused += c.Refused
+		f.MismatchedAfterSync += c.Mismatched
+	}
+	if len(all) > 0 {
+		slices.Sort(all)
+		f.WindowP50Seconds = secs(quantile(all, 0.5))
+		f.WindowMaxSeconds = secs(all[len(all)-1])
+	}
+	return f
+}
+
+// histogram bins deviations on a log scale, four bins a decade from
+// 10^-5 to 1 (the same bins in every mode, so they overlay); smaller
+// values count in the first bin.
+func histogram(v []float64) []report.Bin {
+	bins := make([]report.Bin, histogramBins)
+	for i := range bins {
+		bins[i].Lo = math.Pow(10, -5+float64(i)/4)
+		bins[i].Hi = math.Pow(10, -5+float64(i+1)/4)
+	}
+	for _, x := range v {
+		i := 0
+		if x > 0 {
+			i = int(math.Floor((math.Log10(x) + 5) * 4))
+		}
+		bins[max(0, min(histogramBins-1, i))].Count++
+	}
+	return bins
+}
+
+// modelNotes states what the simulation models, for the report.
+func (w *world) modelNotes() []string {
+	p := w.sc.Proxy
+	minSync := time.Duration(0)
+	if p.MinSyncPeriod != nil {
+		minSync = p.MinSyncPeriod.Duration
+	}
+	return []string{
+		fmt.Sprintf("traffic: %d connections over %s of virtual time, one arrival per equal slot at a uniform offset inside it (stratified, so counts per interval are exact); client addresses are synthetic (100.64.0.0/10); source ports from 32768-60999", w.tr.total, time.Duration(w.tr.span)),
+		"events are written through the cluster model's clientset at their time; the oracle follows the API state at once, a node's rules only when a sync that started after the write ends",
+		fmt.Sprintf("sync runner per node: kube-proxy's BoundedFrequencyRunner (minSyncPeriod %s, burst 2, one run at a time); the initial full sync ends before traffic starts; sync times from the cost model at the node's size", minSync),
+		"per-node conntrack: an established flow keeps its endpoint; new connections that reuse a live tuple follow it and are not counted as decisions",
+		"misrouted: a connection decided by stale rules that reached an endpoint the API state no longer allowed (not ready, terminating with ready peers, removed); mismatchedAfterSync: any outcome different from the oracle's while the node's rules were up to date",
+		"conntrack peak: live entries counted from each new flow's start to its end plus TIME_WAIT (120 s) or the UDP timeout (30 s), at about 1/4096 of the run; kernel memory at cost.ConntrackEntryBytes per entry",
+	}
+}

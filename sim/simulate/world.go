@@ -1,0 +1,499 @@
+package simulate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/cost"
+	"github.com/kpsim/kpsim/sim/engine"
+	"github.com/kpsim/kpsim/sim/oracle"
+	"github.com/kpsim/kpsim/sim/scenario"
+)
+
+// world is everything the per-node runs share. It is built once, single
+// threaded, and only read afterwards.
+type world struct {
+	sc    *scenario.Scenario
+	nodes []nodeInfo
+	svcs  []svcInfo
+	gvs   []gvInfo
+	steps []stepInfo
+	modes []*modeData
+	tr    trafficPlan
+	// svcByName finds a service port.
+	svcByName map[cluster.ServicePortName]int32
+	// unionCells is the sum of every service port's endpoint count.
+	unionCells int32
+	// cells is the sum over versions of their service port's endpoint count.
+	cells int32
+	// timeline service port (-1: none) and its bins.
+	tlSvc  int32
+	tlBin  int64
+	tlBins int
+	// Calibrations used.
+	cals []cost.Calibration
+	// affCheck marks, per service port under an affinity check, the client
+	// nodes whose connections the oracle's affinity tracker follows.
+	affCheck map[int32][]bool
+	// keep marks the versions whose per-node counts outlive the node's run.
+	keep []bool
+}
+
+type nodeInfo struct {
+	name, zone string
+}
+
+// svcInfo is one service port over the whole run. Its endpoint IDs are
+// local: 0..k-1 over every endpoint any version of it had (sorted by
+// address), so per-endpoint counters are small dense arrays.
+type svcInfo struct {
+	name  cluster.ServicePortName
+	label string
+	proto engine.Proto
+	eps   []netip.AddrPort // by local ID
+	names []string         // "ip:port" by local ID
+	index map[string]int32
+	ids   *engine.Interner
+	gvs   []int32 // its versions in time order
+	// unionOff is its offset in per-endpoint arrays that span versions.
+	unionOff int32
+}
+
+// gvInfo is one version of a service port: its state from one API write
+// (or the start) until the next write that changed it.
+type gvInfo struct {
+	svc     int32
+	step    int32 // index of the step that created it; -1 for the initial state
+	sp      *cluster.ServicePort
+	eps     []*cluster.Endpoint
+	cellOff int32
+	// nodeDep: rules and expectations differ between nodes (internal
+	// traffic policy Local, topology hints).
+	nodeDep bool
+	local   bool
+}
+
+// stepInfo is one API write of the timeline.
+type stepInfo struct {
+	at      int64
+	desc    string
+	writes  int
+	changes []int32 // versions it created
+}
+
+// outcome is the oracle's expectation in compact form.
+type outcome struct {
+	kind    oracle.Kind
+	allowed []uint64 // bitset over local endpoint IDs
+	n       int32
+	devs    []string
+}
+
+func (o *outcome) allows(ep int32) bool {
+	return ep >= 0 && int(ep>>6) < len(o.allowed) && o.allowed[ep>>6]&(1<<(uint(ep)&63)) != 0
+}
+
+// modeData is what one mode's runs share.
+type modeData struct {
+	name  string
+	mode  engine.Mode
+	ncfg  engine.NodeConfig
+	scfg  engine.SyncConfig
+	rules []*engine.Rules // [gv*nodes+node]
+	out   []int32         // [gv*nodes+node] → outcomes
+	outs  []outcome
+	// eligible is, per version, the number of endpoints the oracle allows
+	// from at least one node.
+	eligible []int
+	counts   []cost.Counts // per node, initial state
+	fullSync []int64       // per node, ns
+	partSync []int64       // per node, ns
+	cal      string        // calibration used, for the report
+	variant  string
+}
+
+// apiTimeout bounds the wait for the informers after an API write.
+const apiTimeout = 30 * time.Second
+
+// captureTimeline applies every step of the events timeline through the
+// cluster model's clientset, as the harness does, and records after each
+// one the service ports whose state changed, as the informers delivered it.
+// The initial state is snapshot first: the tracker mutates its maps.
+func captureTimeline(ctx context.Context, m *cluster.Model) (initial *cluster.State, steps []cluster.Step, changes [][]changed, writes []int, err error) {
+	st := m.State
+	initial = &cluster.State{
+		Services:  make(map[cluster.ServicePortName]*cluster.ServicePort, len(st.Services)),
+		Endpoints: make(map[cluster.ServicePortName][]*cluster.Endpoint, len(st.Endpoints)),
+		Nodes:     make(map[string]*cluster.Node, len(st.Nodes)),
+	}
+	for k, v := range st.Services {
+		initial.Services[k] = v
+	}
+	for k, v := range st.Endpoints {
+		initial.Endpoints[k] = v
+	}
+	for k, v := range st.Nodes {
+		initial.Nodes[k] = v
+	}
+	steps = cluster.Timeline(m.Loaded.Scenario)
+	for i, s := range steps {
+		before := m.Tracker.Seq()
+		n, err := m.Cluster.Apply(ctx, s)
+		if err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("could not apply timeline step %d (%s): %w", i+1, s, err)
+		}
+		deadline := time.Now().Add(apiTimeout)
+		for m.Tracker.Seq() < before+uint64(n) {
+			if time.Now().After(deadline) {
+				return nil, nil, nil, nil, fmt.Errorf("timeline step %d (%s): the informers did not deliver %d write(s) within %s", i+1, s, n, apiTimeout)
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, nil, nil, nil, fmt.Errorf("timeline step %d: %w", i+1, err)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		state, ch := m.Tracker.Drain()
+		var cs []changed
+		for _, name := range ch.All() {
+			cs = append(cs, changed{name: name, sp: state.Services[name], eps: state.Endpoints[name]})
+		}
+		changes = append(changes, cs)
+		writes = append(writes, n)
+	}
+	return initial, steps, changes, writes, nil
+}
+
+type changed struct {
+	name cluster.ServicePortName
+	sp   *cluster.ServicePort
+	eps  []*cluster.Endpoint
+}
+
+// buildWorld turns the captured states into versions, renders every
+// version's rules per mode (per node where they differ) and asks the
+// oracle what each must do.
+func buildWorld(ctx context.Context, m *cluster.Model, modes []string, o Options) (*world, error) {
+	sc := m.Loaded.Scenario
+	initial, tsteps, changes, writes, err := captureTimeline(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	w := &world{sc: sc, svcByName: map[cluster.ServicePortName]int32{}, tlSvc: -1, cals: o.Calibrations}
+	for _, n := range initial.SortedNodes() {
+		w.nodes = append(w.nodes, nodeInfo{name: n, zone: initial.Nodes[n].Zone})
+	}
+	if len(w.nodes) == 0 {
+		return nil, fmt.Errorf("the scenario has no nodes")
+	}
+	addVersion := func(s int32, step int32, sp *cluster.ServicePort, eps []*cluster.Endpoint) int32 {
+		g := int32(len(w.gvs))
+		gi := gvInfo{svc: s, step: step, sp: sp, eps: eps}
+		if sp != nil {
+			gi.local = sp.InternalLocal
+			gi.nodeDep = sp.InternalLocal || slices.ContainsFunc(eps, func(e *cluster.Endpoint) bool {
+				return len(e.ZoneHints) > 0 || len(e.NodeHints) > 0
+			})
+		}
+		w.gvs = append(w.gvs, gi)
+		w.svcs[s].gvs = append(w.svcs[s].gvs, g)
+		return g
+	}
+	for _, name := range initial.SortedServicePorts() {
+		sp := initial.Services[name]
+		s := int32(len(w.svcs))
+		w.svcs = append(w.svcs, svcInfo{name: name, label: name.String(), proto: protoOf(sp)})
+		w.svcByName[name] = s
+		addVersion(s, -1, sp, initial.Endpoints[name])
+	}
+	for i, ts := range tsteps {
+		si := stepInfo{at: int64(ts.At), desc: ts.String(), writes: writes[i]}
+		for _, c := range changes[i] {
+			s, ok := w.svcByName[c.name]
+			if !ok || c.sp == nil {
+				// Events never add or delete Services; a port that appears
+				// or disappears here is not simulated.
+				continue
+			}
+			si.changes = append(si.changes, addVersion(s, int32(i), c.sp, c.eps))
+		}
+		w.steps = append(w.steps, si)
+	}
+	// Local endpoint IDs: every endpoint any version had, sorted.
+	for s := range w.svcs {
+		sv := &w.svcs[s]
+		seen := map[netip.AddrPort]bool{}
+		for _, g := range sv.gvs {
+			for _, e := range w.gvs[g].eps {
+				seen[netip.AddrPortFrom(e.IP, uint16(e.Port))] = true
+			}
+		}
+		for ap := range seen {
+			sv.eps = append(sv.eps, ap)
+		}
+		slices.SortFunc(sv.eps, func(a, b netip.AddrPort) int { return a.Compare(b) })
+		sv.ids = engine.NewInterner()
+		sv.index = make(map[string]int32, len(sv.eps))
+		for i, ap := range sv.eps {
+			sv.ids.ID(ap)
+			sv.names = append(sv.names, ap.String())
+			sv.index[ap.String()] = int32(i)
+		}
+		sv.unionOff = w.unionCells
+		w.unionCells += int32(len(sv.eps))
+		for _, g := range sv.gvs {
+			w.gvs[g].cellOff = w.cells
+			w.cells += int32(len(sv.eps))
+		}
+	}
+	for _, name := range modes {
+		md, err := w.buildMode(name, o)
+		if err != nil {
+			return nil, err
+		}
+		w.modes = append(w.modes, md)
+	}
+	if err := w.planTraffic(); err != nil {
+		return nil, err
+	}
+	w.pickTimeline()
+	return w, nil
+}
+
+func protoOf(sp *cluster.ServicePort) engine.Proto {
+	switch sp.Name.Protocol {
+	case "UDP":
+		return engine.UDP
+	case "SCTP":
+		return engine.SCTP
+	}
+	return engine.TCP
+}
+
+// buildMode renders the rules of every version for one mode and computes
+// the oracle's outcomes, the per-node counts and the sync times.
+func (w *world) buildMode(name string, o Options) (*modeData, error) {
+	mode, err := engine.ParseMode(name)
+	if err != nil {
+		return nil, err
+	}
+	p := w.sc.Proxy
+	md := &modeData{name: name, mode: mode}
+	md.ncfg = engine.NodeConfig{Mode: mode, IPVS: engine.IPVSConfig{Scheduler: p.IPVSScheduler}}
+	if p.IPTablesAffinity == "ipset" {
+		// An ipset hash:ip holds 65536 elements by default (maxelem).
+		md.ncfg.IPTables.RecentCapacity = 65536
+	}
+	md.scfg = engine.SyncConfig{MaxInterval: time.Hour}
+	if p.MinSyncPeriod != nil {
+		md.scfg.MinSyncPeriod = p.MinSyncPeriod.Duration
+	}
+	if mode == engine.IPVS && p.SyncPeriod != nil {
+		// kube-proxy's ipvs proxier runs its sync loop every syncPeriod;
+		// iptables and nftables use one hour (their runner's maxInterval).
+		md.scfg.MaxInterval = p.SyncPeriod.Duration
+	}
+	nn := len(w.nodes)
+	or := oracle.Oracle{IPVSScheduler: p.IPVSScheduler}
+	if p.IPTablesAffinity == "ipset" {
+		or.RecentCapacity = 65536
+	}
+	md.rules = make([]*engine.Rules, len(w.gvs)*nn)
+	md.out = make([]int32, len(w.gvs)*nn)
+	md.eligible = make([]int, len(w.gvs))
+	for g := range w.gvs {
+		gi := &w.gvs[g]
+		sv := &w.svcs[gi.svc]
+		words := (len(sv.eps) + 63) / 64
+		union := make([]uint64, words)
+		var shared *engine.Rules
+		sharedOut := int32(-1)
+		for ni, nd := range w.nodes {
+			k := g*nn + ni
+			if !gi.nodeDep && shared != nil {
+				md.rules[k], md.out[k] = shared, sharedOut
+				continue
+			}
+			r := engine.Render(mode, gi.sp, gi.eps, nd.name, nd.zone, sv.ids, engine.RenderOptions{})
+			exp := or.Expect(name, gi.sp, gi.eps, nd.name, nd.zone)
+			oc := outcome{kind: exp.Kind, allowed: make([]uint64, words), devs: exp.Deviations}
+			for key := range exp.Probs {
+				id, ok := sv.index[key]
+				if !ok {
+					return nil, fmt.Errorf("the oracle named endpoint %s of %s, which the state does not have", key, sv.label)
+				}
+				oc.allowed[id>>6] |= 1 << (uint(id) & 63)
+				oc.n++
+			}
+			for i := range union {
+				union[i] |= oc.allowed[i]
+			}
+			md.outs = append(md.outs, oc)
+			shared, sharedOut = &r, int32(len(md.outs)-1)
+			md.rules[k], md.out[k] = shared, sharedOut
+		}
+		for _, x := range union {
+			md.eligible[g] += popcount(x)
+		}
+	}
+	// Counts and sync times per node, from the initial state.
+	variant := ""
+	switch mode {
+	case engine.IPTables:
+		variant = p.IPTablesBackend
+		if variant == "" {
+			variant = "nft"
+		}
+	case engine.NFTables:
+		variant = p.NFTablesLayout
+		if variant == "" {
+			variant = "kube-proxy"
+		}
+	case engine.IPVS:
+		variant = IPVSVariant
+	}
+	cal, ok := cost.Find(w.cals, name, variant)
+	if !ok {
+		for _, c := range w.cals {
+			if c.Mode == name {
+				cal, ok = c, true
+				break
+			}
+		}
+	}
+	if ok {
+		md.variant = cal.Variant
+	}
+	switch {
+	case o.SyncTime != nil:
+		md.cal = "fixed by the caller (test)"
+	case ok:
+		md.cal = fmt.Sprintf("%s/%s: %s", cal.Mode, cal.Variant, cal.Source)
+	default:
+		md.cal = "none: syncs are instant"
+	}
+	md.counts = make([]cost.Counts, nn)
+	md.fullSync = make([]int64, nn)
+	md.partSync = make([]int64, nn)
+	for ni := range w.nodes {
+		in := make([]cost.ServicePortInput, len(w.svcs))
+		for s := range w.svcs {
+			r := md.rules[int(w.svcs[s].gvs[0])*nn+ni]
+			in[s] = inputOf(w.svcs[s].name, r)
+		}
+		c := cost.Count(name, in, true)
+		md.counts[ni] = c
+		switch {
+		case o.SyncTime != nil:
+			md.fullSync[ni] = int64(o.SyncTime(name, c.Objects, true))
+			md.partSync[ni] = int64(o.SyncTime(name, c.Objects, false))
+		case ok:
+			md.fullSync[ni] = seconds(cal.FullSync(c.Objects))
+			md.partSync[ni] = seconds(cal.PartialSync(c.Objects))
+			if mode == engine.IPVS {
+				// The ipvs proxier has no partial sync: every run
+				// reconciles every virtual server.
+				md.partSync[ni] = md.fullSync[ni]
+			}
+		}
+	}
+	return md, nil
+}
+
+func seconds(s float64) int64 {
+	if !(s > 0) || math.IsInf(s, 0) {
+		return 0
+	}
+	return int64(s * 1e9)
+}
+
+func popcount(x uint64) int {
+	n := 0
+	for ; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}
+
+// inputOf describes a node's rules for one service port to the cost model.
+func inputOf(name cluster.ServicePortName, r *engine.Rules) cost.ServicePortInput {
+	in := cost.ServicePortInput{Name: name}
+	switch r.Verdict {
+	case engine.Reject:
+		in.Reject = true
+	case engine.Drop:
+		in.Drop = true
+	default:
+		in.Endpoints = len(r.Backends)
+		in.Reachable = len(r.Backends)
+		in.Affinity = r.AffinityTimeout > 0
+	}
+	return in
+}
+
+// pickTimeline chooses the service port the timeline plot follows: the
+// first flapping check's, else the one the most steps changed.
+func (w *world) pickTimeline() {
+	if len(w.steps) == 0 {
+		return
+	}
+	for _, c := range w.sc.Checks {
+		if c.Type != scenario.CheckFlapping {
+			continue
+		}
+		if s := w.checkService(&c); s >= 0 {
+			w.tlSvc = s
+			break
+		}
+	}
+	if w.tlSvc < 0 {
+		best := 1
+		for s := range w.svcs {
+			if n := len(w.svcs[s].gvs); n > best {
+				best, w.tlSvc = n, int32(s)
+			}
+		}
+	}
+	if w.tlSvc < 0 {
+		return
+	}
+	// About 400 bins, at least 10 ms each.
+	w.tlBin = max(int64(10*time.Millisecond), (w.tr.span/400+int64(time.Millisecond)-1)/int64(time.Millisecond)*int64(time.Millisecond))
+	w.tlBins = int((w.tr.span + w.tlBin - 1) / w.tlBin)
+}
+
+// checkService finds the service port a check names, or -1.
+func (w *world) checkService(c *scenario.Check) int32 {
+	ns, name, _ := strings.Cut(c.Service, "/")
+	best := int32(-1)
+	for s := range w.svcs {
+		n := w.svcs[s].name
+		if n.Namespace == ns && n.Name == name && n.Port == c.Port {
+			if best < 0 {
+				best = int32(s)
+			}
+		}
+	}
+	return best
+}
+
+// oracleOutcome rebuilds the oracle's outcome from its compact form (the
+// affinity tracker of the checks wants it).
+func (w *world) oracleOutcome(s int32, o *outcome) oracle.Outcome {
+	out := oracle.Outcome{Kind: o.kind, Deviations: o.devs}
+	if o.kind != oracle.Endpoints {
+		return out
+	}
+	out.Probs = make(map[string]float64, o.n)
+	for id, name := range w.svcs[s].names {
+		if o.allows(int32(id)) {
+			out.Probs[name] = 1 / float64(o.n)
+		}
+	}
+	return out
+}
