@@ -183,7 +183,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	p("\n")
 	for _, rw := range r.rows() {
-		p("| %s |", rw.label)
+		p("| %s |", strings.ReplaceAll(rw.label, "|", "\\|"))
 		for i := range r.Modes {
 			p(" %s |", strings.ReplaceAll(rw.cells(&r.Modes[i]), "|", "\\|"))
 		}

@@ -332,34 +332,40 @@ func (wk *worker) chunk(shards int) *chunk {
 	return wk.ch
 }
 
-// tablePool keeps emptied conntrack tables by size.
+// tablePool keeps emptied conntrack tables by the entry count they were
+// reserved for (rounded as Conntrack.Reserve rounds it).
 type tablePool struct {
 	free map[int][]*engine.Conntrack
 }
 
-// get returns an empty table sized as Conntrack.Reserve would size one for
-// n entries, or nil.
-func (p *tablePool) get(n int) *engine.Conntrack {
+// sizeClass is Conntrack.Reserve's table size for n entries: the smallest
+// power of two (at least 1024) above 2n.
+func sizeClass(n int) int {
 	size := 1 << 10
 	for size/2 <= n {
 		size *= 2
 	}
-	l := p.free[size]
+	return size
+}
+
+// get returns an emptied table reserved for n entries, or nil.
+func (p *tablePool) get(n int) *engine.Conntrack {
+	l := p.free[sizeClass(n)]
 	if len(l) == 0 {
 		return nil
 	}
 	ct := l[len(l)-1]
-	p.free[size] = l[:len(l)-1]
+	p.free[sizeClass(n)] = l[:len(l)-1]
 	ct.Reset()
 	return ct
 }
 
-func (p *tablePool) put(ct *engine.Conntrack) {
+// put keeps a table that was reserved for n entries.
+func (p *tablePool) put(n int, ct *engine.Conntrack) {
 	if p.free == nil {
 		p.free = map[int][]*engine.Conntrack{}
 	}
-	size := ct.Bytes() / 24
-	p.free[size] = append(p.free[size], ct)
+	p.free[sizeClass(n)] = append(p.free[sizeClass(n)], ct)
 }
 
 // handleShard decides a shard's connections in time order, each after the
@@ -607,9 +613,9 @@ func (r *nodeRun) finish() {
 		}
 	}
 	// Hand the tables back before the result is kept.
-	for _, sh := range r.shards {
+	for k, sh := range r.shards {
 		if sh.table {
-			r.pool.put(sh.node.CT)
+			r.pool.put(r.plan.live[k], sh.node.CT)
 		}
 	}
 	r.shards = nil

@@ -388,7 +388,7 @@ func (w *world) modelNotes() []string {
 		fmt.Sprintf("traffic: %d connections over %s of virtual time, one arrival per equal slot at a uniform offset inside it (stratified, so counts per interval are exact); client addresses are synthetic (100.64.0.0/10); source ports from 32768-60999", w.tr.total, time.Duration(w.tr.span)),
 		"events are written through the cluster model's clientset at their time; the oracle follows the API state at once, a node's rules only when a sync that started after the write ends",
 		fmt.Sprintf("sync runner per node: kube-proxy's BoundedFrequencyRunner (minSyncPeriod %s, burst 2, one run at a time); the initial full sync ends before traffic starts; sync times from the cost model at the node's size", minSync),
-		"per-node conntrack: an established flow keeps its endpoint; new connections that reuse a live tuple follow it and are not counted as decisions",
+		"per-node conntrack: an established flow keeps its endpoint; new connections that reuse a live tuple follow it and are not counted as decisions; a node's table is split by service port into cache-sized shards, which changes nothing without nf_conntrack_max (not modelled)",
 		"misrouted: a connection decided by stale rules that reached an endpoint the API state no longer allowed (not ready, terminating with ready peers, removed); mismatchedAfterSync: any outcome different from the oracle's while the node's rules were up to date",
 		"conntrack peak: live entries counted from each new flow's start to its end plus TIME_WAIT (120 s) or the UDP timeout (30 s), at about 1/4096 of the run; kernel memory at cost.ConntrackEntryBytes per entry",
 	}
