@@ -49,6 +49,7 @@ test: deps build
 	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-before.txt
 	@$(MAKE) --no-print-directory test-go
 	@$(MAKE) --no-print-directory conformance
+	@$(MAKE) --no-print-directory test-vm
 	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-after.txt
 	@diff -u $(TEST_DIR)/kpsim-host-before.txt $(TEST_DIR)/kpsim-host-after.txt \
 		|| { echo "make test: the host's network state changed during the tests (see the diff above)"; exit 1; }
@@ -112,7 +113,8 @@ test-vm: deps
 # calibrate measures the real iptables dataplane's sync times for the
 # simulator's cost model (root).
 calibrate: build
-	$(BIN) calibrate --mode iptables --write results/calibration/iptables.json
+	$(BIN) calibrate --mode iptables
+	$(BIN) calibrate --mode nftables
 
 check-skips:
 	@skips=$$(grep -E -- '--- SKIP' $(TEST_LOG) | wc -l); \

@@ -66,9 +66,6 @@ func Conform(ctx context.Context, files []string, co conform.Options, o Options)
 		vmFiles[i] = path.Join("/kpsim/scenarios", strconv.Itoa(i), filepath.Base(f))
 		in[vmFiles[i]] = b
 	}
-	if d := os.Getenv("KPSIM_DEBUG"); d != "" {
-		in["/kpsim/debug"] = []byte(d)
-	}
 	args := append([]string{"conform"}, vmFiles...)
 	args = append(args, "--mode", co.Mode, "--json", "/results/"+resultFile)
 	for _, f := range co.Faults {

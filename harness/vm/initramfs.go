@@ -74,7 +74,7 @@ cd /kpsim
 # kpsim.scale= (set by the host under software emulation) stretches the
 # harness's waits for packets still in flight.
 scale=$(sed -n 's/.*kpsim.scale=\([0-9]*\).*/\1/p' /proc/cmdline)
-KPSIM_IN_VM=1 KPSIM_DEBUG=$(cat /kpsim/debug 2>/dev/null) KPSIM_TIME_SCALE=${scale:-1} sim "$@"
+KPSIM_IN_VM=1 KPSIM_TIME_SCALE=${scale:-1} sim "$@"
 rc=$?
 if [ "$share" = no ]; then
 	for f in /results/*; do
