@@ -10,6 +10,9 @@
 #   make build    build bin/sim
 #   make bench    benchmarks (loading, engines, statistics)
 #   make lint     go vet and staticcheck
+#   make fresh-check  clone HEAD into a temporary folder and run .ci/run there
+#                 with empty HOME, Go module and build caches and VM cache, as
+#                 on a brand-new machine; prints the wall time
 #   make results  regenerate the committed outputs in results/ (sim run
 #                 scenarios/1000-services.yaml --out results/1000-services)
 
@@ -25,7 +28,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: host-snapshot test-go run test test-vm build bench lint results deps check-skips conformance calibrate clean
+.PHONY: host-snapshot test-go run test test-vm build bench lint results deps check-skips conformance calibrate fresh-check clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
@@ -138,6 +141,9 @@ lint:
 results: build
 	rm -f results/1000-services/cluster.json
 	$(BIN) run scenarios/1000-services.yaml --out results/1000-services
+
+fresh-check:
+	bash .ci/fresh-check
 
 clean:
 	rm -rf bin
