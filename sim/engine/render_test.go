@@ -40,8 +40,8 @@ func show(r Rules) string {
 	return r.String()
 }
 
-// TestRenderReferenceVectors runs the §4.3 vectors through the engine's own
-// (kube-proxy-shaped) endpoint selection.
+// TestRenderReferenceVectors runs the §4.3 vectors through the engine's
+// endpoint selection (the dataplane's eligibility, then each mode's choice).
 func TestRenderReferenceVectors(t *testing.T) {
 	all := func(ips ...string) []*cluster.Endpoint {
 		var out []*cluster.Endpoint
