@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -37,7 +38,7 @@ import (
 type Renderer struct {
 	cfg  Config
 	mark string
-	cat  dataplane.Categorizer
+	cat  proxy.Categorizer
 	// probs caches the probability strings, as kube-proxy's
 	// precomputedProbabilities does.
 	probs []string
@@ -94,7 +95,7 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 		// kube-proxy formats the mark with %#08x (0x00004000); its tests,
 		// and iptables-save, print 0x4000. The kernel holds the same value.
 		mark: fmt.Sprintf("%#x", uint32(1)<<cfg.MasqueradeBit),
-		cat:  dataplane.Categorizer{Node: cfg.NodeName, PreferSameNode: cfg.PreferSameNode, Faults: cfg.Faults},
+		cat:  cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode),
 	}
 	if cfg.Faults.Has(dataplane.FaultKeepDeletedEndpoint) {
 		r.memory = dataplane.NewEndpointMemory()
@@ -504,7 +505,7 @@ func (r *Renderer) sortedServicePorts(st *cluster.State) (_ []cluster.ServicePor
 // svc is one service port as the renderer sees it while rendering it.
 type svc struct {
 	sp  *cluster.ServicePort
-	cat dataplane.Categorized
+	cat proxy.Categorized
 	// o is the service port's output being made: o.eps is parallel to
 	// cat.AllReachable.
 	o *svcOut
@@ -542,7 +543,7 @@ func (v *svc) ep(list []*cluster.Endpoint, i int) *epOut {
 // chains into the sections when write is set (else only counted). prev is
 // the previous render's output for the service port, if any: its hashes are
 // reused, and so is prev itself when nothing changed.
-func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.ServicePort, cat dataplane.Categorized, prev *svcOut, large bool, s *sections, write bool) *svcOut {
+func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.ServicePort, cat proxy.Categorized, prev *svcOut, large bool, s *sections, write bool) *svcOut {
 	o := &r.tmp
 	o.svcInfo = svcInfo{spn: spn}
 	if prev != nil {
@@ -554,15 +555,15 @@ func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.Servic
 	}
 	r.endpoints(o, sp, cat.AllReachable, prev)
 
-	v := &svc{sp: sp, cat: cat, o: o, large: large, externalLocal: dataplane.ExternalPolicyLocal(sp)}
+	v := &svc{sp: sp, cat: cat, o: o, large: large, externalLocal: proxy.ExternalPolicyLocal(sp)}
 	o.clusterIP, o.port, o.nodePort = sp.ClusterIP, sp.Port, sp.NodePort
-	o.external = dataplane.ExternallyAccessible(sp)
-	o.internalLocal = dataplane.InternalPolicyLocal(sp)
+	o.external = proxy.ExternallyAccessible(sp)
+	o.internalLocal = proxy.InternalPolicyLocal(sp)
 	o.hasEndpoints = cat.HasAny
 	o.hasInternal = o.hasEndpoints && !(o.internalLocal && len(cat.Local) == 0)
 	o.hasExternal = o.hasEndpoints && !(v.externalLocal && len(cat.Local) == 0)
-	o.usesClusterChain = len(cat.Cluster) > 0 && dataplane.UsesClusterEndpoints(sp)
-	o.usesLocalChain = len(cat.Local) > 0 && dataplane.UsesLocalEndpoints(sp)
+	o.usesClusterChain = len(cat.Cluster) > 0 && proxy.UsesClusterEndpoints(sp)
+	o.usesLocalChain = len(cat.Local) > 0 && proxy.UsesLocalEndpoints(sp)
 	o.usesExtChain = o.hasEndpoints && o.external
 	o.noLocalInternal = o.hasEndpoints && !o.hasInternal
 	o.noLocalExternal = o.hasEndpoints && o.external && !o.hasExternal

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 	"time"
@@ -68,6 +69,7 @@ func validate(l *Loaded) ErrorList {
 	v.proxy()
 	v.objects()
 	v.generate()
+	v.nodePortDemand()
 	v.traffic()
 	v.events()
 	v.checks()
@@ -82,6 +84,14 @@ type validator struct {
 	nodes                         map[string]*nodeRef
 	services                      map[string]*svcRef // "ns/name"
 	clusterIPs                    map[netip.Addr]string
+	nodePorts                     map[int32]nodePortOwner
+}
+
+// nodePortOwner is the service port that requested a node port.
+type nodePortOwner struct {
+	service string // "ns/name"
+	port    int32
+	path    string
 }
 
 type nodeRef struct {
@@ -295,6 +305,7 @@ func (v *validator) proxy() {
 func (v *validator) objects() {
 	v.services = map[string]*svcRef{}
 	v.clusterIPs = map[netip.Addr]string{}
+	v.nodePorts = map[int32]nodePortOwner{}
 	// Nodes first, so that every other kind can refer to them.
 	for _, o := range v.sc.Objects {
 		if n, ok := o.Object.(*corev1.Node); ok {
@@ -450,12 +461,11 @@ func (v *validator) service(path string, s *corev1.Service) {
 			}
 		}
 		if p.NodePort != 0 {
-			if s.Spec.Type == corev1.ServiceTypeClusterIP {
-				v.r.at(pp+".nodePort", "only NodePort and LoadBalancer Services have node ports")
-			} else if p.NodePort < 30000 || p.NodePort > 32767 {
-				v.r.at(pp+".nodePort", "%d is outside the node port range 30000-32767", p.NodePort)
-			}
+			v.nodePort(pp+".nodePort", key, s, p)
 		}
+	}
+	if s.Spec.AllocateLoadBalancerNodePorts != nil && s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		v.r.at(sp+".allocateLoadBalancerNodePorts", "applies only to LoadBalancer Services")
 	}
 	switch s.Spec.SessionAffinity {
 	case "":
@@ -489,6 +499,62 @@ func (v *validator) service(path string, s *corev1.Service) {
 		}
 	default:
 		v.r.at(sp+".externalTrafficPolicy", "unknown value %q (Cluster or Local)", s.Spec.ExternalTrafficPolicy)
+	}
+}
+
+// nodePort checks a requested node port as the API server does: only on
+// NodePort and LoadBalancer Services, inside the range, and allocated once
+// in the cluster. Two ports of one Service may share it only when they share
+// the port number (TCP and UDP of one port).
+func (v *validator) nodePort(path, key string, s *corev1.Service, p corev1.ServicePort) {
+	switch {
+	case s.Spec.Type == corev1.ServiceTypeClusterIP:
+		v.r.at(path, "only NodePort and LoadBalancer Services have node ports")
+		return
+	case p.NodePort < NodePortMin || p.NodePort > NodePortMax:
+		v.r.at(path, "%d is outside the node port range %d-%d", p.NodePort, NodePortMin, NodePortMax)
+		return
+	}
+	o, taken := v.nodePorts[p.NodePort]
+	switch {
+	case !taken:
+		v.nodePorts[p.NodePort] = nodePortOwner{service: key, port: p.Port, path: path}
+	case o.service == key && o.port == p.Port:
+		// TCP and UDP of one port number share their node port.
+	case o.service == key:
+		v.r.at(path, "node port %d is also given to port %d of this Service (%s); ports share a node port only when they share the port number", p.NodePort, o.port, o.path)
+	default:
+		v.r.at(path, "node port %d is already allocated to Service %s (%s)", p.NodePort, o.service, o.path)
+	}
+}
+
+// nodePortDemand checks that the node port range holds a node port for
+// every port that requests one and every port that will be given one (the
+// expansion allocates them).
+func (v *validator) nodePortDemand() {
+	need := len(v.nodePorts)
+	report := func(path, what string) {
+		v.r.at(path, "%s need %d node ports; the node port range %d-%d holds %d", what, need, NodePortMin, NodePortMax, nodePortRangeSize)
+	}
+	for _, o := range v.sc.Objects {
+		s, ok := o.Object.(*corev1.Service)
+		if !ok {
+			continue
+		}
+		if need += missingNodePorts(s); need > nodePortRangeSize {
+			report(o.Path+".spec.ports", "the NodePort and LoadBalancer Services up to this one")
+			return
+		}
+	}
+	g := v.sc.Generate
+	if g == nil || g.Services < 1 || g.Services > 100000 || g.Ports.PerService < 1 {
+		return
+	}
+	// The generator makes exactly round(fraction × services) NodePort
+	// Services, each port with its own port number.
+	need += int(math.Round(g.ExternalTrafficPolicyLocal*float64(g.Services))) * g.Ports.PerService
+	if need > nodePortRangeSize {
+		report("generate.externalTrafficPolicyLocal", "the NodePort and LoadBalancer Services, generated ones included,")
 	}
 }
 
