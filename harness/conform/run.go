@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -517,14 +518,12 @@ func (s *suite) flushConntrack() {
 }
 
 func (s *suite) spn(c *scenario.Check) (cluster.ServicePortName, *cluster.ServicePort, error) {
-	ns, name, _ := strings.Cut(c.Service, "/")
 	st := s.state()
-	for n, sp := range st.Services {
-		if n.Namespace == ns && n.Name == name && n.Port == c.Port {
-			return n, sp, nil
-		}
+	n, err := cluster.ResolvePort(c.Service, c.Port, maps.Keys(st.Services))
+	if err != nil {
+		return cluster.ServicePortName{}, nil, err
 	}
-	return cluster.ServicePortName{}, nil, fmt.Errorf("service port %s:%s is not in the cluster", c.Service, c.Port)
+	return n, st.Services[n], nil
 }
 
 func (s *suite) runChecks(ctx context.Context) {
