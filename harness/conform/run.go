@@ -137,9 +137,8 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Preflight(o); err != nil {
-		return nil, err
-	}
+	// Bad input first (exit 2), so that a scenario is checked, checks
+	// resolved included, on any machine, before the environment is.
 	var loaded []*scenario.Loaded
 	for _, f := range files {
 		l, err := scenario.LoadFile(f)
@@ -150,6 +149,9 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 			return nil, err
 		}
 		loaded = append(loaded, l)
+	}
+	if err := Preflight(o); err != nil {
+		return nil, err
 	}
 	run := &report.Run{Mode: o.Mode, Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
 	if o.Seed != nil {
