@@ -1,6 +1,7 @@
 # kpsim: the two set-up commands are `make run` and `make test`.
 #
-#   make run      build sim and simulate scenarios/1000-services.yaml
+#   make run      build sim and simulate scenarios/1000-services.yaml (prints
+#                 the summary; writes no file)
 #   make test     install what the tests need (Debian packages included,
 #                 idempotently), then run every test tier; as root the
 #                 namespace tier runs and a skipped test is a failure
@@ -33,6 +34,8 @@ TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
 
+# run prints the summary only: sim run writes files only with --out, so a
+# run (any seed) never changes the committed results/.
 run: build
 	$(BIN) run scenarios/1000-services.yaml
 

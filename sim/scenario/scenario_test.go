@@ -433,3 +433,60 @@ func TestNodePortsExhaustedByObjects(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", list[0], want)
 	}
 }
+
+// TestCheckTargets: what a check may name, beside the rejections of the
+// invalid corpus (55-60). A check without port: on a single-port Service
+// is valid whatever the port is called; naming a generated single port is
+// valid only when every seed names it the same way.
+func TestCheckTargets(t *testing.T) {
+	const generated = `apiVersion: kpsim.dev/v1alpha1
+kind: Scenario
+metadata: {name: t}
+cluster: {nodeCount: 2}
+generate:
+  services: 10
+  endpointsPerService: {kind: fixed, value: 2}
+  ports: {named: %s}
+checks:
+  - {type: distribution, service: default/svc-3%s}
+`
+	const object = `apiVersion: kpsim.dev/v1alpha1
+kind: Scenario
+metadata: {name: t}
+cluster: {nodes: [{name: node-a}]}
+objects:
+  - apiVersion: v1
+    kind: Service
+    metadata: {name: web, namespace: demo}
+    spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
+checks:
+  - {type: distribution, service: %s}
+`
+	for _, tc := range []struct {
+		name, yaml string
+		err        string // "" when valid
+		port       string // the check's port after validation
+	}{
+		{"generated, seed-named, no port", fmt.Sprintf(generated, "0.5", ""), "", ""},
+		{"generated, all named, p80", fmt.Sprintf(generated, "1", ", port: p80"), "", "p80"},
+		{"generated, none named, no port", fmt.Sprintf(generated, "0", ""), "", ""},
+		{"generated, none named, p80", fmt.Sprintf(generated, "0", ", port: p80"), `Service default/svc-3 has no port named "p80" (it has one unnamed port)`, ""},
+		{"generated, rounds to none named, p80", fmt.Sprintf(generated, "0.01", ", port: p80"), `has no port named "p80"`, ""},
+		{"object, named port, no port", fmt.Sprintf(object, "demo/web"), "", ""},
+		{"object, port in service", fmt.Sprintf(object, "demo/web:http"), "", "http"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Load("t.yaml", []byte(tc.yaml))
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("rejected: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("error %v, want one containing %q", err, tc.err)
+			case err == nil:
+				if c := l.Scenario.Checks[0]; c.Port != tc.port || strings.Contains(c.Service, ":") {
+					t.Errorf("check service %q port %q, want port %q", c.Service, c.Port, tc.port)
+				}
+			}
+		})
+	}
+}
