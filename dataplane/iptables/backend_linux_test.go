@@ -66,6 +66,11 @@ func runBackend(t *testing.T, variant string) {
 	if err != nil || !strings.Contains(save, "KUBE-SVC-") {
 		t.Fatalf("iptables-save in the node namespace: %v\n%s", err, save)
 	}
+	// After a failed sync the Backend looks for its jump rules in
+	// iptables-save's output: this variant must print them as written.
+	if missing := iptables.MissingJumps(backends["node-a"].LastRuleset.Jumps, save); strings.Contains(missing, "-A ") {
+		t.Errorf("iptables-save does not print the jump rules as the Backend writes them; missing:\n%s", missing)
+	}
 
 	var client *netns.Client
 	for _, c := range topo.Clients() {
