@@ -83,7 +83,14 @@ func NewBackend(ns *netns.Namespace, cfg Config, variant string) (*Backend, erro
 	if variant != VariantNFT && variant != VariantLegacy {
 		return nil, fmt.Errorf("unknown iptables backend %q (nft or legacy)", variant)
 	}
-	return NewBackendWithCommands(nsCommands{ns: ns, variant: variant}, cfg)
+	return NewBackendWithCommands(NamespaceCommands(ns, variant), cfg)
+}
+
+// NamespaceCommands returns the real commands of variant ("nft" or
+// "legacy"), run in ns: what NewBackend uses, for a caller that wraps them
+// (to inject failures into a real namespace, for example).
+func NamespaceCommands(ns *netns.Namespace, variant string) Commands {
+	return nsCommands{ns: ns, variant: variant}
 }
 
 // NewBackendWithCommands returns a backend that runs its commands through
