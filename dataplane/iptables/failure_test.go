@@ -6,7 +6,15 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -194,4 +202,84 @@ func TestRandomFailuresConverge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncerObjects are the API objects of n Services (ns/svc-i, port http) of
+// three endpoints each, but for the names in skip, and with the first
+// endpoint of svc-trim left out.
+func syncerObjects(n int, skip map[int]bool, trim int) (map[types.NamespacedName]*corev1.Service, map[types.NamespacedName]*discoveryv1.EndpointSlice) {
+	svcs := map[types.NamespacedName]*corev1.Service{}
+	slices := map[types.NamespacedName]*discoveryv1.EndpointSlice{}
+	for i := range n {
+		if skip[i] {
+			continue
+		}
+		key := types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)}
+		svcs[key] = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: fmt.Sprintf("172.30.0.%d", i+1),
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
+		port, proto, pn, ready := int32(8080), corev1.ProtocolTCP, "http", true
+		var eps []discoveryv1.Endpoint
+		for j := range 3 {
+			if i == trim && j == 0 {
+				continue
+			}
+			node := otherNode
+			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.1.%d.%d", i, j+1)}, NodeName: &node,
+				Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
+		}
+		slices[key] = &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name + "-x",
+			Labels: map[string]string{discoveryv1.LabelServiceName: key.Name}},
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &pn, Port: &port, Protocol: &proto}}, Endpoints: eps}
+	}
+	return svcs, slices
+}
+
+func feed(tr *cluster.Tracker, svcs map[types.NamespacedName]*corev1.Service, slices map[types.NamespacedName]*discoveryv1.EndpointSlice) {
+	for k, s := range svcs {
+		tr.OnService(k, s)
+	}
+	for k, s := range slices {
+		tr.OnEndpointSlice(k.Namespace, k.Name+"-x", s, k.Name)
+	}
+}
+
+// TestSyncerRecoversFromFailure: the Syncer over the real Backend on
+// FakeCommands: a partial sync that removes two Services and an endpoint
+// and adds a Service fails in nat; the Syncer's next sync (full, as after
+// every failure) leaves the tables of a fresh sync of the same API state.
+func TestSyncerRecoversFromFailure(t *testing.T) {
+	cfg := testConfig()
+	b, c := newBackend(t, cfg)
+	tr := cluster.NewTracker()
+	tr.OnNode(thisNode, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: thisNode}})
+	svcs, slices := syncerObjects(10, nil, -1)
+	feed(tr, svcs, slices)
+	s := dataplane.NewSyncer(dataplane.SyncConfig{SyncPeriod: time.Hour}, b, tr, nil)
+	if err := s.SyncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	// B: svc-2 and svc-3 deleted, svc-5 loses an endpoint, svc-10 is new.
+	newSvcs, newSlices := syncerObjects(11, map[int]bool{2: true, 3: true}, 5)
+	for _, i := range []int{2, 3} {
+		k := types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)}
+		tr.OnService(k, nil)
+		tr.OnEndpointSlice(k.Namespace, k.Name+"-x", nil, k.Name)
+	}
+	feed(tr, newSvcs, newSlices)
+	c.Fail(CommandRestore, FakeFailure{Table: "nat"})
+	if err := s.SyncOnce(); !errors.Is(err, ErrInjected) {
+		t.Fatalf("sync of B returned %v, want the injected failure", err)
+	}
+	if err := s.SyncOnce(); err != nil {
+		t.Fatal(err)
+	}
+	if !b.LastRuleset.Full {
+		t.Error("the Syncer's sync after a failure was not full")
+	}
+	ref := cluster.NewTracker()
+	ref.OnNode(thisNode, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: thisNode}})
+	feed(ref, newSvcs, newSlices)
+	st, _ := ref.Drain()
+	requireFresh(t, cfg, c.Fake, st, "after the Syncer's recovery")
 }
