@@ -72,6 +72,8 @@ type Backend struct {
 	closed      bool
 	// LastPlan is the last plan applied (for inspection and tests).
 	LastPlan *Plan
+	// clock is the time Counters polls in (zero: the real clock).
+	clock clock
 
 	drainOnce sync.Once
 	stop      chan struct{}

@@ -55,7 +55,10 @@ func TestSyncProgramsKernelState(t *testing.T) {
 	if !res.Full || res.Lines == 0 || res.Bytes == 0 {
 		t.Errorf("result %+v", res)
 	}
-	addrs, _ := f.sys.Addresses(DummyDevice)
+	addrs, err := f.sys.Addresses(DummyDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !slices.Equal(addrs, []netip.Addr{k.Addr}) {
 		t.Errorf("kube-ipvs0 holds %v, want %v", addrs, k.Addr)
 	}
@@ -137,9 +140,13 @@ func TestGracefulTermination(t *testing.T) {
 		t.Errorf("the returning real server was not moved out of the terminating list: %d deletions, %v", f.ipvs.Calls["DelDestination"]-before, f.b.Terminating())
 	}
 	// Leaves again, then drains.
-	_ = f.ipvs.SetConnections(k, leaving, 0, 2)
+	if err := f.ipvs.SetConnections(k, leaving, 0, 2); err != nil {
+		t.Fatal(err)
+	}
 	f.sync(t, st2, false)
-	_ = f.ipvs.SetConnections(k, leaving, 0, 0)
+	if err := f.ipvs.SetConnections(k, leaving, 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := f.b.Drain(); n != 1 || err != nil {
 		t.Fatalf("drain: %d, %v", n, err)
 	}
@@ -156,7 +163,9 @@ func TestUDPRealServerLeavesAtOnce(t *testing.T) {
 	add(st, clusterIPPort(n, "172.30.0.53", 53), ep("10.180.0.1", 53, thisNode, "R"), ep("10.180.0.2", 53, thisNode, "R"))
 	f.sync(t, st, true)
 	k := key("UDP", "172.30.0.53:53")
-	_ = f.ipvs.SetConnections(k, netip.MustParseAddrPort("10.180.0.2:53"), 0, 7)
+	if err := f.ipvs.SetConnections(k, netip.MustParseAddrPort("10.180.0.2:53"), 0, 7); err != nil {
+		t.Fatal(err)
+	}
 	st.Endpoints[n] = st.Endpoints[n][:1]
 	f.sync(t, st, false)
 	if d := cmp.Diff(map[string]int{"10.180.0.1:53": 1}, dests(t, f.ipvs, k)); d != "" {
@@ -166,7 +175,10 @@ func TestUDPRealServerLeavesAtOnce(t *testing.T) {
 
 func dests(t *testing.T, f *Fake, k Key) map[string]int {
 	t.Helper()
-	svcs, _ := f.GetServices()
+	svcs, err := f.GetServices()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range svcs {
 		if KeyOf(s) == k {
 			ds, err := f.GetDestinations(s)
@@ -235,7 +247,9 @@ func TestFullSyncRemovesStrangers(t *testing.T) {
 	if err := f.ipvs.NewService(f.b.service(stranger, &appliedVS{scheduler: "rr"})); err != nil {
 		t.Fatal(err)
 	}
-	_ = f.sys.AddAddress(DummyDevice, stranger.Addr)
+	if err := f.sys.AddAddress(DummyDevice, stranger.Addr); err != nil {
+		t.Fatal(err)
+	}
 	f.sync(t, st, false)
 	if strings.Contains(f.ipvs.Dump(), "172.30.9.9") == false {
 		t.Fatal("a partial sync should not see the stranger")
@@ -266,18 +280,21 @@ func TestCleanupRemovesEverything(t *testing.T) {
 	if err := f.b.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	svcs, _ := f.ipvs.GetServices()
+	svcs, err := f.ipvs.GetServices()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(svcs) != 0 {
 		t.Errorf("%d virtual servers left", len(svcs))
 	}
 	if _, err := f.sys.Addresses(DummyDevice); err == nil {
 		t.Error("kube-ipvs0 left")
 	}
-	if save, _ := f.sys.Run("", "iptables-nft-save"); strings.Contains(save, "KUBE-") {
-		t.Errorf("rules left:\n%s", save)
+	if save, err := f.sys.Run("", "iptables-nft-save"); err != nil || strings.Contains(save, "KUBE-") {
+		t.Errorf("rules left (%v):\n%s", err, save)
 	}
-	if sets, _ := f.sys.Run("", "ipset", "list", "-n"); strings.TrimSpace(sets) != "" {
-		t.Errorf("sets left: %s", sets)
+	if sets, err := f.sys.Run("", "ipset", "list", "-n"); err != nil || strings.TrimSpace(sets) != "" {
+		t.Errorf("sets left (%v): %s", err, sets)
 	}
 	// The next sync starts afresh.
 	f.sync(t, overallState(), false)
@@ -304,7 +321,10 @@ func TestInternalTrafficLocal(t *testing.T) {
 		{"local terminating only", 0, []*cluster.Endpoint{ep("10.180.0.1", 80, thisNode, "ST"), ep("10.180.0.2", 80, otherNode, "R")}, []string{"10.180.0.1:80"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, _ := NewRenderer(testConfig())
+			r, err := NewRenderer(testConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
 			st := newState()
 			sp := clusterIPPort(name("ns", "loc", "p"), "172.30.0.60", 80)
 			sp.InternalLocal = true
@@ -313,7 +333,10 @@ func TestInternalTrafficLocal(t *testing.T) {
 			}
 			add(st, sp, tc.eps...)
 			p := r.Render(st)
-			v, _ := p.Server(key("TCP", "172.30.0.60:80"))
+			v, ok := p.Server(key("TCP", "172.30.0.60:80"))
+			if !ok {
+				t.Fatal("no virtual server for the cluster IP")
+			}
 			var got []string
 			for _, d := range v.Dests {
 				got = append(got, d.Addr.String())
@@ -385,12 +408,18 @@ func TestFaults(t *testing.T) {
 		}
 	})
 	t.Run(string(dataplane.FaultIgnoreLocalPolicy), func(t *testing.T) {
-		r, _ := NewRenderer(testConfig(dataplane.FaultIgnoreLocalPolicy))
+		r, err := NewRenderer(testConfig(dataplane.FaultIgnoreLocalPolicy))
+		if err != nil {
+			t.Fatal(err)
+		}
 		st := newState()
 		sp := clusterIPPort(name("ns", "loc", "p"), "172.30.0.60", 80)
 		sp.InternalLocal = true
 		add(st, sp, ep("10.180.0.1", 80, thisNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
-		v, _ := r.Render(st).Server(key("TCP", "172.30.0.60:80"))
+		v, ok := r.Render(st).Server(key("TCP", "172.30.0.60:80"))
+		if !ok {
+			t.Fatal("no virtual server for the cluster IP")
+		}
 		if len(v.Dests) != 2 {
 			t.Errorf("Local policy kept to the local endpoint: %v", v.Dests)
 		}
@@ -406,8 +435,11 @@ func TestLeastConnection(t *testing.T) {
 		f := newFakes(t, cfg)
 		st, k := webState(three()...)
 		f.sync(t, st, true)
-		_ = f.ipvs.SetConnections(k, netip.MustParseAddrPort("10.180.0.1:8080"), 2, 0)
-		_ = f.ipvs.SetConnections(k, netip.MustParseAddrPort("10.180.0.3:8080"), 2, 0)
+		for _, held := range []string{"10.180.0.1:8080", "10.180.0.3:8080"} {
+			if err := f.ipvs.SetConnections(k, netip.MustParseAddrPort(held), 2, 0); err != nil {
+				t.Fatalf("%s: %v", sched, err)
+			}
+		}
 		c := counts(schedule(t, f.ipvs, k, 50))
 		if c["10.180.0.2:8080"] != 50 {
 			t.Errorf("%s: new connections went to %v, want all to the idle 10.180.0.2:8080", sched, c)
@@ -415,6 +447,29 @@ func TestLeastConnection(t *testing.T) {
 	}
 }
 
+// fakeClock is a clock for Backend.Counters: each sleep advances it, and
+// onSleep (when set) runs after the n-th sleep, as the estimator would
+// while Counters waits.
+type fakeClock struct {
+	t       time.Time
+	sleeps  int
+	onSleep func(n int)
+}
+
+func (c *fakeClock) install(b *Backend) {
+	c.t = time.Unix(1e9, 0)
+	b.clock = clock{Now: func() time.Time { return c.t }, Sleep: func(d time.Duration) {
+		c.t = c.t.Add(d)
+		c.sleeps++
+		if c.onSleep != nil {
+			c.onSleep(c.sleeps)
+		}
+	}}
+}
+
+// TestCountersWaitForEstimator: while the estimator has not published the
+// latest packets, Counters keeps polling; it returns as soon as they are
+// published (the third poll here), with every packet counted.
 func TestCountersWaitForEstimator(t *testing.T) {
 	cfg := testConfig()
 	cfg.StatsWait = 3 * time.Second
@@ -423,14 +478,18 @@ func TestCountersWaitForEstimator(t *testing.T) {
 	st, k := webState(three()...)
 	f.sync(t, st, true)
 	schedule(t, f.ipvs, k, 30)
-	go func() { time.Sleep(300 * time.Millisecond); f.ipvs.Publish() }()
-	start := time.Now()
+	clk := &fakeClock{onSleep: func(n int) {
+		if n == 3 {
+			f.ipvs.Publish()
+		}
+	}}
+	clk.install(f.b)
 	cs, err := f.b.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if time.Since(start) < 250*time.Millisecond {
-		t.Errorf("Counters did not wait for the estimator")
+	if clk.sleeps != 3 {
+		t.Errorf("Counters slept %d times, want 3: it should poll until the estimator publishes, then stop", clk.sleeps)
 	}
 	var total uint64
 	for _, c := range cs {
@@ -441,6 +500,37 @@ func TestCountersWaitForEstimator(t *testing.T) {
 	}
 	if len(cs) != 3 || total != 30 {
 		t.Errorf("counters %+v", cs)
+	}
+}
+
+// TestCountersWaitIsBounded: when the published totals never catch up (a
+// deleted service), Counters gives up after StatsWait and returns what is
+// published.
+func TestCountersWaitIsBounded(t *testing.T) {
+	cfg := testConfig()
+	cfg.StatsWait = 3 * time.Second
+	f := newFakes(t, cfg)
+	f.ipvs.Lag = true
+	st, k := webState(three()...)
+	f.sync(t, st, true)
+	schedule(t, f.ipvs, k, 30)
+	clk := &fakeClock{}
+	clk.install(f.b)
+	start := clk.t
+	cs, err := f.b.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first read after the deadline returns: 31 polls of 100 ms.
+	if waited := clk.t.Sub(start); clk.sleeps != 31 || waited != 3100*time.Millisecond {
+		t.Errorf("Counters slept %d times (%s of the fake clock), want 31 (3.1s): StatsWait is 3s", clk.sleeps, waited)
+	}
+	var total uint64
+	for _, c := range cs {
+		total += c.Packets
+	}
+	if len(cs) != 3 || total != 0 {
+		t.Errorf("counters %+v, want the three real servers with nothing published", cs)
 	}
 }
 

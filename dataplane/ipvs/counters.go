@@ -29,17 +29,44 @@ import (
 // passed (a deleted service leaves the totals unequal for ever; the wait
 // then still covers one estimator run).
 func (b *Backend) Counters() ([]dataplane.Counter, error) {
-	deadline := time.Now().Add(b.cfg.StatsWait)
+	deadline := b.clock.now().Add(b.cfg.StatsWait)
 	for {
 		svcs, dests, keys, err := b.readStats()
 		if err != nil {
 			return nil, err
 		}
-		if b.published(svcs) || time.Now().After(deadline) {
+		if b.published(svcs) || b.clock.now().After(deadline) {
 			return b.mapCounters(svcs, dests, keys), nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		b.clock.sleep(statsPoll)
 	}
+}
+
+// statsPoll is how often Counters reads the statistics while it waits for
+// the estimator (a twentieth of its 2-second period).
+const statsPoll = 100 * time.Millisecond
+
+// clock is the time Counters waits in. Its zero value is the real clock;
+// unit tests set both functions to a fake clock, so that the wait for the
+// estimator is checked without sleeping.
+type clock struct {
+	Now   func() time.Time
+	Sleep func(time.Duration)
+}
+
+func (c clock) now() time.Time {
+	if c.Now == nil {
+		return time.Now()
+	}
+	return c.Now()
+}
+
+func (c clock) sleep(d time.Duration) {
+	if c.Sleep == nil {
+		time.Sleep(d)
+		return
+	}
+	c.Sleep(d)
 }
 
 func (b *Backend) readStats() ([]*libipvs.Service, map[Key][]*libipvs.Destination, map[Key]cluster.ServicePortName, error) {

@@ -47,9 +47,21 @@ func TestFakeErrors(t *testing.T) {
 	if !IsExist(f.NewService(s)) || !IsNotFound(f.DelService(svc("10.96.0.9", 1, "rr"))) {
 		t.Error("IsExist / IsNotFound do not recognise the kernel's errors")
 	}
-	svcs, _ := f.GetServices()
+	svcs, err := f.GetServices()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(svcs) != 1 || svcs[0].Flags&FlagHashed == 0 {
 		t.Errorf("services %+v (the kernel sets the hashed flag)", svcs)
+	}
+}
+
+// must fails the test on a setup error: a setup step that did nothing
+// would make the assertions after it meaningless.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("setup: %v", err)
 	}
 }
 
@@ -58,11 +70,14 @@ func TestFakeErrors(t *testing.T) {
 func TestFakeListOrder(t *testing.T) {
 	f := NewFake()
 	s := svc("10.96.0.1", 80, "rr")
-	_ = f.NewService(s)
+	must(t, f.NewService(s))
 	for _, a := range []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"} {
-		_ = f.NewDestination(s, dst(a, 1))
+		must(t, f.NewDestination(s, dst(a, 1)))
 	}
-	ds, _ := f.GetDestinations(s)
+	ds, err := f.GetDestinations(s)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []string
 	for _, d := range ds {
 		got = append(got, destKey(d).String())
@@ -76,18 +91,18 @@ func TestFakeListOrder(t *testing.T) {
 		t.Errorf("rr order %v", seq)
 	}
 	// Deleting the last one chosen keeps the rotation going.
-	_ = f.DelDestination(s, dst("10.0.0.3:80", 0))
+	must(t, f.DelDestination(s, dst("10.0.0.3:80", 0)))
 	seq = schedule(t, f, k, 2)
 	if strings.Join(seq, " ") != "10.0.0.2:80 10.0.0.1:80" {
 		t.Errorf("rr after delete %v", seq)
 	}
-	_ = f.UpdateService(svc("10.96.0.1", 80, "sh"))
+	must(t, f.UpdateService(svc("10.96.0.1", 80, "sh")))
 	if _, err := f.Schedule(k, 0); !errors.Is(err, ErrNotModelled) {
 		t.Errorf("sh: %v", err)
 	}
-	_ = f.UpdateService(svc("10.96.0.1", 80, "rr"))
-	_ = f.UpdateDestination(s, dst("10.0.0.1:80", 0))
-	_ = f.UpdateDestination(s, dst("10.0.0.2:80", 0))
+	must(t, f.UpdateService(svc("10.96.0.1", 80, "rr")))
+	must(t, f.UpdateDestination(s, dst("10.0.0.1:80", 0)))
+	must(t, f.UpdateDestination(s, dst("10.0.0.2:80", 0)))
 	if _, err := f.Schedule(k, 0); !errors.Is(err, ErrNoDestination) {
 		t.Errorf("all weight 0: %v", err)
 	}
@@ -115,11 +130,14 @@ func TestFakeSystemRefuses(t *testing.T) {
 		t.Error("a set in use was destroyed")
 	}
 	// A failed restore leaves the tables as they were.
-	before, _ := f.Run("", "iptables-nft-save")
+	before, err := f.Run("", "iptables-nft-save")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.Run("*filter\n:KUBE-X - [0:0]\n-A KUBE-X -j KUBE-Y\nCOMMIT\n", "iptables-nft-restore", "--noflush"); err == nil {
 		t.Error("accepted")
 	}
-	if after, _ := f.Run("", "iptables-nft-save"); after != before {
-		t.Errorf("a failed restore changed the tables:\n%s", after)
+	if after, err := f.Run("", "iptables-nft-save"); err != nil || after != before {
+		t.Errorf("a failed restore changed the tables (%v):\n%s", err, after)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -60,9 +61,7 @@ func TestConfigFromModel(t *testing.T) {
 // nodes, 97 namespaces, every endpoint address) and connects across it.
 func TestScenarioTopology(t *testing.T) {
 	needRoot(t)
-	if testing.Short() {
-		t.Skip("-short: skips the 97-namespace build")
-	}
+	testenv.SkipIfShort(t, "skips the 97-namespace build")
 	m := openScenario(t, "../../scenarios/1000-services.yaml")
 	cfg, err := ConfigFromModel(m, "")
 	if err != nil {

@@ -17,15 +17,14 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces")
-	}
+	testenv.RequireRoot(t)
 }
 
 var testClients = []scenario.Client{
@@ -415,9 +414,7 @@ func bigState(nodes, eps int) *cluster.State {
 // BenchmarkBuild builds and closes 10 nodes x 500 endpoints with 2 client
 // pods per node (31 namespaces, 5000 endpoint addresses and routes).
 func BenchmarkBuild(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: creates network namespaces")
-	}
+	needRoot(b)
 	st := bigState(10, 500)
 	for b.Loop() {
 		cfg, err := ConfigFromState(st, Options{Clients: []scenario.Client{{Name: "c", PodsPerNode: 2}}})

@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -140,12 +141,11 @@ func BenchmarkPartialOneEndpoint(b *testing.B) {
 // -bench NFTLoad -benchtime 1x: the kube-proxy layout takes tens of seconds
 // at 5000.
 func BenchmarkNFTLoad(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testenv.RequireRoot(b)
+	testenv.RequireCommands(b, "nft")
 	nft, err := exec.LookPath("nft")
 	if err != nil {
-		b.Skip("needs nft")
+		b.Fatal(err)
 	}
 	for _, layout := range layouts {
 		for _, n := range []int{1000, 3000, 5000} {

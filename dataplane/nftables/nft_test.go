@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/harness/testenv"
 )
 
 // The real-nft tier: the transactions this package writes are loaded with
@@ -25,16 +26,15 @@ import (
 // combined output.
 func nftRunner(t *testing.T) func(txs []string, after string) (string, error) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace for nft")
-	}
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "nft", "unshare")
 	nft, err := exec.LookPath("nft")
 	if err != nil {
-		t.Skip("needs the nft binary (apt-get install nftables)")
+		t.Fatal(err)
 	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Skip("needs unshare (util-linux)")
+		t.Fatal(err)
 	}
 	return func(txs []string, after string) (string, error) {
 		dir := t.TempDir()
@@ -185,8 +185,11 @@ func TestNFTCountersLive(t *testing.T) {
 				}
 			}
 			if *update {
-				_ = os.WriteFile(filepath.Join("testdata", "counters-"+string(layout)+".txt"), text, 0o644)
-				_ = os.WriteFile(filepath.Join("testdata", "counters-"+string(layout)+".json"), js, 0o644)
+				for ext, b := range map[string][]byte{".txt": text, ".json": js} {
+					if err := os.WriteFile(filepath.Join("testdata", "counters-"+string(layout)+ext), b, 0o644); err != nil {
+						t.Fatalf("could not update the golden: %v", err)
+					}
+				}
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -276,9 +277,7 @@ func dedupe(eps []*cluster.Endpoint) []*cluster.Endpoint {
 // of operations at 10 and at 5000 service ports. (Render only: the Fake
 // fills a map of m elements in O(m^2), which says nothing about us.)
 func TestPartialOperationsConstant(t *testing.T) {
-	if testing.Short() {
-		t.Skip("large state")
-	}
+	testenv.SkipIfShort(t, "large state (5000 service ports)")
 	for _, layout := range layouts {
 		var counts []int
 		for _, n := range []int{10, 5000} {

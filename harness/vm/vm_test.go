@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kpsim/kpsim/harness/testenv"
 )
 
 // entry is one parsed newc record.
@@ -152,20 +154,17 @@ func TestResolveModules(t *testing.T) {
 }
 
 // TestWantedModulesResolveOnTheCachedKernel runs the real resolution on the
-// kernel in the cache when there is one (make test-vm fetches it; the VM
-// tier then loads these modules); without one it only logs, since the
-// pure tests above cover the logic and `make test` fails on any skip.
+// kernel in the cache (the VM tier then loads these modules in this order).
+// Without a cached kernel it skips through testenv, which under make test
+// is a failure: make test fetches the kernel (make vm-assets) before the Go
+// tests run.
 func TestWantedModulesResolveOnTheCachedKernel(t *testing.T) {
 	dir, err := CacheDir()
 	if err != nil {
-		t.Log(err)
-		return
+		t.Fatal(err)
 	}
 	k := newestCached(dir, "kernel-")
-	if k == "" {
-		t.Log("no kernel in the cache yet (make test-vm fetches one): nothing to resolve")
-		return
-	}
+	testenv.Require(t, k != "", "no kernel in the VM cache "+dir+" (run sim vm fetch, or make vm-assets / make test-vm, to fetch one)")
 	ver := strings.TrimPrefix(filepath.Base(k), "kernel-")
 	idx, err := indexModules(filepath.Join(k, "lib", "modules", ver))
 	if err != nil {
@@ -183,7 +182,10 @@ func TestWantedModulesResolveOnTheCachedKernel(t *testing.T) {
 		t.Errorf("crc32c_generic is not loaded first: %v", order[:3])
 	}
 	for _, m := range order {
-		deps, _ := idx.depends(m.Name)
+		deps, err := idx.depends(m.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, d := range deps {
 			if p, ok := pos[d]; ok && p > pos[m.Name] {
 				t.Errorf("%s is loaded before its dependency %s", m.Name, d)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpsim/kpsim/harness/testenv"
 )
 
 func run(args ...string) (int, string, string) {
@@ -118,9 +120,7 @@ func TestRunDeterministic(t *testing.T) {
 // TestRun1000Services: the cluster section of the report matches the
 // generator's parameters, and every mode simulated every connection.
 func TestRun1000Services(t *testing.T) {
-	if testing.Short() {
-		t.Skip("simulates 36 million connections; skipped with -short")
-	}
+	testenv.SkipIfShort(t, "simulates 36 million connections")
 	code, a, errs := run("run", "../../../scenarios/1000-services.yaml", "-o", "json", "--out", t.TempDir())
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/harness/testenv"
 )
 
 func runCleanup(args ...string) (int, string, string) {
@@ -43,9 +44,7 @@ func TestCleanupUsage(t *testing.T) {
 
 func skipUnlessRootForCleanup(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces")
-	}
+	testenv.RequireRoot(t)
 }
 
 func TestCleanupNothing(t *testing.T) {

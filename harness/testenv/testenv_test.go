@@ -1,0 +1,81 @@
+package testenv
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// recorder is a testing.TB that records a skip or a fatal failure and then
+// stops its goroutine, as testing.T does; run calls f on one.
+type recorder struct {
+	testing.TB
+	skipped, failed bool
+	msg             string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Skip(args ...any) {
+	r.skipped, r.msg = true, fmt.Sprint(args...)
+	runtime.Goexit()
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.failed, r.msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func run(t *testing.T, f func(testing.TB)) *recorder {
+	r := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+	return r
+}
+
+// TestRequire: a met requirement does nothing; an unmet one skips, and
+// fails instead under KPSIM_REQUIRE_ALL=1.
+func TestRequire(t *testing.T) {
+	for _, tc := range []struct {
+		env             string
+		ok              bool
+		skipped, failed bool
+	}{
+		{env: "", ok: true},
+		{env: "1", ok: true},
+		{env: "", ok: false, skipped: true},
+		{env: "0", ok: false, skipped: true},
+		{env: "1", ok: false, failed: true},
+	} {
+		t.Setenv(RequireAllEnv, tc.env)
+		r := run(t, func(tb testing.TB) { Require(tb, tc.ok, "no kernel in the cache") })
+		if r.skipped != tc.skipped || r.failed != tc.failed {
+			t.Errorf("%s=%q ok=%v: skipped %v failed %v, want skipped %v failed %v", RequireAllEnv, tc.env, tc.ok, r.skipped, r.failed, tc.skipped, tc.failed)
+		}
+	}
+}
+
+// TestRequireCommands: a command that exists passes, one that does not
+// skips with its name in the message.
+func TestRequireCommands(t *testing.T) {
+	t.Setenv(RequireAllEnv, "")
+	if r := run(t, func(tb testing.TB) { RequireCommands(tb, "sh") }); r.skipped || r.failed {
+		t.Fatalf("sh is on PATH but the test was skipped: %q", r.msg)
+	}
+	r := run(t, func(tb testing.TB) { RequireCommands(tb, "sh", "kpsim-no-such-command") })
+	if !r.skipped || r.msg != "needs the kpsim-no-such-command command (make test installs it with apt-get)" {
+		t.Errorf("a missing command: skipped %v, message %q", r.skipped, r.msg)
+	}
+}
+
+// TestStrictFailureNamesTheVariable: the failure under make test says why
+// the skip became a failure.
+func TestStrictFailureNamesTheVariable(t *testing.T) {
+	t.Setenv(RequireAllEnv, "1")
+	r := run(t, func(tb testing.TB) { Require(tb, false, "no kernel in the cache") })
+	if want := "cannot run under KPSIM_REQUIRE_ALL=1: no kernel in the cache"; !r.failed || r.msg != want {
+		t.Errorf("failed %v, message %q, want %q", r.failed, r.msg, want)
+	}
+}
