@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -23,16 +22,11 @@ func open(t testing.TB, file string) *Model {
 	return m
 }
 
-// waitDrain waits (bounded) for the informer to deliver an update, then drains.
-func waitDrain(t *testing.T, tr *Tracker) Changes {
+// waitDrain waits until the tracker has received the one event of a
+// single API write made when its sequence was before, then drains.
+func waitDrain(t *testing.T, tr *Tracker, before uint64) Changes {
 	t.Helper()
-	select {
-	case <-tr.Changed():
-	case <-time.After(10 * time.Second):
-		t.Fatal("no informer update within 10s")
-	}
-	// Coalesce anything else already queued behind it.
-	time.Sleep(50 * time.Millisecond)
+	waitSeq(t, tr, before+1)
 	_, ch := tr.Drain()
 	return ch
 }
@@ -78,10 +72,11 @@ func TestTrackerThroughInformers(t *testing.T) {
 	// A no-op for the proxy: only an annotation changes.
 	noop := slice.DeepCopy()
 	noop.Annotations = map[string]string{"touched": "yes"}
+	before := m.Tracker.Seq()
 	if _, err := c.DiscoveryV1().EndpointSlices("demo").Update(ctx, noop, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if ch := waitDrain(t, m.Tracker); !ch.Empty() {
+	if ch := waitDrain(t, m.Tracker, before); !ch.Empty() {
 		t.Errorf("a no-op update was reported as a change: %+v", ch)
 	}
 
@@ -89,10 +84,11 @@ func TestTrackerThroughInformers(t *testing.T) {
 	flip := slice.DeepCopy()
 	f := false
 	flip.Endpoints[1].Conditions.Ready = &f
+	before = m.Tracker.Seq()
 	if _, err := c.DiscoveryV1().EndpointSlices("demo").Update(ctx, flip, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ch := waitDrain(t, m.Tracker)
+	ch := waitDrain(t, m.Tracker, before)
 	if len(ch.Endpoints) != 1 || ch.Endpoints[0] != web || len(ch.Services) != 0 {
 		t.Fatalf("changes %+v, want only %s's endpoints", ch, web)
 	}
@@ -108,10 +104,11 @@ func TestTrackerThroughInformers(t *testing.T) {
 	}
 	svc = svc.DeepCopy()
 	svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	before = m.Tracker.Seq()
 	if _, err := c.CoreV1().Services("demo").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ch = waitDrain(t, m.Tracker)
+	ch = waitDrain(t, m.Tracker, before)
 	if len(ch.Services) != 1 || ch.Services[0] != web {
 		t.Fatalf("changes %+v, want %s's settings", ch, web)
 	}
@@ -120,10 +117,11 @@ func TestTrackerThroughInformers(t *testing.T) {
 	}
 
 	// Deleting the slice removes the endpoints.
+	before = m.Tracker.Seq()
 	if err := c.DiscoveryV1().EndpointSlices("demo").Delete(ctx, "web-x7k2p", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ch = waitDrain(t, m.Tracker)
+	ch = waitDrain(t, m.Tracker, before)
 	if len(ch.Endpoints) != 1 || len(st.Endpoints[web]) != 0 {
 		t.Errorf("after delete: changes %+v, endpoints %v", ch, st.Endpoints[web])
 	}

@@ -35,24 +35,53 @@ func conds(eps []*Endpoint) []string {
 	return out
 }
 
-// applyAll applies each step and returns the endpoints after it (bounded
-// wait for the informer).
+// applyAll applies each step, waits until the tracker has received every
+// write the step made, and returns the endpoints after it.
 func applyAll(t *testing.T, m *Model, name ServicePortName) [][]string {
 	t.Helper()
 	var out [][]string
 	for _, s := range Timeline(m.Loaded.Scenario) {
-		if _, err := m.Cluster.Apply(context.Background(), s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for !m.Tracker.Pending() && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(20 * time.Millisecond)
-		st, _ := m.Tracker.Drain()
+		st, _ := applyDrain(t, m, s)
 		out = append(out, conds(st.Endpoints[name]))
 	}
 	return out
+}
+
+// applyDrain applies one step and drains the tracker once it has seen all
+// of the step's writes.
+func applyDrain(t *testing.T, m *Model, s Step) (*State, Changes) {
+	t.Helper()
+	before := m.Tracker.Seq()
+	n, err := m.Cluster.Apply(context.Background(), s)
+	if err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	if n == 0 {
+		t.Fatalf("%s: no API write", s)
+	}
+	waitSeq(t, m.Tracker, before+uint64(n))
+	return m.Tracker.Drain()
+}
+
+// informerTimeout bounds the wait for the fake clientset's informers; it
+// is a bound on a hang, not a retry: the wait ends as soon as the events
+// have arrived.
+const informerTimeout = 10 * time.Second
+
+// waitSeq blocks until the tracker has received target events in all
+// (Tracker.Seq, as harness/conform's settle does), woken by Changed; it
+// fails the test if they do not arrive within informerTimeout.
+func waitSeq(t *testing.T, tr *Tracker, target uint64) {
+	t.Helper()
+	timeout := time.NewTimer(informerTimeout)
+	defer timeout.Stop()
+	for tr.Seq() < target {
+		select {
+		case <-tr.Changed():
+		case <-timeout.C:
+			t.Fatalf("the tracker received %d events, want %d: the informers did not deliver the writes within %s", tr.Seq(), target, informerTimeout)
+		}
+	}
 }
 
 func TestTimelineFlap(t *testing.T) {
@@ -108,28 +137,17 @@ func TestTimelineTerminating(t *testing.T) {
 
 func TestScaleAndServiceUpdate(t *testing.T) {
 	m := open(t, "../../scenarios/conformance/distribution.yaml")
-	ctx := context.Background()
 	web := spn("demo", "web", "http")
-	if _, err := m.Cluster.Apply(ctx, Step{Action: ActScale, Service: "demo/web", Replicas: 5}); err != nil {
-		t.Fatal(err)
-	}
-	ch := waitDrain(t, m.Tracker)
-	st, _ := m.Tracker.Drain()
+	st, ch := applyDrain(t, m, Step{Action: ActScale, Service: "demo/web", Replicas: 5})
 	if len(st.Endpoints[web]) != 5 || len(ch.Endpoints) != 1 {
 		t.Fatalf("scale up: %v (changes %+v)", conds(st.Endpoints[web]), ch)
 	}
-	if _, err := m.Cluster.Apply(ctx, Step{Action: ActScale, Service: "demo/web", Replicas: 1}); err != nil {
-		t.Fatal(err)
-	}
-	waitDrain(t, m.Tracker)
+	st, _ = applyDrain(t, m, Step{Action: ActScale, Service: "demo/web", Replicas: 1})
 	if len(st.Endpoints[web]) != 1 {
 		t.Fatalf("scale down: %v", conds(st.Endpoints[web]))
 	}
 	timeout := int32(5)
-	if _, err := m.Cluster.Apply(ctx, Step{Action: ActServiceUpdate, Service: "demo/web", Update: &scenarioEventT{SessionAffinity: "ClientIP", AffinityTimeout: &timeout, InternalTrafficPolicy: "Local"}}); err != nil {
-		t.Fatal(err)
-	}
-	waitDrain(t, m.Tracker)
+	st, _ = applyDrain(t, m, Step{Action: ActServiceUpdate, Service: "demo/web", Update: &scenarioEventT{SessionAffinity: "ClientIP", AffinityTimeout: &timeout, InternalTrafficPolicy: "Local"}})
 	if sp := st.Services[web]; !sp.ClientIPAffinity || sp.AffinityTimeout != 5 || !sp.InternalLocal {
 		t.Errorf("service update not applied: %+v", sp)
 	}
