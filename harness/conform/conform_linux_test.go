@@ -2,7 +2,6 @@ package conform
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/kpsim/kpsim/dataplane"
@@ -82,11 +81,5 @@ func TestConformanceFaults(t *testing.T) {
 			}
 			t.Logf("%s: %d checks failed, including %s", f, len(failed), want)
 		})
-	}
-}
-
-func TestClientNodesDefault(t *testing.T) {
-	if got := strings.Join(supportedModes, ","); got == "" {
-		t.Fatal("no supported mode")
 	}
 }
