@@ -6,8 +6,10 @@
 #                 idempotently), then run every test tier; as root the
 #                 namespace tier runs and a skipped test is a failure
 #   make test-vm  the IPVS conformance suite, in a qemu microVM when this
-#                 kernel has no IPVS (installs qemu-system-x86, fetches the
-#                 Debian kernel and busybox into ~/.cache/kpsim/vm)
+#                 kernel has no IPVS (vm-assets, then sim conform --mode ipvs)
+#   make vm-assets  what the VM tier needs: bin/sim-static, qemu-system-x86
+#                 when the VM will run, and the Debian kernel and busybox in
+#                 ~/.cache/kpsim/vm (idempotent; make test runs it first)
 #   make build    build bin/sim
 #   make bench    benchmarks (loading, engines, statistics)
 #   make lint     go vet and staticcheck
@@ -29,7 +31,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: host-snapshot test-go run test test-vm build bench lint results deps check-skips conformance calibrate fresh-check clean
+.PHONY: host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance calibrate fresh-check clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
@@ -51,7 +53,11 @@ deps:
 
 # test runs every tier. As root (CI), KPSIM_REQUIRE_ALL=1 turns the skip of a
 # privileged test into a failure, and check-skips fails on any skipped test.
+# The VM assets come first: a Go test resolves the VM's modules on the
+# cached kernel. As a normal user they are not fetched (apt-get needs root)
+# and that test skips, like the other privileged ones.
 test: deps build
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory vm-assets; fi
 	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-before.txt
 	@$(MAKE) --no-print-directory test-go
 	@$(MAKE) --no-print-directory conformance
@@ -91,28 +97,34 @@ conformance: build
 	$(BIN) conform scenarios/conformance/ --mode nftables --layout fast \
 		--junit $(TEST_DIR)/kpsim-junit-nftables-fast.xml --summary $(TEST_DIR)/kpsim-summary-nftables-fast.md
 
-# test-vm runs the IPVS conformance suite (scenarios/conformance/, which
-# includes ipvs/) in IPVS mode. This host's kernel has no IPVS, so it runs in
-# the qemu microVM of harness/vm: qemu-system-x86 is installed when missing,
-# the Debian kernel (the package linux-image-amd64 depends on) and
-# busybox-static are fetched into the cache with apt-get download and
-# dpkg-deb -x (nothing else is installed), and a static sim is booted with
-# them. On a kernel with IPVS (the Vagrant box) the suite runs directly;
-# VM=1 forces the VM there too. Idempotent: the cache and image are reused.
+# vm-assets prepares the qemu microVM of harness/vm: a static sim to boot,
+# qemu-system-x86 (installed when missing, and only when the VM will run:
+# this kernel has no IPVS, or VM=1), and the Debian kernel (the package
+# linux-image-amd64 depends on) and busybox-static, fetched into the cache
+# with apt-get download and dpkg-deb -x (nothing else is installed). The
+# kernel is fetched on every host: the Go test of the VM's module order runs
+# on it. Idempotent: the cache is reused, apt-get update runs only when apt
+# does not know the kernel package.
 VM_BIN     := bin/sim-static
 VM_PACKAGE := qemu-system-x86
-test-vm: deps
-	@if [ "$$(id -u)" != 0 ]; then echo "make test-vm: needs root (apt-get, network namespaces)"; exit 3; fi
+VM_NEEDED  := [ -n "$(VM)" ] || ! { [ -e /sys/module/ip_vs ] || [ -e /proc/net/ip_vs ]; }
+vm-assets: deps
+	@if [ "$$(id -u)" != 0 ]; then echo "make vm-assets: needs root (apt-get)"; exit 3; fi
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(VM_BIN) ./cmd/sim
-	@if [ -n "$(VM)" ] || ! { [ -e /sys/module/ip_vs ] || [ -e /proc/net/ip_vs ]; }; then \
-		if ! command -v qemu-system-x86_64 >/dev/null; then \
-			echo "installing: $(VM_PACKAGE)"; \
-			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(VM_PACKAGE) || exit 3; \
-		fi; \
-		apt-cache show linux-image-amd64 >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
-		$(VM_BIN) vm fetch || exit $$?; \
+	@if { $(VM_NEEDED); } && ! command -v qemu-system-x86_64 >/dev/null; then \
+		echo "installing: $(VM_PACKAGE)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(VM_PACKAGE) || exit 3; \
 	fi
+	@apt-cache show linux-image-amd64 >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	$(VM_BIN) vm fetch
+
+# test-vm runs the IPVS conformance suite (scenarios/conformance/, which
+# includes ipvs/) in IPVS mode. This host's kernel has no IPVS, so it runs in
+# the microVM (vm-assets) booted with the static sim. On a kernel with IPVS
+# (the Vagrant box) the suite runs directly; VM=1 forces the VM there too.
+test-vm: vm-assets
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-vm: needs root (apt-get, network namespaces)"; exit 3; fi
 	$(VM_BIN) conform scenarios/conformance/ --mode ipvs $(if $(VM),--vm) \
 		--junit $(TEST_DIR)/kpsim-junit-ipvs.xml --summary $(TEST_DIR)/kpsim-summary-ipvs.md
 

@@ -2,7 +2,13 @@ package testenv
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -78,4 +84,59 @@ func TestStrictFailureNamesTheVariable(t *testing.T) {
 	if want := "cannot run under KPSIM_REQUIRE_ALL=1: no kernel in the cache"; !r.failed || r.msg != want {
 		t.Errorf("failed %v, message %q, want %q", r.failed, r.msg, want)
 	}
+}
+
+// TestNoOtherSkip: no test outside this package calls Skip, Skipf or
+// SkipNow, so every skip is one that KPSIM_REQUIRE_ALL=1 turns into a
+// failure.
+func TestNoOtherSkip(t *testing.T) {
+	root := filepath.Join("..", "..")
+	var bad []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "testdata", "results", "bin":
+				return filepath.SkipDir
+			}
+			if abs, _ := filepath.Abs(p); abs == mustAbs(t, ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				switch sel.Sel.Name {
+				case "Skip", "Skipf", "SkipNow":
+					bad = append(bad, p+": "+sel.Sel.Name)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Errorf("skips outside harness/testenv (use testenv.RequireRoot, RequireCommands, Require or SkipIfShort):\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -32,7 +32,9 @@ func TestBuildParseRoundTrip(t *testing.T) {
 func TestParseArrivalIgnoresReplies(t *testing.T) {
 	ip := layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: []byte{10, 0, 0, 1}, DstIP: []byte{10, 0, 0, 2}}
 	tcp := layers.TCP{SrcPort: 80, DstPort: 4000, SYN: true, ACK: true}
-	_ = tcp.SetNetworkLayerForChecksum(&ip)
+	if err := tcp.SetNetworkLayerForChecksum(&ip); err != nil {
+		t.Fatal(err)
+	}
 	buf := gopacket.NewSerializeBuffer()
 	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, &ip, &tcp); err != nil {
 		t.Fatal(err)
