@@ -18,6 +18,8 @@ import (
 // Backend programs one node's Service rules. Implementations keep what they
 // applied so that a partial sync writes only what changed.
 type Backend interface {
+	// Every method is safe for concurrent use: a sync loop calls Sync while
+	// a conformance check reads Counters.
 	// Sync makes the kernel match st for this backend's node. changed names
 	// the service ports changed since the previous Sync; full forces a full
 	// rewrite (always true on the first Sync).

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
@@ -53,6 +54,9 @@ type Commands interface {
 // `iptables-save` lacks them) and the stale sets (destroyed only when
 // `ipset list` has them).
 type Backend struct {
+	// mu serialises the methods: the sync loop calls Sync while the
+	// conformance checks read Counters.
+	mu       sync.Mutex
 	cmds     Commands
 	r        *Renderer
 	jumps    jumpState
@@ -195,6 +199,8 @@ func (c nsCommands) output(name string, args ...string) (string, error) {
 // relative to either.
 func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, full bool) (dataplane.SyncResult, error) {
 	start := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	full = full || b.needFull
 	rs, err := b.r.Render(st, changed, full)
 	if err != nil {
@@ -313,12 +319,16 @@ func MissingJumps(jumps, save string) string {
 
 // Dump returns `iptables-save` of the filter and nat tables.
 func (b *Backend) Dump() (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.cmds.Save(false)
 }
 
 // Counters reads `iptables-save -c` and maps the counters to service ports
 // and endpoints.
 func (b *Backend) Counters() ([]dataplane.Counter, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.chains == nil {
 		return nil, errors.New("no rules applied yet")
 	}
@@ -333,6 +343,8 @@ func (b *Backend) Counters() ([]dataplane.Counter, error) {
 // nat tables, and the affinity ipsets. (The run's namespaces are deleted at
 // the end anyway; this is for reuse of a namespace.)
 func (b *Backend) Cleanup() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	save, err := b.cmds.Save(false)
 	if err != nil {
 		return err

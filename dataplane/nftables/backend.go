@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	gosync "sync" // renamed: the tests of this package have a helper named sync
 	"time"
 
 	"sigs.k8s.io/knftables"
@@ -27,6 +28,9 @@ import (
 // that diverged from the committed state in a way that makes the full sync
 // fail recovers too.
 type Backend struct {
+	// mu serialises the methods: the sync loop calls Sync while the
+	// conformance checks read Counters (the renderer's records).
+	mu  gosync.Mutex
 	r   *Renderer
 	nft knftables.Interface
 	opt BackendOptions
@@ -77,6 +81,8 @@ func (b *Backend) Renderer() *Renderer { return b.r }
 // and the next sync is a full one.
 func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, full bool) (dataplane.SyncResult, error) {
 	start := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	tx, stats, err := b.r.Render(st, changed, full)
 	if err != nil {
 		return dataplane.SyncResult{}, err
@@ -125,6 +131,8 @@ func (b *Backend) Dump() (string, error) {
 // Counters reads the per-endpoint and per-verdict counters and maps them to
 // service ports and endpoints.
 func (b *Backend) Counters() ([]dataplane.Counter, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	refs := b.r.Refs()
 	if b.opt.ListJSON != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
@@ -143,6 +151,8 @@ func (b *Backend) Counters() ([]dataplane.Counter, error) {
 
 // Cleanup deletes the table (a missing one is fine) and forgets it.
 func (b *Backend) Cleanup() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	tx := b.nft.NewTransaction()
 	tx.Delete(&knftables.Table{})
 	ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -310,6 +311,13 @@ type suite struct {
 	start     time.Time
 	ipset     bool
 	layout    string // nftables layout
+	// stopSyncers cancels the nodes' sync loops; syncers counts the loops
+	// still running. teardown waits for them before it closes a backend or
+	// a namespace: a loop that outlived its suite would sync through a
+	// closed namespace handle, whose descriptor number the next suite may
+	// already have reused for another namespace.
+	stopSyncers context.CancelFunc
+	syncers     sync.WaitGroup
 }
 
 func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults dataplane.Faults, alphaUnit float64, run *report.Run) *report.Suite {
@@ -383,6 +391,8 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 	if err != nil {
 		return err
 	}
+	syncCtx, stop := context.WithCancel(ctx)
+	s.stopSyncers = stop
 	for _, n := range topo.Nodes() {
 		// Rejects must reach the clients one per probe: lift the ICMP rate
 		// limits of the node namespace (per-namespace sysctls).
@@ -412,7 +422,11 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 		sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: px.MinSyncPeriod.Duration, SyncPeriod: px.SyncPeriod.Duration,
 			RetryPeriod: time.Second}, b, tr, nil)
 		first := sy.Synced()
-		go func() { _ = sy.Run(ctx) }()
+		s.syncers.Add(1)
+		go func() {
+			defer s.syncers.Done()
+			_ = sy.Run(syncCtx)
+		}()
 		select {
 		case <-first:
 		case <-time.After(settleTimeout):
@@ -435,6 +449,10 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 }
 
 func (s *suite) teardown() {
+	if s.stopSyncers != nil {
+		s.stopSyncers()
+	}
+	s.syncers.Wait()
 	if s.prober != nil {
 		s.prober.Close()
 	}
