@@ -161,7 +161,12 @@ type NodeResult struct {
 	DumpLines    int      `json:"dumpLines"`
 	DiffLines    int      `json:"diffLines"`
 	Diff         []string `json:"diff,omitempty"` // the first MaxDiffShown lines
+	// SyncErrors are the first failed syncs' errors.
+	SyncErrors []string `json:"syncErrors,omitempty"`
 }
+
+// maxSyncErrors bounds the sync errors kept per node.
+const maxSyncErrors = 5
 
 // MaxDiffShown bounds the diff lines kept per node.
 const MaxDiffShown = 200
@@ -175,6 +180,8 @@ type countingBackend struct {
 	mu                                         sync.Mutex
 	syncs, full, partial, failures, recoveries int
 	failing                                    bool
+	// errors keeps the first sync errors (for the report).
+	errors []string
 }
 
 func (c *countingBackend) Sync(st *cluster.State, changed []cluster.ServicePortName, full bool) (dataplane.SyncResult, error) {
@@ -186,6 +193,9 @@ func (c *countingBackend) Sync(st *cluster.State, changed []cluster.ServicePortN
 	case err != nil:
 		c.failures++
 		c.failing = true
+		if len(c.errors) < maxSyncErrors {
+			c.errors = append(c.errors, err.Error())
+		}
 	default:
 		if c.failing {
 			c.recoveries++
@@ -487,7 +497,7 @@ func (s *soak) run(parent context.Context) error {
 	for _, n := range s.nodes {
 		c := n.backend
 		c.mu.Lock()
-		nr := NodeResult{Name: n.name, Syncs: c.syncs, FullSyncs: c.full, PartialSyncs: c.partial, FailedSyncs: c.failures, Recoveries: c.recoveries}
+		nr := NodeResult{Name: n.name, Syncs: c.syncs, FullSyncs: c.full, PartialSyncs: c.partial, FailedSyncs: c.failures, Recoveries: c.recoveries, SyncErrors: c.errors}
 		c.mu.Unlock()
 		res.PerNode = append(res.PerNode, nr)
 		res.Syncs += nr.Syncs
@@ -496,8 +506,10 @@ func (s *soak) run(parent context.Context) error {
 		res.FailedSyncs += nr.FailedSyncs
 		res.Recoveries += nr.Recoveries
 	}
-	if s.fa != nil && res.FailuresInjected != res.FailedSyncs {
-		res.Failed = append(res.Failed, fmt.Sprintf("%d apply failures injected but %d syncs failed", res.FailuresInjected, res.FailedSyncs))
+	// Every failed sync must be one the wrapper caused: a failure of its
+	// own (a delete the kernel refuses, a missing chain) is a finding.
+	if extra := res.FailedSyncs - res.FailuresInjected; extra > 0 {
+		res.Failed = append(res.Failed, fmt.Sprintf("%d sync(s) failed beyond the %d apply failures injected (see perNode.syncErrors)", extra, res.FailuresInjected))
 	}
 	st, _ := m.Tracker.Drain()
 	return s.compare(parent, st)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpsim/kpsim/harness/soak"
+	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 func init() { extraCommands = append(extraCommands, newSoak) }
@@ -67,6 +68,18 @@ printed), 2 for bad input, 3 when this machine cannot run it.`,
 			}
 			if f.timeout <= 0 {
 				return &UsageError{Err: fmt.Errorf("--timeout %s: must be positive", f.timeout)}
+			}
+			// Bad input is reported (file:line:field, exit 2) before the
+			// environment is looked at, and nothing is created for it.
+			l, err := scenario.LoadFile(args[0])
+			if err != nil {
+				return err
+			}
+			if _, err := scenario.Expand(l, o.Seed); err != nil {
+				return err
+			}
+			if geteuid() != 0 {
+				return &EnvError{Err: fmt.Errorf("sim soak needs root: it creates network namespaces and programs netfilter inside them (nothing on the host is changed)")}
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
