@@ -291,7 +291,8 @@ func Run(ctx context.Context, file string, o Options) (*Result, error) {
 	if err := Preflight(o.Mode, variant, o.FailApplyEvery > 0); err != nil {
 		return nil, err
 	}
-	res := &Result{Scenario: l.Scenario.Metadata.Name, File: file, Mode: o.Mode, Seed: exp.Seed, Events: o.Events, FailApplyEvery: o.FailApplyEvery}
+	res := &Result{Scenario: l.Scenario.Metadata.Name, File: file, Mode: o.Mode, Seed: exp.Seed, Events: o.Events, FailApplyEvery: o.FailApplyEvery,
+		Changes: map[ChangeKind]int{}, Leaks: []string{}, Failed: []string{}}
 	res.Variant = variant
 	if o.Mode == "nftables" {
 		res.Variant = layout
