@@ -146,6 +146,9 @@ type Result struct {
 	SettleSeconds float64 `json:"settleSeconds"`
 	EventSeconds  float64 `json:"eventSeconds"`
 	WallSeconds   float64 `json:"wallSeconds"`
+	// RunIDs are the soak's namespace run and the reference's
+	// (kpsim-<id>-...).
+	RunIDs []string `json:"runIDs"`
 	// Failed lists what failed (empty: the soak passed).
 	Failed []string `json:"failed"`
 }
@@ -315,6 +318,7 @@ func Run(ctx context.Context, file string, o Options) (*Result, error) {
 	}
 	s.teardown()
 	s.checkNamespaces()
+	res.RunIDs = s.runIDs
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
 }
