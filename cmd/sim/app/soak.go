@@ -124,16 +124,26 @@ printed), 2 for bad input, 3 when this machine cannot run it.`,
 }
 
 func printSoak(s Streams, r *soak.Result) {
+	// The table shows the start of each node's diff and of the leaks;
+	// -o json has the first soak.MaxDiffShown diff lines per node and
+	// every leak.
+	const shown = 20
 	for _, n := range r.PerNode {
-		for _, l := range n.Diff {
+		for _, l := range n.Diff[:min(len(n.Diff), shown)] {
 			fmt.Fprintf(s.Out, "DIFF  %s: %s\n", n.Name, l)
 		}
-		if n.DiffLines > len(n.Diff) {
-			fmt.Fprintf(s.Out, "DIFF  %s: ... %d more line(s) (-o json has the first %d)\n", n.Name, n.DiffLines-len(n.Diff), soak.MaxDiffShown)
+		if n.DiffLines > shown {
+			fmt.Fprintf(s.Out, "DIFF  %s: ... %d more line(s) (-o json has the first %d)\n", n.Name, n.DiffLines-shown, soak.MaxDiffShown)
+		}
+		for _, e := range n.SyncErrors[:min(len(n.SyncErrors), 3)] {
+			fmt.Fprintf(s.Out, "SYNC  %s: %s\n", n.Name, strings.ReplaceAll(strings.TrimSpace(e), "\n", " | "))
 		}
 	}
-	for _, l := range r.Leaks {
+	for _, l := range r.Leaks[:min(len(r.Leaks), shown)] {
 		fmt.Fprintf(s.Out, "LEAK  %s\n", l)
+	}
+	if len(r.Leaks) > shown {
+		fmt.Fprintf(s.Out, "LEAK  ... %d more (-o json lists every one)\n", len(r.Leaks)-shown)
 	}
 	w := tabwriter.NewWriter(s.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tSYNCS\tFULL\tPARTIAL\tFAILED\tRECOVERIES\tDUMP LINES\tDIFF LINES")
