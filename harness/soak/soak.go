@@ -422,8 +422,8 @@ func (s *soak) run(parent context.Context) error {
 		return err
 	}
 	res.ServicesStart = gen.Services()
-	s.logf("%s %s (%s), seed %d: %d nodes, %d Services, %d changes, every %s on average; fail every %d-th apply",
-		s.o.Mode, res.Variant, s.l.File, res.Seed, len(s.nodes), gen.Services(), s.o.Events, s.o.Interval, s.o.FailApplyEvery)
+	s.logf("%s %s (%s), seed %d, namespaces %s*: %d nodes, %d Services, %d changes, every %s on average; fail every %d-th apply",
+		s.o.Mode, res.Variant, s.l.File, res.Seed, netns.RunPrefix(id), len(s.nodes), gen.Services(), s.o.Events, s.o.Interval, s.o.FailApplyEvery)
 
 	// The model's tracker sees every write too: it paces the generator
 	// and gives the final state.
