@@ -95,6 +95,8 @@ printed), 2 for bad input, 3 when this machine cannot run it.`,
 				return &UsageError{Err: err}
 			case err != nil && errors.Is(err, context.DeadlineExceeded):
 				return fmt.Errorf("the soak did not finish within --timeout %s: %w", f.timeout, err)
+			case err != nil && errors.Is(err, context.Canceled):
+				return fmt.Errorf("the soak was interrupted (its namespaces are removed): %w", err)
 			case err != nil:
 				return err
 			}
