@@ -1,6 +1,7 @@
 # kpsim: the two set-up commands are `make run` and `make test`.
 #
-#   make run      build sim and simulate scenarios/1000-services.yaml
+#   make run      build sim and simulate scenarios/1000-services.yaml (prints
+#                 the summary; writes no file)
 #   make test     install what the tests need (Debian packages included,
 #                 idempotently), then run every test tier; as root the
 #                 namespace tier runs and a skipped test is a failure
@@ -12,6 +13,9 @@
 #                 50th kernel apply failing, in iptables and nftables mode
 #   make bench    benchmarks (loading, engines, statistics)
 #   make lint     go vet and staticcheck
+#   make fresh-check  clone HEAD into a temporary folder and run .ci/run there
+#                 with empty HOME, Go module and build caches and VM cache, as
+#                 on a brand-new machine; prints the wall time
 #   make results  regenerate the committed outputs in results/ (sim run
 #                 scenarios/1000-services.yaml --out results/1000-services)
 
@@ -27,11 +31,13 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: host-snapshot test-go run test test-vm build bench lint results deps check-skips conformance soak calibrate clean
+.PHONY: host-snapshot test-go run test test-vm build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
 
+# run prints the summary only: sim run writes files only with --out, so a
+# run (any seed) never changes the committed results/.
 run: build
 	$(BIN) run scenarios/1000-services.yaml
 
@@ -159,6 +165,9 @@ lint:
 results: build
 	rm -f results/1000-services/cluster.json
 	$(BIN) run scenarios/1000-services.yaml --out results/1000-services
+
+fresh-check:
+	bash .ci/fresh-check
 
 clean:
 	rm -rf bin

@@ -1,11 +1,12 @@
 // Package dataplane programs the Linux kernel the way kube-proxy does, inside
 // network namespaces that each run creates. Each mode (iptables, nftables,
 // IPVS) is a Backend in its own package; this package holds what they share:
-// the Backend contract, endpoint eligibility, named faults and the sync loop.
+// the Backend contract, named faults and the sync loop.
 //
-// Endpoint eligibility is written here from kube-proxy's documented behaviour
-// and never shared with the simulator's oracle (sim/oracle): a bug the two
-// shared would be invisible to every conformance run.
+// Endpoint eligibility is in dataplane/proxy, written from kube-proxy's
+// documented behaviour, shared with the simulator's engines (which model the
+// subject) and never with the simulator's oracle (sim/oracle): a bug the
+// oracle and the subject shared would be invisible to every conformance run.
 package dataplane
 
 import (

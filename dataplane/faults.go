@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -123,6 +124,17 @@ func (fs Faults) Names() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Categorizer is the endpoint eligibility of node with the faults that act
+// on it (FaultKeepNotReady, FaultIgnoreLocalPolicy) in force.
+func (fs Faults) Categorizer(node string, preferSameNode bool) proxy.Categorizer {
+	return proxy.Categorizer{
+		Node:              node,
+		PreferSameNode:    preferSameNode,
+		KeepNotReady:      fs.Has(FaultKeepNotReady),
+		IgnoreLocalPolicy: fs.Has(FaultIgnoreLocalPolicy),
+	}
 }
 
 // String is the comma-separated sorted list, or "none".

@@ -26,19 +26,54 @@ const (
 	VariantLegacy = "legacy"
 )
 
+// Commands runs the userland tools a Backend needs, in its node's network
+// namespace. NewBackend runs the real commands; unit tests run a Backend on
+// FakeCommands.
+type Commands interface {
+	// Restore runs `iptables-restore --noflush [--counters]` with input.
+	Restore(input string, counters bool) error
+	// Save returns the output of `iptables-save [-c]`.
+	Save(counters bool) (string, error)
+	// IPSetRestore runs `ipset restore [-exist]` with input.
+	IPSetRestore(input string, exist bool) error
+	// IPSetNames lists the sets (`ipset list -n`).
+	IPSetNames() ([]string, error)
+}
+
 // Backend is the iptables dataplane of one node.
+//
+// A failed sync leaves the kernel holding the last committed rules, the
+// failed render's, or a mix (iptables-restore commits table by table, ipset
+// restore line by line). So a failure never resets what the Backend knows:
+// the renderer keeps the committed state and learns what the failed render
+// may have added (Renderer.Abort), and the next sync is full and deletes
+// every chain and set of either that it does not use. The two things that
+// are not idempotent are checked in the kernel instead, and only after a
+// failure: the jump rules from the built-in chains (appended only where
+// `iptables-save` lacks them) and the stale sets (destroyed only when
+// `ipset list` has them).
 type Backend struct {
-	ns       *netns.Namespace
+	cmds     Commands
 	r        *Renderer
-	variant  string
-	jumps    bool
+	jumps    jumpState
 	needFull bool
-	chains   *ChainMap
+	// unsure reports a failed sync since the last successful one.
+	unsure bool
+	chains *ChainMap
 	// LastRuleset is the last ruleset applied (for inspection and tests),
 	// LastText the exact restore input sent.
 	LastRuleset *Ruleset
 	LastText    string
 }
+
+// jumpState is what the Backend knows of the jump rules in the kernel.
+type jumpState int
+
+const (
+	jumpsAbsent  jumpState = iota // a fresh (or cleaned) namespace
+	jumpsApplied                  // a restore with them succeeded
+	jumpsUnknown                  // a restore with them failed: maybe some tables took them
+)
 
 var _ dataplane.Backend = (*Backend)(nil)
 
@@ -48,11 +83,24 @@ func NewBackend(ns *netns.Namespace, cfg Config, variant string) (*Backend, erro
 	if variant != VariantNFT && variant != VariantLegacy {
 		return nil, fmt.Errorf("unknown iptables backend %q (nft or legacy)", variant)
 	}
+	return NewBackendWithCommands(NamespaceCommands(ns, variant), cfg)
+}
+
+// NamespaceCommands returns the real commands of variant ("nft" or
+// "legacy"), run in ns: what NewBackend uses, for a caller that wraps them
+// (to inject failures into a real namespace, for example).
+func NamespaceCommands(ns *netns.Namespace, variant string) Commands {
+	return nsCommands{ns: ns, variant: variant}
+}
+
+// NewBackendWithCommands returns a backend that runs its commands through
+// cmds (FakeCommands in unit tests).
+func NewBackendWithCommands(cmds Commands, cfg Config) (*Backend, error) {
 	r, err := NewRenderer(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{ns: ns, r: r, variant: variant, needFull: true}, nil
+	return &Backend{cmds: cmds, r: r, needFull: true}, nil
 }
 
 // Tool returns the command name of an iptables tool for a variant, e.g.
@@ -82,29 +130,69 @@ func CheckTools(variant string, ipset bool) error {
 	return nil
 }
 
-func (b *Backend) run(stdin string, name string, args ...string) error {
+// nsCommands runs the real commands in a node namespace.
+type nsCommands struct {
+	ns      *netns.Namespace
+	variant string
+}
+
+var _ Commands = nsCommands{}
+
+func (c nsCommands) Restore(input string, counters bool) error {
+	args := []string{"--noflush"}
+	if counters {
+		args = append(args, "--counters")
+	}
+	return c.run(input, Tool(c.variant, "restore"), args...)
+}
+
+func (c nsCommands) Save(counters bool) (string, error) {
+	if counters {
+		return c.output(Tool(c.variant, "save"), "-c")
+	}
+	return c.output(Tool(c.variant, "save"))
+}
+
+func (c nsCommands) IPSetRestore(input string, exist bool) error {
+	if exist {
+		return c.run(input, "ipset", "restore", "-exist")
+	}
+	return c.run(input, "ipset", "restore")
+}
+
+func (c nsCommands) IPSetNames() ([]string, error) {
+	list, err := c.output("ipset", "list", "-n")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(list), nil
+}
+
+func (c nsCommands) run(stdin string, name string, args ...string) error {
 	cmd := exec.Command(name, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := b.ns.Run(cmd); err != nil {
-		return fmt.Errorf("%s in %s: %w: %s", name, b.ns.Name, err, strings.TrimSpace(stderr.String()))
+	if err := c.ns.Run(cmd); err != nil {
+		return fmt.Errorf("%s in %s: %w: %s", name, c.ns.Name, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }
 
-func (b *Backend) output(name string, args ...string) (string, error) {
+func (c nsCommands) output(name string, args ...string) (string, error) {
 	cmd := exec.Command(name, args...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := b.ns.Run(cmd); err != nil {
-		return "", fmt.Errorf("%s in %s: %w: %s", name, b.ns.Name, err, strings.TrimSpace(stderr.String()))
+	if err := c.ns.Run(cmd); err != nil {
+		return "", fmt.Errorf("%s in %s: %w: %s", name, c.ns.Name, err, strings.TrimSpace(stderr.String()))
 	}
 	return out.String(), nil
 }
 
-// Sync renders and applies; a failure leaves the renderer uncommitted so
-// that the next sync is full, as kube-proxy does after a failed restore.
+// Sync renders and applies. A failure keeps the renderer's committed state
+// and tells it what may have been applied (Renderer.Abort); the next sync is
+// full, as kube-proxy's after a failed restore, and removes what is stale
+// relative to either.
 func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, full bool) (dataplane.SyncResult, error) {
 	start := time.Now()
 	full = full || b.needFull
@@ -115,43 +203,117 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 	res := dataplane.SyncResult{Full: rs.Full, Bytes: len(rs.Restore), Lines: rs.Lines, NoLocalEndpoints: rs.NoLocalEndpoints}
 	fail := func(err error) (dataplane.SyncResult, error) {
 		b.needFull = true
-		b.r.Reset()
+		b.unsure = true
+		b.r.Abort(rs)
 		res.Duration = time.Since(start)
 		return res, err
 	}
 	if rs.IPSetRestore != "" {
-		if err := b.run(rs.IPSetRestore, "ipset", "restore", "-exist"); err != nil {
-			return fail(err)
+		if err := b.cmds.IPSetRestore(rs.IPSetRestore, true); err != nil {
+			return fail(fmt.Errorf("could not create ipsets: %w", err))
 		}
 	}
 	text := rs.Restore
-	if !b.jumps {
+	switch b.jumps {
+	case jumpsAbsent:
 		// The jumps from the built-in chains go in the same transaction the
 		// first time: a second restore would read and rewrite whole tables
 		// again (with iptables-legacy, as costly as the first).
 		text = MergeJumps(text, rs.Jumps)
+	case jumpsUnknown:
+		// Built-in chains are never flushed, so a jump appended twice
+		// stays twice: add only those the kernel lacks.
+		save, err := b.cmds.Save(false)
+		if err != nil {
+			return fail(fmt.Errorf("could not read the jump rules: %w", err))
+		}
+		text = MergeJumps(text, MissingJumps(rs.Jumps, save))
 	}
 	b.LastText = text
-	if err := b.run(text, Tool(b.variant, "restore"), "--noflush", "--counters"); err != nil {
+	if err := b.cmds.Restore(text, true); err != nil {
+		if b.jumps == jumpsAbsent {
+			b.jumps = jumpsUnknown
+		}
 		return fail(fmt.Errorf("could not restore rules: %w", err))
 	}
-	b.jumps = true
-	if rs.IPSetDestroy != "" {
-		if err := b.run(rs.IPSetDestroy, "ipset", "restore"); err != nil {
-			return fail(err)
+	b.jumps = jumpsApplied
+	if destroy := rs.IPSetDestroy; destroy != "" {
+		if b.unsure {
+			// Some stale sets may never have been created, or already
+			// destroyed, and destroying a missing set fails.
+			names, err := b.cmds.IPSetNames()
+			if err != nil {
+				return fail(fmt.Errorf("could not list ipsets: %w", err))
+			}
+			destroy = destroyExisting(rs.StaleSets, names)
+		}
+		if destroy != "" {
+			if err := b.cmds.IPSetRestore(destroy, false); err != nil {
+				return fail(fmt.Errorf("could not destroy stale ipsets: %w", err))
+			}
 		}
 	}
 	b.r.Commit(rs)
 	b.chains = rs.Chains
 	b.LastRuleset = rs
 	b.needFull = false
+	b.unsure = false
 	res.Duration = time.Since(start)
 	return res, nil
 }
 
+// destroyExisting returns `ipset restore` input destroying the sets of stale
+// that names has.
+func destroyExisting(stale, names []string) string {
+	have := make(map[string]bool, len(names))
+	for _, n := range names {
+		have[n] = true
+	}
+	var b strings.Builder
+	for _, s := range stale {
+		if have[s] {
+			b.WriteString("destroy " + s + "\n")
+		}
+	}
+	return b.String()
+}
+
+// MissingJumps returns the rules of a jump text (Ruleset.Jumps) that save,
+// the output of `iptables-save`, lacks, as a jump text. It compares lines as
+// iptables-save prints them, which is how the jump text writes them.
+func MissingJumps(jumps, save string) string {
+	have := map[string]bool{}
+	table := ""
+	for _, line := range strings.Split(save, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line
+		case strings.HasPrefix(line, "-A "):
+			have[table+" "+line] = true
+		}
+	}
+	var out strings.Builder
+	table = ""
+	for _, line := range strings.Split(jumps, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line
+			out.WriteString(line + "\n")
+		case strings.HasPrefix(line, "-A "):
+			if !have[table+" "+line] {
+				out.WriteString(line + "\n")
+			}
+		case line == "COMMIT":
+			out.WriteString("COMMIT\n")
+		}
+	}
+	return out.String()
+}
+
 // Dump returns `iptables-save` of the filter and nat tables.
 func (b *Backend) Dump() (string, error) {
-	return b.output(Tool(b.variant, "save"))
+	return b.cmds.Save(false)
 }
 
 // Counters reads `iptables-save -c` and maps the counters to service ports
@@ -160,7 +322,7 @@ func (b *Backend) Counters() ([]dataplane.Counter, error) {
 	if b.chains == nil {
 		return nil, errors.New("no rules applied yet")
 	}
-	save, err := b.output(Tool(b.variant, "save"), "-c")
+	save, err := b.cmds.Save(true)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +333,7 @@ func (b *Backend) Counters() ([]dataplane.Counter, error) {
 // nat tables, and the affinity ipsets. (The run's namespaces are deleted at
 // the end anyway; this is for reuse of a namespace.)
 func (b *Backend) Cleanup() error {
-	save, err := b.output(Tool(b.variant, "save"))
+	save, err := b.cmds.Save(false)
 	if err != nil {
 		return err
 	}
@@ -195,25 +357,26 @@ func (b *Backend) Cleanup() error {
 			out.WriteString("COMMIT\n")
 		}
 	}
-	if err := b.run(out.String(), Tool(b.variant, "restore"), "--noflush"); err != nil {
+	if err := b.cmds.Restore(out.String(), false); err != nil {
 		return fmt.Errorf("could not remove rules: %w", err)
 	}
-	b.jumps = false
+	b.jumps = jumpsAbsent
 	b.needFull = true
+	b.unsure = false
 	b.r.Reset()
 	if b.r.Config().Affinity == AffinityIPSet {
-		list, err := b.output("ipset", "list", "-n")
+		names, err := b.cmds.IPSetNames()
 		if err != nil {
 			return err
 		}
 		var destroy strings.Builder
-		for _, n := range strings.Fields(list) {
+		for _, n := range names {
 			if strings.HasPrefix(n, "KUBE-") {
 				destroy.WriteString("destroy " + n + "\n")
 			}
 		}
 		if destroy.Len() > 0 {
-			return b.run(destroy.String(), "ipset", "restore")
+			return b.cmds.IPSetRestore(destroy.String(), false)
 		}
 	}
 	return nil

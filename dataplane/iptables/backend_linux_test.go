@@ -2,7 +2,9 @@ package iptables_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -65,6 +67,11 @@ func runBackend(t *testing.T, variant string) {
 	save, err := backends["node-a"].Dump()
 	if err != nil || !strings.Contains(save, "KUBE-SVC-") {
 		t.Fatalf("iptables-save in the node namespace: %v\n%s", err, save)
+	}
+	// After a failed sync the Backend looks for its jump rules in
+	// iptables-save's output: this variant must print them as written.
+	if missing := iptables.MissingJumps(backends["node-a"].LastRuleset.Jumps, save); strings.Contains(missing, "-A ") {
+		t.Errorf("iptables-save does not print the jump rules as the Backend writes them; missing:\n%s", missing)
 	}
 
 	var client *netns.Client
@@ -162,4 +169,148 @@ func runBackend(t *testing.T, variant string) {
 		}
 	}
 	var _ dataplane.Backend = backends["node-a"]
+}
+
+// breakingCommands are the real commands, but an armed restore gets a rule
+// jumping to a missing chain at the end of its nat section, so that the
+// kernel refuses nat (iptables-legacy-restore has committed filter by then).
+type breakingCommands struct {
+	iptables.Commands
+	armed bool
+}
+
+func (c *breakingCommands) Restore(input string, counters bool) error {
+	if c.armed {
+		c.armed = false
+		i := strings.LastIndex(input, "COMMIT\n")
+		input = input[:i] + "-A KUBE-SERVICES -j KUBE-NO-SUCH-CHAIN\n" + input[i:]
+	}
+	return c.Commands.Restore(input, counters)
+}
+
+// TestBackendRecoversInNamespace: in a real node namespace, a sync that
+// deletes Services and endpoints and adds others fails in nat; the next
+// sync leaves the kernel with the chains (and rule counts), affinity sets
+// and jump rules of a fresh sync, for both iptables backends.
+func TestBackendRecoversInNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, variant := range []string{iptables.VariantNFT, iptables.VariantLegacy} {
+		t.Run(variant, func(t *testing.T) {
+			testenv.RequireCommands(t, iptables.Tool(variant, "restore"), iptables.Tool(variant, "save"), "ipset", "ip")
+			id, err := netns.NewRunID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			topo, err := netns.Build(context.Background(), &netns.Config{RunID: id, Nodes: []netns.NodeConfig{{Name: "node-1",
+				Addr: netip.MustParsePrefix("198.18.0.1/16"), PodCIDR: netip.MustParsePrefix("10.128.0.0/24"), Gateway: netip.MustParseAddr("10.128.0.1")}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer topo.Close()
+			cfg := iptables.Config{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9"), Affinity: iptables.AffinityIPSet}
+			cmds := &breakingCommands{Commands: iptables.NamespaceCommands(topo.Nodes()[0].NS, variant)}
+			b, err := iptables.NewBackendWithCommands(cmds, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := iptables.SyntheticState(12, 3)
+			names := st.SortedServicePorts()
+			for _, n := range names[:6] {
+				st.Services[n].ClientIPAffinity, st.Services[n].AffinityTimeout = true, 10800
+			}
+			if _, err := b.Sync(st, nil, true); err != nil {
+				t.Fatal(err)
+			}
+			// B: three Services gone (two with affinity), an endpoint
+			// gone, two new Services.
+			for _, n := range names[4:7] {
+				delete(st.Services, n)
+				delete(st.Endpoints, n)
+			}
+			st.Endpoints[names[8]] = st.Endpoints[names[8]][1:]
+			more := iptables.SyntheticState(14, 2)
+			for _, n := range more.SortedServicePorts()[12:] {
+				st.Services[n], st.Endpoints[n] = more.Services[n], more.Endpoints[n]
+				st.Services[n].ClientIPAffinity, st.Services[n].AffinityTimeout = true, 60
+			}
+			cmds.armed = true
+			if _, err := b.Sync(st, st.SortedServicePorts(), false); err == nil {
+				t.Fatal("the broken restore did not fail")
+			}
+			if _, err := b.Sync(st, nil, true); err != nil {
+				t.Fatalf("sync after the failure: %v", err)
+			}
+			save, err := b.Dump()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sets, err := cmds.IPSetNames()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(sets)
+			fc := iptables.NewFakeCommands()
+			fresh, err := iptables.NewBackendWithCommands(fc, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fresh.Sync(st, nil, true); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := chainSummary(save), chainSummary(fc.Fake.Dump()); got != want {
+				t.Errorf("kernel chains after recovery (-fresh +kernel):\n%s", lineDiffSimple(want, got))
+			}
+			wantSets, _ := fc.IPSetNames()
+			if got, want := strings.Join(sets, " "), strings.Join(wantSets, " "); got != want {
+				t.Errorf("kernel ipsets after recovery %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// chainSummary lists, per table, every chain with its rule count and every
+// rule of a built-in chain (the jumps), of filter and nat, sorted:
+// iptables-save and the fake
+// print rules differently (the kernel quantises probabilities), not these.
+func chainSummary(save string) string {
+	count := map[string]int{}
+	var lines []string
+	table := ""
+	for _, l := range strings.Split(save, "\n") {
+		switch {
+		case strings.HasPrefix(l, "*"):
+			table = l[1:]
+		case table != "filter" && table != "nat":
+		case strings.HasPrefix(l, ":"):
+			count[table+" "+strings.Fields(l[1:])[0]] += 0
+		case strings.HasPrefix(l, "-A "):
+			chain := strings.Fields(l)[1]
+			count[table+" "+chain]++
+			if !strings.HasPrefix(chain, "KUBE-") {
+				lines = append(lines, table+" "+l)
+			}
+		}
+	}
+	for k, n := range count {
+		lines = append(lines, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// lineDiffSimple lists the lines only in want (-) or only in got (+).
+func lineDiffSimple(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for _, l := range w {
+		if !slices.Contains(g, l) {
+			b.WriteString("-" + l + "\n")
+		}
+	}
+	for _, l := range g {
+		if !slices.Contains(w, l) {
+			b.WriteString("+" + l + "\n")
+		}
+	}
+	return b.String()
 }

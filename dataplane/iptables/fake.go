@@ -14,9 +14,10 @@ package iptables
 //     standard target ("Couldn't load target");
 //   - -X needs an existing, empty user chain that no rule jumps to;
 //   - -m set and -j SET need the set to exist;
-//   - the whole input is applied or none of it (the nft backend commits one
-//     transaction; legacy commits per table, but kube-proxy-shaped input
-//     fails in the table it is in, before any later table).
+//   - Restore applies the whole input or none of it; FakeCommands, which
+//     runs a Backend on the fake, restores table by table, as
+//     iptables-restore commits each table at its COMMIT line (a failure in
+//     nat leaves filter committed).
 
 import (
 	"errors"
@@ -427,4 +428,150 @@ func (f *Fake) ChainNames(table string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// FakeCommands runs a Backend's commands against a Fake, so that unit tests
+// drive the real Backend. A restore input is committed table by table, as
+// iptables-legacy-restore does (the worst case for a Backend): a table that
+// fails leaves the tables before it committed. Failures makes chosen calls
+// fail on purpose.
+type FakeCommands struct {
+	Fake *Fake
+	// Failures are the injected failures.
+	Failures []FakeFailure
+	// Restores and IPSetRestores count the calls so far.
+	Restores, IPSetRestores int
+}
+
+// Commands of a FakeFailure.
+const (
+	CommandRestore      = "iptables-restore"
+	CommandIPSetRestore = "ipset restore"
+)
+
+// FakeFailure makes one call of a FakeCommands fail.
+type FakeFailure struct {
+	// Command is CommandRestore or CommandIPSetRestore, and Call the number
+	// of the call of that command to fail, from 1.
+	Command string
+	Call    int
+	// Table, for iptables-restore, is the table whose commit fails: the
+	// tables before it in the input are committed. "" fails before any
+	// table (and ipset restore always fails before any line).
+	Table string
+	// Applied applies the whole input and fails all the same (a command
+	// killed after its last commit).
+	Applied bool
+}
+
+// ErrInjected is the error of an injected failure.
+var ErrInjected = errors.New("injected failure")
+
+var _ Commands = (*FakeCommands)(nil)
+
+// NewFakeCommands returns FakeCommands on a fresh Fake for a node with
+// the addresses localAddrs.
+func NewFakeCommands(localAddrs ...netip.Addr) *FakeCommands {
+	return &FakeCommands{Fake: NewFake(localAddrs...)}
+}
+
+// Fail adds a failure of the next call of command.
+func (c *FakeCommands) Fail(command string, ff FakeFailure) {
+	ff.Command = command
+	if command == CommandRestore {
+		ff.Call = c.Restores + 1
+	} else {
+		ff.Call = c.IPSetRestores + 1
+	}
+	c.Failures = append(c.Failures, ff)
+}
+
+func (c *FakeCommands) failure(command string, n int) *FakeFailure {
+	for i := range c.Failures {
+		if f := &c.Failures[i]; f.Command == command && f.Call == n {
+			return f
+		}
+	}
+	return nil
+}
+
+// Restore applies input table by table with Fake.Restore (counters are not
+// modelled).
+func (c *FakeCommands) Restore(input string, counters bool) error {
+	c.Restores++
+	inj := c.failure(CommandRestore, c.Restores)
+	if inj != nil && inj.Table == "" && !inj.Applied {
+		return fmt.Errorf("could not restore: %w", ErrInjected)
+	}
+	for _, section := range tableSections(input) {
+		table, _, _ := strings.Cut(strings.TrimPrefix(section, "*"), "\n")
+		if inj != nil && !inj.Applied && inj.Table == table {
+			return fmt.Errorf("could not restore table %s: %w", table, ErrInjected)
+		}
+		if err := c.Fake.Restore(section); err != nil {
+			return err
+		}
+	}
+	if inj != nil {
+		return fmt.Errorf("could not restore after the last commit: %w", ErrInjected)
+	}
+	return nil
+}
+
+// tableSections splits restore input into its tables' sections ("*table"
+// through "COMMIT"); text outside a section goes with the next one, or is
+// a section of its own at the end (which Fake.Restore then refuses).
+func tableSections(input string) []string {
+	var out []string
+	start := 0
+	for pos := 0; pos < len(input); {
+		end := strings.IndexByte(input[pos:], '\n')
+		next := len(input)
+		if end >= 0 {
+			next = pos + end + 1
+		}
+		if strings.TrimSpace(input[pos:next]) == "COMMIT" {
+			out = append(out, input[start:next])
+			start = next
+		}
+		pos = next
+	}
+	if strings.TrimSpace(input[start:]) != "" {
+		out = append(out, input[start:])
+	}
+	return out
+}
+
+// Save returns the Fake's Dump (counters are zero).
+func (c *FakeCommands) Save(counters bool) (string, error) {
+	return c.Fake.Dump(), nil
+}
+
+// IPSetRestore applies input with Fake.RestoreIPSet; without exist, a
+// create of an existing set fails, as ipset restore does.
+func (c *FakeCommands) IPSetRestore(input string, exist bool) error {
+	c.IPSetRestores++
+	inj := c.failure(CommandIPSetRestore, c.IPSetRestores)
+	if inj != nil && !inj.Applied {
+		return fmt.Errorf("could not restore ipsets: %w", ErrInjected)
+	}
+	if !exist {
+		for _, line := range strings.Split(input, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "create" && c.Fake.Sets[f[1]] != nil {
+				return fmt.Errorf("could not restore ipsets: %w: %s", ErrSetExists, f[1])
+			}
+		}
+	}
+	if err := c.Fake.RestoreIPSet(input); err != nil {
+		return err
+	}
+	if inj != nil {
+		return fmt.Errorf("could not restore ipsets after the last line: %w", ErrInjected)
+	}
+	return nil
+}
+
+// IPSetNames lists the Fake's sets, sorted.
+func (c *FakeCommands) IPSetNames() ([]string, error) {
+	return slices.Sorted(maps.Keys(c.Fake.Sets)), nil
 }

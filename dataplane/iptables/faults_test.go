@@ -106,9 +106,9 @@ func TestFaultKeepDeletedEndpoint(t *testing.T) {
 		st := newState()
 		sp := clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80)
 		add(st, sp, ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
-		f, r, _ := load(t, testConfig(c.faults...), st)
+		f, b, _ := load(t, testConfig(c.faults...), st)
 		st.Endpoints[sp.Name] = st.Endpoints[sp.Name][:1]
-		apply(t, r, f, st, []cluster.ServicePortName{sp.Name}, false)
+		apply(t, b, st, []cluster.ServicePortName{sp.Name}, false)
 		if got := targets(trace(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
 			t.Errorf("faults %v: after delete %q, want %q", c.faults, got, c.want)
 		}
@@ -139,9 +139,9 @@ func TestFaultsRenderCleanly(t *testing.T) {
 			cfg := testConfig(fs...)
 			cfg.Affinity = mode
 			st := overallState()
-			f, r, _ := load(t, cfg, st)
+			_, b, _ := load(t, cfg, st)
 			delete(st.Endpoints, name("ns1", "svc1", "p80"))
-			apply(t, r, f, st, []cluster.ServicePortName{name("ns1", "svc1", "p80")}, false)
+			apply(t, b, st, []cluster.ServicePortName{name("ns1", "svc1", "p80")}, false)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -85,56 +86,41 @@ func mustRenderer(t *testing.T, cfg Config) *Renderer {
 	return r
 }
 
-// apply renders st fully or partially and applies it (ipsets, rules, and
-// the jump rules on a fresh fake) to f, committing on success.
-func apply(t *testing.T, r *Renderer, f *Fake, st *cluster.State, changed []cluster.ServicePortName, full bool) *Ruleset {
+// newBackend returns a Backend on FakeCommands with a fresh fake.
+func newBackend(t *testing.T, cfg Config) (*Backend, *FakeCommands) {
 	t.Helper()
-	rs, err := r.Render(st, changed, full)
+	c := NewFakeCommands(nodeIP)
+	b, err := NewBackendWithCommands(c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := len(f.ChainNames("nat")) == 0
-	if err := f.RestoreIPSet(rs.IPSetRestore); err != nil {
-		t.Fatalf("ipset restore: %v\n%s", err, rs.IPSetRestore)
-	}
-	if err := f.Restore(rs.Restore); err != nil {
-		t.Fatalf("restore: %v\n%s", err, numbered(rs.Restore))
-	}
-	if fresh {
-		if err := f.Restore(rs.Jumps); err != nil {
-			t.Fatalf("jumps: %v", err)
-		}
-	}
-	if err := f.RestoreIPSet(rs.IPSetDestroy); err != nil {
-		t.Fatalf("ipset destroy: %v", err)
-	}
-	r.Commit(rs)
-	return rs
+	return b, c
 }
 
-// load renders st on a fresh fake.
-func load(t *testing.T, cfg Config, st *cluster.State) (*Fake, *Renderer, *Ruleset) {
+// apply syncs st through the Backend, fully or partially, and returns the
+// ruleset it applied.
+func apply(t *testing.T, b *Backend, st *cluster.State, changed []cluster.ServicePortName, full bool) *Ruleset {
 	t.Helper()
-	r := mustRenderer(t, cfg)
-	f := NewFake(nodeIP)
-	rs := apply(t, r, f, st, nil, true)
-	return f, r, rs
+	if _, err := b.Sync(st, changed, full); err != nil {
+		t.Fatalf("sync: %v\n%s", err, numbered(b.LastText))
+	}
+	return b.LastRuleset
+}
+
+// load syncs st fully through a new Backend on a fresh fake.
+func load(t *testing.T, cfg Config, st *cluster.State) (*Fake, *Backend, *Ruleset) {
+	t.Helper()
+	b, c := newBackend(t, cfg)
+	rs := apply(t, b, st, nil, true)
+	return c.Fake, b, rs
 }
 
 func numbered(s string) string {
 	var b strings.Builder
 	for i, l := range strings.Split(s, "\n") {
-		b.WriteString(strings.Repeat(" ", 4-len(itoa(i+1))) + itoa(i+1) + " " + l + "\n")
+		fmt.Fprintf(&b, "%4d %s\n", i+1, l)
 	}
 	return b.String()
-}
-
-func itoa(i int) string {
-	const d = "0123456789"
-	if i < 10 {
-		return d[i : i+1]
-	}
-	return itoa(i/10) + d[i%10:i%10+1]
 }
 
 // golden compares got with testdata/NAME.golden, rewriting it with -update.

@@ -18,7 +18,7 @@ func TestPartialSync(t *testing.T) {
 			cfg := testConfig()
 			cfg.Affinity = mode
 			st := overallState()
-			f, r, full := load(t, cfg, st)
+			f, b, full := load(t, cfg, st)
 
 			n2, n3, n7 := name("ns2", "svc2", "p80"), name("ns3", "svc3", "p80"), name("ns7", "svc7", "p80")
 			n10 := name("ns10", "svc10", "p80")
@@ -33,7 +33,7 @@ func TestPartialSync(t *testing.T) {
 			sp3.AffinityTimeout = 60
 			st.Services[n3] = &sp3
 			changed := []cluster.ServicePortName{n2, n3, n7, n10}
-			rs := apply(t, r, f, st, changed, false)
+			rs := apply(t, b, st, changed, false)
 			if rs.Full {
 				t.Fatal("render after a commit with full=false is full")
 			}
@@ -71,7 +71,7 @@ func TestPartialSync(t *testing.T) {
 				t.Error("partial sync rewrote an unchanged service port")
 			}
 			// Nothing left to delete on the next sync.
-			rs = apply(t, r, f, st, nil, false)
+			rs = apply(t, b, st, nil, false)
 			if len(rs.Stale) != 0 || len(rs.StaleSets) != 0 {
 				t.Errorf("stale again: %v %v", rs.Stale, rs.StaleSets)
 			}
@@ -84,15 +84,15 @@ func TestPartialSync(t *testing.T) {
 // still gets traffic) until a full render, which repairs it.
 func TestPartialSyncMissedChange(t *testing.T) {
 	st := overallState()
-	f, r, _ := load(t, testConfig(), st)
+	f, b, _ := load(t, testConfig(), st)
 	n2 := name("ns2", "svc2", "p80")
 	removed := st.Endpoints[n2][0].String()
 	st.Endpoints[n2] = st.Endpoints[n2][1:]
-	apply(t, r, f, st, nil, false)
+	apply(t, b, st, nil, false)
 	if p := trace(t, f, podIP, "172.30.0.42", 80, nil).P(removed); p == 0 {
 		t.Error("a partial render applied a change it was not told about")
 	}
-	rs := apply(t, r, f, st, nil, true)
+	rs := apply(t, b, st, nil, true)
 	if !slices.Contains(rs.Stale, EndpointChain(n2, removed)) {
 		t.Errorf("full render does not delete %s: %v", EndpointChain(n2, removed), rs.Stale)
 	}
@@ -104,11 +104,15 @@ func TestPartialSyncMissedChange(t *testing.T) {
 
 // TestRestoreFailureLeavesTables: a restore that iptables-restore refuses
 // (here an endpoint chain deleted while an unchanged service chain still
-// jumps to it) changes nothing; without a commit, the next render is
-// compared with what the kernel really holds.
+// jumps to it) changes nothing. Through the Backend: a partial sync that
+// would delete an endpoint chain fails in nat (filter committed), and the
+// full sync after it deletes the chain and leaves the tables exactly as a
+// fresh full sync does.
 func TestRestoreFailureLeavesTables(t *testing.T) {
 	st := overallState()
-	f, r, _ := load(t, testConfig(), st)
+	b, c := newBackend(t, testConfig())
+	f := c.Fake
+	apply(t, b, st, nil, true)
 	before := f.Dump()
 	n2 := name("ns2", "svc2", "p80")
 	sep := EndpointChain(n2, st.Endpoints[n2][0].String())
@@ -119,14 +123,22 @@ func TestRestoreFailureLeavesTables(t *testing.T) {
 	if f.Dump() != before {
 		t.Error("a failed restore changed the tables")
 	}
+
 	st.Endpoints[n2] = st.Endpoints[n2][1:]
-	if _, err := r.Render(st, []cluster.ServicePortName{n2}, false); err != nil {
-		t.Fatal(err)
+	c.Fail(CommandRestore, FakeFailure{Table: "nat"})
+	if _, err := b.Sync(st, []cluster.ServicePortName{n2}, false); !errors.Is(err, ErrInjected) {
+		t.Fatalf("sync error = %v, want the injected failure", err)
 	}
-	// Not applied, not committed: a full render still deletes sep.
-	rs := apply(t, r, f, st, nil, true)
+	if !slices.Contains(f.ChainNames("nat"), sep) {
+		t.Fatalf("%s left nat although its commit failed", sep)
+	}
+	rs := apply(t, b, st, nil, true)
 	if !slices.Contains(rs.Stale, sep) {
 		t.Errorf("stale %v lacks %s", rs.Stale, sep)
+	}
+	fresh, _, _ := load(t, testConfig(), st)
+	if d := lineDiff(fresh.Dump(), f.Dump()); d != "" {
+		t.Errorf("sync after a failure differs from a fresh one (-fresh +got):\n%s", d)
 	}
 }
 

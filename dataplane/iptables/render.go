@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -37,7 +38,7 @@ import (
 type Renderer struct {
 	cfg  Config
 	mark string
-	cat  dataplane.Categorizer
+	cat  proxy.Categorizer
 	// probs caches the probability strings, as kube-proxy's
 	// precomputedProbabilities does.
 	probs []string
@@ -53,6 +54,12 @@ type Renderer struct {
 	// committedOuts is, per service port, what the kernel holds: the
 	// chains and sets stale detection compares against.
 	committedOuts map[cluster.ServicePortName]*svcOut
+	// maybeChains and maybeSets are the chains and sets, with their service
+	// port, that renders applied without success since the last commit had
+	// and committedOuts has not: the kernel may hold them (see Abort).
+	// aborted reports such a render; the next one is full.
+	maybeChains, maybeSets map[string]cluster.ServicePortName
+	aborted                bool
 
 	// Fixed text, made once: the rules of the top-level chains that do not
 	// depend on Services, and the jump rules.
@@ -94,7 +101,7 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 		// kube-proxy formats the mark with %#08x (0x00004000); its tests,
 		// and iptables-save, print 0x4000. The kernel holds the same value.
 		mark: fmt.Sprintf("%#x", uint32(1)<<cfg.MasqueradeBit),
-		cat:  dataplane.Categorizer{Node: cfg.NodeName, PreferSameNode: cfg.PreferSameNode, Faults: cfg.Faults},
+		cat:  cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode),
 	}
 	if cfg.Faults.Has(dataplane.FaultKeepDeletedEndpoint) {
 		r.memory = dataplane.NewEndpointMemory()
@@ -119,15 +126,52 @@ func (r *Renderer) Commit(rs *Ruleset) {
 	r.committed = true
 	r.committedOuts = rs.outs
 	r.committedGen = rs.gen
+	r.maybeChains, r.maybeSets, r.aborted = nil, nil, false
+}
+
+// Abort records that applying rs failed, so that the kernel holds the last
+// committed state, rs, or anything in between: iptables-restore commits
+// table by table (filter, then nat), ipset restore line by line, and a
+// command can fail after its last commit. What was committed stays the
+// reference of stale detection, and the chains and sets of rs that it lacks
+// are remembered as maybe held. The next render is full: it rewrites every
+// chain it uses, and deletes the committed chains and sets and the maybe
+// held ones that it does not use. Deleting a chain the kernel does not hold
+// is harmless (the render declares it, which creates it, before -X); a set
+// is not, so a Backend removes from IPSetDestroy, after a failure, the sets
+// the kernel does not list. The kernel's chains and sets stay within the
+// committed ones and the maybe held ones whatever failed where, since a
+// restore only creates the chains and sets its render names.
+func (r *Renderer) Abort(rs *Ruleset) {
+	if r.maybeChains == nil {
+		r.maybeChains = map[string]cluster.ServicePortName{}
+		r.maybeSets = map[string]cluster.ServicePortName{}
+	}
+	for spn, now := range rs.outs {
+		old := r.committedOuts[spn]
+		if now == old {
+			continue
+		}
+		chains, sets := now.appendMissing(nil, nil, old)
+		for _, c := range chains {
+			r.maybeChains[c] = spn
+		}
+		for _, s := range sets {
+			r.maybeSets[s] = spn
+		}
+	}
+	r.aborted = true
 }
 
 // Reset forgets what was committed: the next render is a full one and deletes
-// nothing.
+// nothing. It is for a kernel known to hold no service chains and sets (after
+// Backend.Cleanup); after a failed apply, use Abort.
 func (r *Renderer) Reset() {
 	r.committed = false
 	r.committedOuts = nil
 	r.cache = nil
 	r.committedGen = 0
+	r.maybeChains, r.maybeSets, r.aborted = nil, nil, false
 }
 
 // outPair is a service port's output in the cache (old) and in this render
@@ -322,7 +366,7 @@ type sections struct {
 // Render renders the ruleset of st for the configured node. changed names the
 // service ports whose Service or endpoints changed since the last committed
 // render; full forces a full render (the first render after NewRenderer or
-// Reset is always full). A partial render rewrites only the chains of changed
+// Reset, and after Abort, is always full). A partial render rewrites only the chains of changed
 // service ports plus the top-level chains (KUBE-SERVICES, KUBE-NODEPORTS,
 // KUBE-EXTERNAL-SERVICES, ...), and deletes the service chains that are no
 // longer used. Changes of node labels (topology) need a full render, and so
@@ -331,7 +375,7 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	if st == nil {
 		return nil, fmt.Errorf("could not render iptables rules: no cluster state")
 	}
-	full = full || !r.committed || r.cache == nil
+	full = full || !r.committed || r.cache == nil || r.aborted
 	cat := r.cat
 	if n := st.Nodes[r.cfg.NodeName]; n != nil {
 		cat.Zone = n.Zone
@@ -504,7 +548,7 @@ func (r *Renderer) sortedServicePorts(st *cluster.State) (_ []cluster.ServicePor
 // svc is one service port as the renderer sees it while rendering it.
 type svc struct {
 	sp  *cluster.ServicePort
-	cat dataplane.Categorized
+	cat proxy.Categorized
 	// o is the service port's output being made: o.eps is parallel to
 	// cat.AllReachable.
 	o *svcOut
@@ -542,7 +586,7 @@ func (v *svc) ep(list []*cluster.Endpoint, i int) *epOut {
 // chains into the sections when write is set (else only counted). prev is
 // the previous render's output for the service port, if any: its hashes are
 // reused, and so is prev itself when nothing changed.
-func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.ServicePort, cat dataplane.Categorized, prev *svcOut, large bool, s *sections, write bool) *svcOut {
+func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.ServicePort, cat proxy.Categorized, prev *svcOut, large bool, s *sections, write bool) *svcOut {
 	o := &r.tmp
 	o.svcInfo = svcInfo{spn: spn}
 	if prev != nil {
@@ -554,15 +598,15 @@ func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.Servic
 	}
 	r.endpoints(o, sp, cat.AllReachable, prev)
 
-	v := &svc{sp: sp, cat: cat, o: o, large: large, externalLocal: dataplane.ExternalPolicyLocal(sp)}
+	v := &svc{sp: sp, cat: cat, o: o, large: large, externalLocal: proxy.ExternalPolicyLocal(sp)}
 	o.clusterIP, o.port, o.nodePort = sp.ClusterIP, sp.Port, sp.NodePort
-	o.external = dataplane.ExternallyAccessible(sp)
-	o.internalLocal = dataplane.InternalPolicyLocal(sp)
+	o.external = proxy.ExternallyAccessible(sp)
+	o.internalLocal = proxy.InternalPolicyLocal(sp)
 	o.hasEndpoints = cat.HasAny
 	o.hasInternal = o.hasEndpoints && !(o.internalLocal && len(cat.Local) == 0)
 	o.hasExternal = o.hasEndpoints && !(v.externalLocal && len(cat.Local) == 0)
-	o.usesClusterChain = len(cat.Cluster) > 0 && dataplane.UsesClusterEndpoints(sp)
-	o.usesLocalChain = len(cat.Local) > 0 && dataplane.UsesLocalEndpoints(sp)
+	o.usesClusterChain = len(cat.Cluster) > 0 && proxy.UsesClusterEndpoints(sp)
+	o.usesLocalChain = len(cat.Local) > 0 && proxy.UsesLocalEndpoints(sp)
 	o.usesExtChain = o.hasEndpoints && o.external
 	o.noLocalInternal = o.hasEndpoints && !o.hasInternal
 	o.noLocalExternal = o.hasEndpoints && o.external && !o.hasExternal
@@ -702,9 +746,41 @@ func (r *Renderer) stale(cur map[cluster.ServicePortName]*svcOut, quick bool) (c
 		}
 	}
 	clear(r.moved)
+	// What a failed apply may have left (see Abort), unless used now.
+	for c, spn := range r.maybeChains {
+		if now := cur[spn]; now == nil || !now.holds(c, false) {
+			chains = append(chains, c)
+		}
+	}
+	for s, spn := range r.maybeSets {
+		if now := cur[spn]; now == nil || !now.holds(s, true) {
+			sets = append(sets, s)
+		}
+	}
 	slices.Sort(chains)
 	slices.Sort(sets)
-	return chains, sets
+	return slices.Compact(chains), slices.Compact(sets)
+}
+
+// holds reports whether the service port's output uses the chain (or, with
+// set, the ipset) name.
+func (o *svcOut) holds(name string, set bool) bool {
+	if set {
+		h, ok := strings.CutPrefix(name, PrefixAFF)
+		return ok && slices.ContainsFunc(o.eps, func(e epOut) bool { return e.hasAff && string(e.aff[:]) == h })
+	}
+	if h, ok := strings.CutPrefix(name, PrefixSEP); ok {
+		return slices.ContainsFunc(o.eps, func(e epOut) bool { return string(e.sep[:]) == h })
+	}
+	for _, c := range []struct {
+		prefix string
+		used   bool
+	}{{PrefixSVC, o.usesClusterChain}, {PrefixSVL, o.usesLocalChain}, {PrefixEXT, o.usesExtChain}} {
+		if h, ok := strings.CutPrefix(name, c.prefix); ok {
+			return c.used && string(o.h[:]) == h
+		}
+	}
+	return false
 }
 
 // appendMissing appends the names of o's chains and sets that now (the same

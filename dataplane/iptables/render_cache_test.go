@@ -106,6 +106,9 @@ func cacheTestMutate(rng *rand.Rand, st *cluster.State) []cluster.ServicePortNam
 	names := st.SortedServicePorts()
 	for range 1 + rng.IntN(5) {
 		n := names[rng.IntN(len(names))]
+		if st.Services[n] == nil { // deleted a moment ago
+			continue
+		}
 		c := *st.Services[n]
 		eps := slices.Clone(st.Endpoints[n])
 		switch rng.IntN(8) {

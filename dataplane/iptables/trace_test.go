@@ -194,7 +194,7 @@ func TestTerminatingEndpoints(t *testing.T) {
 			sp := clusterIPPort(name("ns1", "svc1", ""), "172.30.1.1", 80)
 			sp.Type, sp.NodePort, sp.ExternalLocal = corev1.ServiceTypeNodePort, np, c.etpLocal
 			add(st, sp, c.eps...)
-			f, r, _ := load(t, testConfig(), st)
+			f, b, _ := load(t, testConfig(), st)
 			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != c.internal {
 				t.Errorf("pod -> cluster IP = %q, want %q", got, c.internal)
 			}
@@ -203,7 +203,7 @@ func TestTerminatingEndpoints(t *testing.T) {
 			}
 			// After the endpoints are deleted: REJECT for both.
 			delete(st.Endpoints, sp.Name)
-			apply(t, r, f, st, []cluster.ServicePortName{sp.Name}, false)
+			apply(t, b, st, []cluster.ServicePortName{sp.Name}, false)
 			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != OutcomeReject {
 				t.Errorf("after delete: pod -> cluster IP = %q, want REJECT", got)
 			}

@@ -66,6 +66,7 @@ type Backend struct {
 	bound       map[netip.Addr]bool
 	sets        map[string]map[string]bool
 	jumps       bool
+	jumpsTried  bool // a restore of the jump rules was run (and maybe failed)
 	needFull    bool
 	initialized bool
 	closed      bool
@@ -171,7 +172,18 @@ func (b *Backend) apply(p *Plan, full bool) (int, int, error) {
 		return ops, len(setText), fmt.Errorf("could not restore the iptables rules: %w", err)
 	}
 	if !b.jumps {
-		if _, err := b.sys.Run(JumpRules(), b.Tool("restore"), "--noflush"); err != nil {
+		text := JumpRules()
+		if b.jumpsTried {
+			// A restore of them failed: iptables-restore commits table
+			// by table, so some may be there already.
+			save, err := b.sys.Run("", b.Tool("save"))
+			if err != nil {
+				return ops, len(setText), fmt.Errorf("could not read the jump rules: %w", err)
+			}
+			text = MissingJumpRules(save)
+		}
+		b.jumpsTried = true
+		if _, err := b.sys.Run(text, b.Tool("restore"), "--noflush"); err != nil {
 			return ops, len(setText), fmt.Errorf("could not install the jump rules: %w", err)
 		}
 		b.jumps = true
@@ -684,7 +696,7 @@ func (b *Backend) Cleanup() error {
 	clear(b.terminating)
 	clear(b.bound)
 	clear(b.sets)
-	b.jumps, b.initialized, b.needFull = false, false, true
+	b.jumps, b.jumpsTried, b.initialized, b.needFull = false, false, false, true
 	return errors.Join(errs...)
 }
 

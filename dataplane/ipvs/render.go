@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -70,7 +71,7 @@ func (p *Plan) Server(k Key) (*VirtualServer, bool) {
 // It is not safe for concurrent use.
 type Renderer struct {
 	cfg    Config
-	cat    dataplane.Categorizer
+	cat    proxy.Categorizer
 	memory *dataplane.EndpointMemory
 }
 
@@ -79,7 +80,7 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	r := &Renderer{cfg: cfg, cat: dataplane.Categorizer{Node: cfg.NodeName, PreferSameNode: cfg.PreferSameNode, Faults: cfg.Faults}}
+	r := &Renderer{cfg: cfg, cat: cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode)}
 	if cfg.Faults.Has(dataplane.FaultKeepDeletedEndpoint) {
 		r.memory = dataplane.NewEndpointMemory()
 	}
@@ -139,7 +140,7 @@ func (r *Renderer) Render(st *cluster.State) *Plan {
 // servicePort plans one service port: the ClusterIP virtual server with the
 // internal endpoints, one virtual server per node address with the external
 // ones, and its ipset entries.
-func (r *Renderer) servicePort(p *Plan, spn cluster.ServicePortName, sp *cluster.ServicePort, eps []*cluster.Endpoint, cat dataplane.Categorized, noLocal map[string]map[string]bool) {
+func (r *Renderer) servicePort(p *Plan, spn cluster.ServicePortName, sp *cluster.ServicePort, eps []*cluster.Endpoint, cat proxy.Categorized, noLocal map[string]map[string]bool) {
 	proto := strings.ToLower(string(spn.Protocol))
 	// Hairpin: every local endpoint (whatever its readiness, as kube-proxy
 	// walks the whole endpoints map) masquerades traffic to itself.
@@ -151,7 +152,7 @@ func (r *Renderer) servicePort(p *Plan, spn cluster.ServicePortName, sp *cluster
 	p.Sets[SetClusterIP] = append(p.Sets[SetClusterIP], fmt.Sprintf("%s,%s:%d", sp.ClusterIP, proto, sp.Port))
 	vs := r.virtualServer(spn, sp, sp.ClusterIP, uint16(sp.Port))
 	vs.Bind = true
-	vs.Dests = r.dests(r.endpointsFor(spn, sp, cat, dataplane.InternalPolicyLocal(sp), noLocal))
+	vs.Dests = r.dests(r.endpointsFor(spn, sp, cat, proxy.InternalPolicyLocal(sp), noLocal))
 	p.Servers = append(p.Servers, vs)
 
 	if sp.NodePort == 0 || len(r.cfg.NodeIPs) == 0 {
@@ -165,19 +166,19 @@ func (r *Renderer) servicePort(p *Plan, spn cluster.ServicePortName, sp *cluster
 			set, local = SetNodePortUDP, SetNodePortLocalUDP
 		}
 		p.Sets[set] = append(p.Sets[set], strconv.Itoa(int(sp.NodePort)))
-		if dataplane.ExternalPolicyLocal(sp) {
+		if proxy.ExternalPolicyLocal(sp) {
 			p.Sets[local] = append(p.Sets[local], strconv.Itoa(int(sp.NodePort)))
 		}
 	case "sctp":
 		for _, a := range r.cfg.NodeIPs {
 			e := fmt.Sprintf("%s,sctp:%d", a, sp.NodePort)
 			p.Sets[SetNodePortSCTP] = append(p.Sets[SetNodePortSCTP], e)
-			if dataplane.ExternalPolicyLocal(sp) {
+			if proxy.ExternalPolicyLocal(sp) {
 				p.Sets[SetNodePortLocalSCTP] = append(p.Sets[SetNodePortLocalSCTP], e)
 			}
 		}
 	}
-	ext := r.dests(r.endpointsFor(spn, sp, cat, dataplane.ExternalPolicyLocal(sp), noLocal))
+	ext := r.dests(r.endpointsFor(spn, sp, cat, proxy.ExternalPolicyLocal(sp), noLocal))
 	for _, a := range r.cfg.NodeIPs {
 		nv := r.virtualServer(spn, sp, a, uint16(sp.NodePort))
 		nv.Dests = ext
@@ -210,7 +211,7 @@ func (r *Renderer) virtualServer(spn cluster.ServicePortName, sp *cluster.Servic
 // outside), so the fallback is empty then and the virtual server has no
 // real server: the kernel rejects. The no-local-endpoints counters are
 // kube-proxy's: per Service, for either policy that is Local.
-func (r *Renderer) endpointsFor(spn cluster.ServicePortName, sp *cluster.ServicePort, cat dataplane.Categorized, onlyLocal bool, noLocal map[string]map[string]bool) []*cluster.Endpoint {
+func (r *Renderer) endpointsFor(spn cluster.ServicePortName, sp *cluster.ServicePort, cat proxy.Categorized, onlyLocal bool, noLocal map[string]map[string]bool) []*cluster.Endpoint {
 	if !onlyLocal {
 		return cat.Cluster
 	}
@@ -218,10 +219,10 @@ func (r *Renderer) endpointsFor(spn cluster.ServicePortName, sp *cluster.Service
 		return cat.Local
 	}
 	name := spn.NamespacedName.String()
-	if cat.HasAny && dataplane.InternalPolicyLocal(sp) {
+	if cat.HasAny && proxy.InternalPolicyLocal(sp) {
 		noLocal["internal"][name] = true
 	}
-	if cat.HasAny && dataplane.ExternalPolicyLocal(sp) {
+	if cat.HasAny && proxy.ExternalPolicyLocal(sp) {
 		noLocal["external"][name] = true
 	}
 	return cat.Cluster

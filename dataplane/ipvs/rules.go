@@ -146,13 +146,31 @@ var jumps = []jump{
 // chains to kube-proxy's, each inserted at the top as kube-proxy's
 // EnsureRule(Prepend) does (so the last one listed for a chain ends up
 // first).
-func JumpRules() string {
+func JumpRules() string { return MissingJumpRules("") }
+
+// MissingJumpRules is JumpRules without the rules that save, the output of
+// `iptables-save`, already has (compared as iptables-save prints them): a
+// rule inserted twice stays twice, since --noflush never flushes a built-in
+// chain.
+func MissingJumpRules(save string) string {
+	have := map[string]bool{}
+	table := ""
+	for _, line := range strings.Split(save, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+		case strings.HasPrefix(line, "-A "):
+			have[table+" "+line] = true
+		}
+	}
 	var b strings.Builder
 	for _, t := range []string{tableFilter, tableNAT} {
 		fmt.Fprintf(&b, "*%s\n", t)
 		for _, j := range jumps {
-			if j.table == t {
-				fmt.Fprintf(&b, "-I %s -m comment --comment %q -j %s\n", j.from, j.comment, j.to)
+			rule := fmt.Sprintf("%s -m comment --comment %q -j %s", j.from, j.comment, j.to)
+			if j.table == t && !have[t+" -A "+rule] {
+				b.WriteString("-I " + rule + "\n")
 			}
 		}
 		b.WriteString("COMMIT\n")

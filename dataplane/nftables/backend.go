@@ -15,10 +15,23 @@ import (
 // Backend applies a Renderer's transactions through a knftables.Interface:
 // knftables.New(knftables.IPv4Family, table) run inside the node's
 // namespace, or a knftables.Fake. It implements dataplane.Backend.
+//
+// A failed transaction is one of two kinds. nft reported an error: the
+// kernel runs a transaction as one batch and rejected all of it, so it holds
+// what was last committed, the renderer keeps that (Renderer.Abort) and the
+// next sync is a full one over it, which keeps the clients in the affinity
+// sets. nft was killed or timed out: the kernel may have taken the batch or
+// not, so the next sync recreates the table (Renderer.Reset; add, delete
+// and add the table in one transaction), whatever it holds. A full sync that
+// fails after a failure also recreates the table next time, so that a kernel
+// that diverged from the committed state in a way that makes the full sync
+// fail recovers too.
 type Backend struct {
 	r   *Renderer
 	nft knftables.Interface
 	opt BackendOptions
+	// failed reports a failed sync since the last successful one.
+	failed bool
 }
 
 // BackendOptions are the Backend's hooks to read the kernel's table back;
@@ -71,10 +84,17 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 	ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
 	defer cancel()
 	if err := b.nft.Run(ctx, tx); err != nil {
-		b.r.Abort()
+		killed := ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+		if killed || (b.failed && stats.Full) {
+			b.r.Reset()
+		} else {
+			b.r.Abort()
+		}
+		b.failed = true
 		return dataplane.SyncResult{}, fmt.Errorf("could not run the nftables transaction (%d operations): %w", stats.Operations, err)
 	}
 	b.r.Commit()
+	b.failed = false
 	return dataplane.SyncResult{
 		Full:             stats.Full,
 		Duration:         time.Since(start),

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -17,7 +18,7 @@ import (
 type Renderer struct {
 	cfg    Config
 	mark   string
-	cat    dataplane.Categorizer
+	cat    proxy.Categorizer
 	memory *dataplane.EndpointMemory // keep-deleted-endpoint fault
 	// txs mints transactions: the Backend's Interface, or a private Fake's
 	// context (which writes the same commands).
@@ -105,7 +106,7 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 	r := &Renderer{
 		cfg:  cfg,
 		mark: fmt.Sprintf("%#x", uint32(1)<<cfg.MasqueradeBit),
-		cat:  dataplane.Categorizer{Node: cfg.NodeName, PreferSameNode: cfg.PreferSameNode, Faults: cfg.Faults},
+		cat:  cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode),
 		txs:  knftables.NewFake(knftables.IPv4Family, cfg.Table),
 	}
 	if cfg.Faults.Has(dataplane.FaultKeepDeletedEndpoint) {
@@ -188,7 +189,7 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 
 // record renders one service port of st, or returns nil when it has no
 // rules (removed, headless or without a cluster IP).
-func (r *Renderer) record(st *cluster.State, spn cluster.ServicePortName, cat dataplane.Categorizer) *svcRecord {
+func (r *Renderer) record(st *cluster.State, spn cluster.ServicePortName, cat proxy.Categorizer) *svcRecord {
 	sp := st.Services[spn]
 	if sp == nil || sp.Headless || !sp.ClusterIP.IsValid() || !sp.ClusterIP.Is4() {
 		return nil
@@ -200,7 +201,7 @@ func (r *Renderer) record(st *cluster.State, spn cluster.ServicePortName, cat da
 	return r.buildRecord(newView(spn, sp, cat.Categorize(eps, sp)))
 }
 
-func (r *Renderer) renderFull(st *cluster.State, cat dataplane.Categorizer, e *emitter, first bool, stats *Stats) *state {
+func (r *Renderer) renderFull(st *cluster.State, cat proxy.Categorizer, e *emitter, first bool, stats *Stats) *state {
 	old := r.committed
 	if old == nil {
 		old = newState()
@@ -280,7 +281,7 @@ func (r *Renderer) renderFull(st *cluster.State, cat dataplane.Categorizer, e *e
 	return next
 }
 
-func (r *Renderer) renderPartial(st *cluster.State, changed []cluster.ServicePortName, cat dataplane.Categorizer, e *emitter, stats *Stats) *state {
+func (r *Renderer) renderPartial(st *cluster.State, changed []cluster.ServicePortName, cat proxy.Categorizer, e *emitter, stats *Stats) *state {
 	old := r.committed
 	// next is an overlay over old: the changed service ports' records (nil
 	// when gone) and the owner sets of the touched shared elements. old is

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -23,7 +24,7 @@ type view struct {
 	sp    *cluster.ServicePort
 	name  string // "ns/name:port"
 	proto string // lower case
-	cat   dataplane.Categorized
+	cat   proxy.Categorized
 
 	clusterChain, localChain, extChain string
 
@@ -52,27 +53,27 @@ func (v *view) epBase(ep *cluster.Endpoint) string {
 func (v *view) endpointChain(ep *cluster.Endpoint) string { return PrefixEndpoint + v.epBase(ep) }
 func (v *view) affinitySet(ep *cluster.Endpoint) string   { return PrefixAffinity + v.epBase(ep) }
 
-func newView(spn cluster.ServicePortName, sp *cluster.ServicePort, cat dataplane.Categorized) *view {
+func newView(spn cluster.ServicePortName, sp *cluster.ServicePort, cat proxy.Categorized) *view {
 	v := &view{
 		spn: spn, sp: sp, name: spn.String(), proto: protocol(spn), cat: cat,
 		clusterChain: ServiceChain(spn), localChain: LocalChain(spn), extChain: ExternalChain(spn),
 	}
 	v.hasEndpoints = cat.HasAny
-	v.usesClusterChain = len(cat.Cluster) > 0 && dataplane.UsesClusterEndpoints(sp)
-	v.usesLocalChain = len(cat.Local) > 0 && dataplane.UsesLocalEndpoints(sp)
+	v.usesClusterChain = len(cat.Cluster) > 0 && proxy.UsesClusterEndpoints(sp)
+	v.usesLocalChain = len(cat.Local) > 0 && proxy.UsesLocalEndpoints(sp)
 	v.internalChain, v.hasInternal = v.clusterChain, v.hasEndpoints
-	if dataplane.InternalPolicyLocal(sp) {
+	if proxy.InternalPolicyLocal(sp) {
 		v.internalChain = v.localChain
 		v.hasInternal = v.hasEndpoints && len(cat.Local) > 0
 	}
 	v.externalPolicyChain, v.hasExternal = v.clusterChain, v.hasEndpoints
-	if dataplane.ExternalPolicyLocal(sp) {
+	if proxy.ExternalPolicyLocal(sp) {
 		v.externalPolicyChain = v.localChain
 		v.hasExternal = v.hasEndpoints && len(cat.Local) > 0
 	}
 	// The external chain is needed whenever there are endpoints at all:
 	// its short-circuit rules apply even without local endpoints.
-	v.usesExtChain = v.hasEndpoints && dataplane.ExternallyAccessible(sp)
+	v.usesExtChain = v.hasEndpoints && proxy.ExternallyAccessible(sp)
 	return v
 }
 
@@ -80,7 +81,7 @@ func newView(spn cluster.ServicePortName, sp *cluster.ServicePort, cat dataplane
 func (r *Renderer) buildRecord(v *view) *svcRecord {
 	rec := &svcRecord{spn: v.spn}
 	rec.noLocalInternal = v.hasEndpoints && !v.hasInternal
-	rec.noLocalExternal = v.hasEndpoints && dataplane.ExternallyAccessible(v.sp) && !v.hasExternal
+	rec.noLocalExternal = v.hasEndpoints && proxy.ExternallyAccessible(v.sp) && !v.hasExternal
 	if r.cfg.Layout == LayoutFast && !r.cascade(v) {
 		r.fastMapRecord(rec, v)
 		return rec
@@ -148,7 +149,7 @@ func (r *Renderer) dispatchElements(rec *svcRecord, v *view, internal, nodePort 
 	} else {
 		add(MapNoEndpointServices, true, []string{ip, v.proto, port}, []string{internalVerdict}, v.name)
 	}
-	if dataplane.ExternallyAccessible(v.sp) {
+	if proxy.ExternallyAccessible(v.sp) {
 		np := strconv.Itoa(int(v.sp.NodePort))
 		if v.hasEndpoints {
 			add(MapServiceNodePorts, true, []string{v.proto, np}, []string{nodePort}, "")
@@ -176,7 +177,7 @@ func (r *Renderer) masqueradeRules(c *chainRec, v *view) {
 // host traffic to the Cluster chain (masquerading host traffic) and send the
 // rest to the Local chain.
 func (r *Renderer) externalRules(c *chainRec, v *view) {
-	if !dataplane.ExternalPolicyLocal(v.sp) {
+	if !proxy.ExternalPolicyLocal(v.sp) {
 		c.addRule("jump "+ChainMarkForMasquerade, "")
 	} else {
 		if r.cfg.ClusterCIDR.IsValid() {
@@ -411,7 +412,7 @@ func (r *Renderer) fastMapRecord(rec *svcRecord, v *view) {
 		internal = endpoints(kindClusterIP, []string{ip, v.proto, port}, v.cat.Internal(v.sp))
 	}
 	if v.usesExtChain {
-		if !dataplane.ExternalPolicyLocal(v.sp) {
+		if !proxy.ExternalPolicyLocal(v.sp) {
 			nodePort = endpoints(kindNodePort, []string{v.proto, np}, v.cat.Cluster)
 		} else {
 			// kube-proxy's external chain, with the policy chains

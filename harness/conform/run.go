@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -136,9 +137,8 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Preflight(o); err != nil {
-		return nil, err
-	}
+	// Bad input first (exit 2), so that a scenario is checked, checks
+	// resolved included, on any machine, before the environment is.
 	var loaded []*scenario.Loaded
 	for _, f := range files {
 		l, err := scenario.LoadFile(f)
@@ -149,6 +149,9 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 			return nil, err
 		}
 		loaded = append(loaded, l)
+	}
+	if err := Preflight(o); err != nil {
+		return nil, err
 	}
 	run := &report.Run{Mode: o.Mode, Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
 	if o.Seed != nil {
@@ -517,14 +520,12 @@ func (s *suite) flushConntrack() {
 }
 
 func (s *suite) spn(c *scenario.Check) (cluster.ServicePortName, *cluster.ServicePort, error) {
-	ns, name, _ := strings.Cut(c.Service, "/")
 	st := s.state()
-	for n, sp := range st.Services {
-		if n.Namespace == ns && n.Name == name && n.Port == c.Port {
-			return n, sp, nil
-		}
+	n, err := cluster.ResolvePort(c.Service, c.Port, maps.Keys(st.Services))
+	if err != nil {
+		return cluster.ServicePortName{}, nil, err
 	}
-	return cluster.ServicePortName{}, nil, fmt.Errorf("service port %s:%s is not in the cluster", c.Service, c.Port)
+	return n, st.Services[n], nil
 }
 
 func (s *suite) runChecks(ctx context.Context) {

@@ -42,8 +42,18 @@ type BootOptions struct {
 	Console io.Writer
 	// Accel forces "kvm" or "tcg"; empty chooses (see Boot).
 	Accel string
-	// KVMVerdict is a file that remembers a KVM that hangs (empty: none).
+	// KVMVerdict is a file that remembers a KVM that failed on this host
+	// (empty: none).
 	KVMVerdict string
+	// Log receives the runner's own lines, such as the fallback from KVM
+	// to TCG (nil: discarded).
+	Log io.Writer
+
+	// qemu, kvmProbe and haveKVM replace the emulator binary, the KVM
+	// probe's bound and the /dev/kvm check in tests.
+	qemu     string
+	kvmProbe time.Duration
+	haveKVM  func() bool
 }
 
 // kvmProbe bounds the wait for init's first line under KVM: a working KVM
@@ -52,7 +62,7 @@ type BootOptions struct {
 const kvmProbe = 20 * time.Second
 
 // ErrKVMStuck is returned when a guest under KVM did not start init in
-// kvmProbe.
+// the probe's time.
 var ErrKVMStuck = errors.New("the guest made no progress under KVM")
 
 // Result is what a VM run reported.
@@ -128,13 +138,20 @@ var ErrBoot = errors.New("the VM did not boot")
 // Boot runs qemu until it exits, the run times out or ctx ends (qemu is
 // killed then), reading the console for the markers of the init script.
 //
-// The accelerator is KVM when /dev/kvm can be opened, TCG otherwise, or
-// Accel (also $KPSIM_VM_ACCEL) when set. A KVM guest that has not started
-// init within 20 s is killed and the run starts again under TCG; the
-// verdict is kept in KVMVerdict (with the host kernel's release), so later
-// runs on this host go straight to TCG.
+// The accelerator is Accel (also $KPSIM_VM_ACCEL) when set, and then no
+// other is tried. Otherwise it is KVM when /dev/kvm can be opened and KVM
+// has not failed on this host before, TCG otherwise. Any failure under KVM
+// before the guest reaches READY (qemu exits or aborts, prints an error, or
+// the guest makes no progress) ends that qemu and the same run starts again
+// under TCG; the verdict is kept in KVMVerdict with the host kernel's
+// release and the reason, so later runs on this host go straight to TCG.
+// On the machines this project runs on, /dev/kvm opens but qemu aborts
+// ("failed to set MSR 0x10a", kvm_buf_set_msrs) or the guest hangs.
 func Boot(ctx context.Context, o BootOptions) (*Result, error) {
-	if _, err := exec.LookPath(QEMU); err != nil {
+	if o.qemu == "" {
+		o.qemu = QEMU
+	}
+	if _, err := exec.LookPath(o.qemu); err != nil {
 		return nil, &MissingError{Package: PackageQEMU, Err: fmt.Errorf("%s is not installed", QEMU)}
 	}
 	if o.BootTimeout == 0 {
@@ -143,36 +160,154 @@ func Boot(ctx context.Context, o BootOptions) (*Result, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 30 * time.Minute
 	}
+	if o.kvmProbe == 0 {
+		o.kvmProbe = kvmProbe
+	}
+	if o.haveKVM == nil {
+		o.haveKVM = KVMUsable
+	}
+	log := o.Log
+	if log == nil {
+		log = io.Discard
+	}
 	accel := o.Accel
 	if accel == "" {
 		accel = os.Getenv("KPSIM_VM_ACCEL")
 	}
-	if accel == "" {
-		accel = "tcg"
-		if KVMUsable() && !kvmKnownStuck(o.KVMVerdict) {
-			accel = "kvm"
-		}
+	if accel != "" {
+		return boot(ctx, o, accel)
 	}
-	res, err := boot(ctx, o, accel)
-	if errors.Is(err, ErrKVMStuck) && o.Accel == "" {
-		if o.KVMVerdict != "" {
-			_ = os.WriteFile(o.KVMVerdict, []byte(hostRelease()+"\n"), 0o644)
-		}
-		if o.Console != nil {
-			fmt.Fprintf(o.Console, "%v: starting again under TCG (software emulation)\n", err)
-		}
+	if !o.haveKVM() {
 		return boot(ctx, o, "tcg")
 	}
-	return res, err
+	if why, failed := kvmFailedBefore(o.KVMVerdict); failed {
+		fmt.Fprintf(log, "vm: using TCG (software emulation): KVM failed on this host kernel before (%s); remove %s to try KVM again\n", why, o.KVMVerdict)
+		return boot(ctx, o, "tcg")
+	}
+	res, err := boot(ctx, o, "kvm")
+	if err == nil || ctx.Err() != nil || (res != nil && res.Ready > 0) {
+		// Success, the caller's end, or a failure after READY: the
+		// guest ran under KVM, so the failure is not KVM's.
+		return res, err
+	}
+	why := kvmFailure(err)
+	if o.KVMVerdict != "" {
+		if werr := os.WriteFile(o.KVMVerdict, []byte(hostRelease()+"\t"+why+"\n"), 0o644); werr != nil {
+			fmt.Fprintf(log, "vm: could not remember the KVM verdict: %v\n", werr)
+		}
+	}
+	fmt.Fprintf(log, "vm: KVM failed before the guest was ready (%s): starting again under TCG (software emulation)\n", why)
+	return boot(ctx, o, "tcg")
 }
 
-// kvmKnownStuck reports whether KVM was found to hang on this host kernel.
-func kvmKnownStuck(verdict string) bool {
-	if verdict == "" {
+// kvmFailure says in one line why a boot under KVM failed.
+func kvmFailure(err error) string {
+	var qe *qemuError
+	if errors.As(err, &qe) {
+		return qe.short()
+	}
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	return line
+}
+
+// qemuError is a qemu that ended, or was ended, before the guest was ready.
+type qemuError struct {
+	// Stuck: killed because the guest made no progress in the probe's time.
+	Stuck bool
+	// Errored: killed because qemu printed an error under KVM.
+	Errored bool
+	// Late: killed because the guest was not ready in BootTimeout.
+	Late bool
+	// Probe is the probe's bound, BootTimeout the boot's.
+	Probe, BootTimeout time.Duration
+	// Wait is what waiting for qemu returned; Stderr what it printed.
+	Wait   error
+	Stderr string
+	// Tail is the end of the console.
+	Tail []string
+}
+
+func (e *qemuError) Error() string {
+	msg := e.short()
+	if !e.Stuck && !e.Late {
+		msg = fmt.Sprintf("%v within %s (%s)", ErrBoot, e.BootTimeout, msg)
+	}
+	return msg + "; console:\n" + strings.Join(e.Tail, "\n")
+}
+
+func (e *qemuError) Unwrap() error {
+	if e.Stuck {
+		return ErrKVMStuck
+	}
+	return ErrBoot
+}
+
+// short is one line: what happened to qemu and the first error it printed.
+func (e *qemuError) short() string {
+	var what string
+	switch {
+	case e.Stuck:
+		what = fmt.Sprintf("%v within %s", ErrKVMStuck, e.Probe)
+	case e.Errored:
+		what = "qemu printed an error"
+	case e.Late:
+		what = fmt.Sprintf("the guest was not ready within %s", e.BootTimeout)
+	case e.Wait != nil:
+		what = "qemu: " + e.Wait.Error()
+	default:
+		what = "qemu exited before the guest was ready"
+	}
+	if line := firstError(e.Stderr); line != "" && !e.Late {
+		what += ": " + line
+	}
+	return what
+}
+
+// firstError is the first line of qemu's stderr that reports an error,
+// else its last line.
+func firstError(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for _, l := range lines {
+		if isQEMUError(l) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// isQEMUError reports whether a line qemu printed is an error rather than
+// a warning ("qemu-system-x86_64: error: failed to set MSR ...", an
+// assertion, "Could not access KVM kernel module").
+func isQEMUError(line string) bool {
+	l := strings.ToLower(line)
+	if strings.Contains(l, "warning") {
 		return false
 	}
+	for _, w := range []string{"error", "assertion", "failed", "could not", "abort"} {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// kvmFailedBefore reports whether KVM failed on this host kernel, and why.
+func kvmFailedBefore(verdict string) (string, bool) {
+	if verdict == "" {
+		return "", false
+	}
 	b, err := os.ReadFile(verdict)
-	return err == nil && strings.TrimSpace(string(b)) == hostRelease()
+	if err != nil {
+		return "", false
+	}
+	release, why, _ := strings.Cut(strings.TrimSpace(string(b)), "\t")
+	if release != hostRelease() {
+		return "", false
+	}
+	if why == "" {
+		why = "no reason recorded"
+	}
+	return why, true
 }
 
 func hostRelease() string {
@@ -184,15 +319,17 @@ func boot(ctx context.Context, o BootOptions, accel string) (*Result, error) {
 	res := &Result{Accel: accel, ExitCode: -1, Files: map[string][]byte{}}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	cmd := exec.Command(QEMU, o.Args(res.Accel)...)
+	cmd := exec.Command(o.qemu, o.Args(res.Accel)...)
 	cmd.Stdin = nil
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("could not start %s: %w", QEMU, err)
+		return nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
+	}
 	start := time.Now()
 	// Pdeathsig fires when the forking thread ends, not the process: fork
 	// from a locked thread kept until qemu exits, so that qemu dies with
@@ -209,20 +346,49 @@ func boot(ctx context.Context, o BootOptions, accel string) (*Result, error) {
 		}
 	}()
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("could not start %s: %w", QEMU, err)
+		return nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
 	}
 	var killOnce sync.Once
 	kill := func() { killOnce.Do(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }) }
 	ready := make(chan struct{})
 	booted := make(chan struct{})
 	var readyOnce, bootedOnce sync.Once
-	var stuck atomic.Bool
+	var stuck, errored, late atomic.Bool
+
+	// qemu's stderr: kept for the error message; under KVM an error line
+	// before READY ends the run (qemu may print one and hang).
+	var stderrMu sync.Mutex
+	var stderr strings.Builder
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		sc := bufio.NewScanner(errPipe)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			stderrMu.Lock()
+			if stderr.Len() < 64<<10 {
+				stderr.WriteString(line + "\n")
+			}
+			stderrMu.Unlock()
+			if accel == "kvm" && isQEMUError(line) {
+				select {
+				case <-ready:
+				default:
+					errored.Store(true)
+					kill()
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, errPipe)
+	}()
+
 	go func() {
 		bootT := time.NewTimer(o.BootTimeout)
 		defer bootT.Stop()
 		var probe <-chan time.Time
 		if accel == "kvm" {
-			t := time.NewTimer(kvmProbe)
+			t := time.NewTimer(o.kvmProbe)
 			defer t.Stop()
 			probe = t.C
 		}
@@ -246,6 +412,7 @@ func boot(ctx context.Context, o BootOptions, accel string) (*Result, error) {
 				select {
 				case <-ready:
 				default:
+					late.Store(true)
 					kill()
 					return
 				}
@@ -282,6 +449,7 @@ func boot(ctx context.Context, o BootOptions, accel string) (*Result, error) {
 		}
 	}
 	_, _ = io.Copy(io.Discard, out)
+	<-stderrDone
 	werr := cmd.Wait()
 	close(exited)
 	res.Wall = time.Since(start)
@@ -289,15 +457,15 @@ func boot(ctx context.Context, o BootOptions, accel string) (*Result, error) {
 	if con.err != nil {
 		return res, con.err
 	}
-	if stuck.Load() {
-		return res, fmt.Errorf("%w within %s", ErrKVMStuck, kvmProbe)
-	}
 	if res.Ready == 0 {
-		msg := strings.TrimSpace(stderr.String())
 		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return res, ctx.Err()
 		}
-		return res, fmt.Errorf("%w within %s (qemu: %v %s); console:\n%s", ErrBoot, o.BootTimeout, werr, msg, strings.Join(res.Tail, "\n"))
+		stderrMu.Lock()
+		msg := stderr.String()
+		stderrMu.Unlock()
+		return res, &qemuError{Stuck: stuck.Load(), Errored: errored.Load(), Late: late.Load(), Probe: o.kvmProbe, BootTimeout: o.BootTimeout,
+			Wait: werr, Stderr: msg, Tail: res.Tail}
 	}
 	if res.ExitCode < 0 {
 		if ctx.Err() != nil {

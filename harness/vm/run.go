@@ -85,7 +85,7 @@ func Run(ctx context.Context, args []string, files map[string][]byte, o Options)
 	fmt.Fprintf(log, "vm: image ready in %.1f s (%s, %.1f MB, cached %v); booting %s\n",
 		time.Since(t0).Seconds(), filepath.Base(img.Path), float64(img.Size)/1e6, img.Cached, assets.KernelVersion)
 	res, err := Boot(ctx, BootOptions{Kernel: assets.Kernel, Initrd: initrd, Share: share, MemoryMB: o.MemoryMB, CPUs: o.CPUs,
-		Timeout: o.Timeout, BootTimeout: o.BootTimeout, Console: prefixWriter(log, "vm| "), KVMVerdict: filepath.Join(dir, "kvm-stuck")})
+		Timeout: o.Timeout, BootTimeout: o.BootTimeout, Console: prefixWriter(log, "vm| "), Log: log, KVMVerdict: filepath.Join(dir, "kvm-stuck")})
 	if res != nil && res.Ready > 0 {
 		fmt.Fprintf(log, "vm: %s, ready %.2f s after start (guest uptime %.2f s), run %.1f s, exit %d\n",
 			res.Accel, res.Ready.Seconds(), res.GuestUptimeReady, res.Wall.Seconds(), res.ExitCode)

@@ -239,15 +239,29 @@ func TestQEMUArgs(t *testing.T) {
 
 func TestKVMVerdict(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "kvm-stuck")
-	if kvmKnownStuck(p) || kvmKnownStuck("") {
+	if _, ok := kvmFailedBefore(p); ok {
 		t.Fatal("no verdict yet")
 	}
-	_ = os.WriteFile(p, []byte(hostRelease()+"\n"), 0o644)
-	if !kvmKnownStuck(p) {
-		t.Error("the verdict for this kernel is ignored")
+	if _, ok := kvmFailedBefore(""); ok {
+		t.Fatal("no verdict file")
 	}
-	_ = os.WriteFile(p, []byte("1.0.0-other\n"), 0o644)
-	if kvmKnownStuck(p) {
+	if err := os.WriteFile(p, []byte(hostRelease()+"\tqemu: signal: aborted\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if why, ok := kvmFailedBefore(p); !ok || why != "qemu: signal: aborted" {
+		t.Errorf("the verdict for this kernel: %q, %v", why, ok)
+	}
+	// A verdict written before reasons were recorded still counts.
+	if err := os.WriteFile(p, []byte(hostRelease()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := kvmFailedBefore(p); !ok {
+		t.Error("a verdict without a reason is ignored")
+	}
+	if err := os.WriteFile(p, []byte("1.0.0-other\tqemu: signal: aborted\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := kvmFailedBefore(p); ok {
 		t.Error("a verdict for another host kernel is applied")
 	}
 }

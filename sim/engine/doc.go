@@ -17,14 +17,17 @@
 //	            ▼
 //	     endpoint ID, or DROP / REJECT
 //
-// Rules reach a node through Render (kube-proxy's endpoint categorisation and
-// each mode's choice of chain or real servers) and Node.Program, which a
+// Rules reach a node through Render (the dataplane's endpoint eligibility,
+// dataplane/proxy, and each mode's choice of chain or real servers) and
+// Node.Program, which a
 // discrete-event simulator calls when the node's Syncer says a sync has
 // finished (minSyncPeriod, burst and the sync's cost).
 //
 // Every random source is passed in (a math/rand/v2 PCG wrapped by Rand), so a
-// seed fixes a simulation. Nothing here imports dataplane/ or sim/oracle: the
-// oracle states what must happen, this package what the kernel would do, and
-// the tests hold one against the other. See README.md for each engine's
+// seed fixes a simulation. The engines model the subject, so endpoint
+// eligibility is the subject's code (dataplane/proxy, pure; nothing else from
+// dataplane/), and nothing here imports sim/oracle: the oracle states what
+// must happen, this package what the kernel would do, and the tests hold one
+// against the other. See README.md for each engine's
 // kernel source and what is and is not modelled.
 package engine

@@ -1,26 +1,26 @@
 package engine
 
 // Render turns a service port and its endpoints into the rules one node
-// programs, following kube-proxy's code rather than the documentation (the
-// oracle, in sim/oracle, follows the documentation; tests hold them
-// against each other):
+// programs. Endpoint eligibility is the subject's own: dataplane/proxy's
+// Categorizer, the code every dataplane backend runs (kube-proxy's
+// CategorizeEndpoints: cluster endpoints are the ready ones, filtered by
+// topology hints when every ready endpoint has them and one matches this
+// node, else every serving-and-terminating one; local endpoints are this
+// node's ready ones, else its serving-and-terminating ones; the Cluster set
+// is computed only when the service port uses it, UsesClusterEndpoints).
+// The oracle, in sim/oracle, reads the documentation on its own; tests hold
+// the two against each other. What each mode then does with the sets
+// follows kube-proxy's proxiers:
 //
-//   - pkg/proxy/topology.go CategorizeEndpoints: cluster endpoints are the
-//     ready ones (filtered by topology hints when every ready endpoint has
-//     them and one matches this node), else every serving-and-terminating
-//     one; local endpoints are this node's ready ones, else its
-//     serving-and-terminating ones; hasAnyEndpoints says whether any
-//     endpoint is usable at all;
 //   - iptables and nftables (proxier.go): internalTrafficPolicy Local uses
 //     the local endpoints; no usable endpoint anywhere → REJECT; Local with
 //     no local endpoint → DROP;
 //   - ipvs (syncEndpoint): Local uses the local endpoints but falls back to
 //     the cluster ones when there is none (kubernetes PR #97081); a virtual
-//     server without real servers rejects. CategorizeEndpoints computes
-//     cluster endpoints only when the service port uses them
-//     (UsesClusterEndpoints: internal policy Cluster, or externally
-//     accessible), so for a plain ClusterIP Service with
-//     internalTrafficPolicy Local the fallback is empty and ipvs rejects.
+//     server without real servers rejects. For a service port that is not
+//     reachable from outside (no node port) with internalTrafficPolicy
+//     Local the Cluster set is empty, so the fallback is empty and ipvs
+//     rejects.
 //
 // Endpoints are ordered by their "ip:port" string, as kube-proxy's
 // EndpointSliceCache sorts them (byEndpoint).
@@ -34,6 +34,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -44,27 +45,28 @@ type RenderOptions struct {
 	PreferSameNode bool
 }
 
+func categorize(sp *cluster.ServicePort, eps []*cluster.Endpoint, nodeName, nodeZone string, opts RenderOptions) proxy.Categorized {
+	return proxy.Categorizer{Node: nodeName, Zone: nodeZone, PreferSameNode: opts.PreferSameNode}.Categorize(eps, sp)
+}
+
 // Render returns the rules a node programs for traffic from pods (and the
 // host) to a service port's ClusterIP.
 func Render(mode Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, nodeName, nodeZone string, ids *Interner, opts RenderOptions) Rules {
-	clusterEps, localEps, hasAny := categorize(sp, eps, nodeName, nodeZone, opts)
+	cat := categorize(sp, eps, nodeName, nodeZone, opts)
 	r := baseRules(sp)
 	name := sp.Name.String()
-	chain := clusterEps
-	if sp.InternalLocal {
-		chain = localEps
-	}
+	chain := cat.Internal(sp)
 	switch mode {
 	case IPVS:
-		if sp.InternalLocal && len(localEps) == 0 {
-			chain = clusterEps
+		if proxy.InternalPolicyLocal(sp) && len(cat.Local) == 0 {
+			chain = cat.Cluster
 		}
 		if len(chain) == 0 {
 			r.Verdict, r.Reason = Reject, name+" has no endpoints"
 			return r
 		}
 	default:
-		if !hasAny {
+		if !cat.HasAny {
 			r.Verdict, r.Reason = Reject, name+" has no endpoints"
 			return r
 		}
@@ -81,17 +83,15 @@ func Render(mode Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, nodeNam
 // a NodePort or LoadBalancer service port arriving at this node
 // (externalTrafficPolicy). In IPVS mode, Local with no local endpoint falls
 // back to the cluster endpoints without masquerade, so replies never reach
-// the client: it is rendered as DROP with that reason.
+// the client: it is rendered as DROP with that reason. It is meaningful only
+// for a service port reachable from outside (proxy.ExternallyAccessible).
 func RenderExternal(mode Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, nodeName, nodeZone string, ids *Interner, opts RenderOptions) Rules {
-	clusterEps, localEps, hasAny := categorize(sp, eps, nodeName, nodeZone, opts)
+	cat := categorize(sp, eps, nodeName, nodeZone, opts)
 	r := baseRules(sp)
 	name := sp.Name.String()
-	chain := clusterEps
-	if sp.ExternalLocal {
-		chain = localEps
-	}
+	chain := cat.External(sp)
 	switch {
-	case !hasAny:
+	case !cat.HasAny:
 		r.Verdict, r.Reason = Reject, name+" has no endpoints"
 	case len(chain) == 0 && mode == IPVS:
 		r.Verdict, r.Reason = Drop, name+" has no local endpoints (ipvs forwards to cluster endpoints without SNAT; replies are lost)"
@@ -130,108 +130,6 @@ func backends(eps []*cluster.Endpoint, ids *Interner) []Backend {
 		out[i] = Backend{ID: ids.ID(ap), IP: IPv4(e.IP), Port: uint16(e.Port)}
 	}
 	return out
-}
-
-// externallyAccessible is ServicePort.ExternallyAccessible: a node port, a
-// load balancer (or external IPs, which ServicePort does not carry).
-func externallyAccessible(sp *cluster.ServicePort) bool {
-	return sp.NodePort != 0 || sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer
-}
-
-// categorize is CategorizeEndpoints.
-func categorize(sp *cluster.ServicePort, eps []*cluster.Endpoint, nodeName, nodeZone string, opts RenderOptions) (clusterEps, localEps []*cluster.Endpoint, hasAny bool) {
-	// UsesClusterEndpoints: "Even if the external traffic policy is Local,
-	// we need Cluster endpoints to implement short circuiting."
-	usesCluster := !sp.InternalLocal || externallyAccessible(sp)
-	usesLocal := sp.InternalLocal || (externallyAccessible(sp) && sp.ExternalLocal)
-	if usesCluster {
-		mode := topologyMode(eps, nodeName, nodeZone, opts)
-		for _, ep := range eps {
-			if ep.Ready && availableForTopology(ep, mode, nodeName, nodeZone) {
-				clusterEps = append(clusterEps, ep)
-			}
-		}
-		if len(clusterEps) == 0 {
-			for _, ep := range eps {
-				if ep.Serving && ep.Terminating {
-					clusterEps = append(clusterEps, ep)
-				}
-			}
-		}
-		hasAny = len(clusterEps) > 0
-	}
-	if !usesLocal {
-		return clusterEps, nil, hasAny
-	}
-	var localReady, localServingTerminating bool
-	for _, ep := range eps {
-		local := ep.NodeName != "" && ep.NodeName == nodeName
-		if ep.Ready {
-			hasAny = true
-			localReady = localReady || local
-		} else if ep.Serving && ep.Terminating {
-			hasAny = true
-			localServingTerminating = localServingTerminating || local
-		}
-	}
-	for _, ep := range eps {
-		if ep.NodeName == "" || ep.NodeName != nodeName {
-			continue
-		}
-		if (localReady && ep.Ready) || (!localReady && localServingTerminating && ep.Serving && ep.Terminating) {
-			localEps = append(localEps, ep)
-		}
-	}
-	return clusterEps, localEps, hasAny
-}
-
-const (
-	topoNone = iota
-	topoSameZone
-	topoSameNode
-)
-
-// topologyMode is topologyModeFromHints: it looks at ready endpoints only,
-// and uses hints only when every one of them has some.
-func topologyMode(eps []*cluster.Endpoint, nodeName, nodeZone string, opts RenderOptions) int {
-	hasNode, allNode := false, true
-	hasZone, allZone := false, true
-	ready := 0
-	for _, ep := range eps {
-		if !ep.Ready {
-			continue
-		}
-		ready++
-		if len(ep.NodeHints) == 0 {
-			allNode = false
-		} else if slices.Contains(ep.NodeHints, nodeName) {
-			hasNode = true
-		}
-		if len(ep.ZoneHints) == 0 {
-			allZone = false
-		} else if nodeZone != "" && slices.Contains(ep.ZoneHints, nodeZone) {
-			hasZone = true
-		}
-	}
-	switch {
-	case ready == 0:
-		return topoNone
-	case opts.PreferSameNode && allNode && hasNode:
-		return topoSameNode
-	case allZone && hasZone:
-		return topoSameZone
-	}
-	return topoNone
-}
-
-func availableForTopology(ep *cluster.Endpoint, mode int, nodeName, nodeZone string) bool {
-	switch mode {
-	case topoSameNode:
-		return slices.Contains(ep.NodeHints, nodeName)
-	case topoSameZone:
-		return slices.Contains(ep.ZoneHints, nodeZone)
-	}
-	return true
 }
 
 // String describes rules in one line, for logs and golden files.

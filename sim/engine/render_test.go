@@ -40,8 +40,8 @@ func show(r Rules) string {
 	return r.String()
 }
 
-// TestRenderReferenceVectors runs the §4.3 vectors through the engine's own
-// (kube-proxy-shaped) endpoint selection.
+// TestRenderReferenceVectors runs the §4.3 vectors through the engine's
+// endpoint selection (the dataplane's eligibility, then each mode's choice).
 func TestRenderReferenceVectors(t *testing.T) {
 	all := func(ips ...string) []*cluster.Endpoint {
 		var out []*cluster.Endpoint
@@ -89,11 +89,12 @@ func TestRenderReferenceVectors(t *testing.T) {
 		t.Errorf("ipvs NodePort ITP local, none local: %s", got)
 	}
 	for _, c := range cases {
-		typ := corev1.ServiceTypeClusterIP
+		s := sp(corev1.ServiceTypeClusterIP)
 		if c.ext != "" {
-			typ = corev1.ServiceTypeLoadBalancer
+			// A LoadBalancer port as the API server leaves it: with a node
+			// port (load-balancer IPs are not in the cluster model).
+			s.Type, s.NodePort = corev1.ServiceTypeLoadBalancer, 30080
 		}
-		s := sp(typ)
 		s.InternalLocal, s.ExternalLocal = c.itp, c.etp
 		for _, mode := range []Mode{IPTables, NFTables, IPVS} {
 			pod, ext := c.pod, c.ext
@@ -128,14 +129,31 @@ func TestRenderOrderAndSettings(t *testing.T) {
 	}
 }
 
-// TestRenderAgreesWithOracle compares the engine's endpoint selection,
-// written after kube-proxy's code, with the oracle's, written after the
-// documentation, on random endpoint sets.
+// TestRenderAgreesWithOracle compares the subject's endpoint selection (the
+// dataplane's own eligibility, dataplane/proxy, and each mode's choice) with
+// the oracle's, written after the documentation, on random service ports and
+// endpoint sets: every Service type, with and without a node port, both
+// traffic policies, topology hints with and without the PreferSameNode gate,
+// and every combination of endpoint conditions.
+//
+// The service ports are those the API server can produce, and one it cannot:
+// a NodePort or LoadBalancer port without a node port (the API server
+// allocates one, except for a LoadBalancer with allocateLoadBalancerNodePorts
+// false). On it the two readings must still agree: it is not reachable from
+// outside. A ClusterIP port with a node port is not generated: the API server
+// rejects it, and the readings legitimately differ there (kube-proxy, and the
+// oracle, read the node port alone; the dataplane also requires the type).
 func TestRenderAgreesWithOracle(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 29))
 	nodes := []string{thisNode, "host1", "host2", ""}
 	zones := []string{"za", "zb", ""}
+	types := []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer}
 	ids := NewInterner()
+	// covered counts the cases that once went unseen (the engine and the
+	// oracle shared a predicate the dataplane did not): ipvs,
+	// internalTrafficPolicy Local, no local endpoint, a usable one elsewhere,
+	// a NodePort or LoadBalancer type, with and without a node port.
+	covered := map[bool]int{}
 	for iter := range 5000 {
 		var eps []*cluster.Endpoint
 		hints := rng.IntN(3) // 0 none, 1 all ready have hints, 2 random
@@ -151,29 +169,48 @@ func TestRenderAgreesWithOracle(t *testing.T) {
 			}
 			eps = append(eps, e)
 		}
-		s := sp([]corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer}[rng.IntN(3)])
+		s := sp(types[rng.IntN(len(types))])
+		if s.Type != corev1.ServiceTypeClusterIP && rng.IntN(3) != 0 {
+			s.NodePort = 30000 + rng.Int32N(2768)
+		}
 		s.InternalLocal = rng.IntN(2) == 0
+		// The tracker sets ExternalLocal only for NodePort and LoadBalancer.
 		s.ExternalLocal = s.Type != corev1.ServiceTypeClusterIP && rng.IntN(2) == 0
 		zone := zones[rng.IntN(len(zones))]
 		sameNode := rng.IntN(2) == 0
 		or := oracle.Oracle{PreferSameNode: sameNode}
 		opts := RenderOptions{PreferSameNode: sameNode}
+		usableLocal := slices.ContainsFunc(eps, func(e *cluster.Endpoint) bool {
+			return e.NodeName == thisNode && (e.Ready || (e.Serving && e.Terminating))
+		})
+		usable := slices.ContainsFunc(eps, func(e *cluster.Endpoint) bool { return e.Ready || (e.Serving && e.Terminating) })
+		if s.Type != corev1.ServiceTypeClusterIP && s.InternalLocal && usable && !usableLocal {
+			covered[s.NodePort != 0]++
+		}
 		for _, mode := range []Mode{IPTables, NFTables, IPVS} {
 			want := or.Expect(mode.String(), s, eps, thisNode, zone)
 			got := Render(mode, s, eps, thisNode, zone, ids, opts)
 			if msg := agree(want, got); msg != "" {
-				t.Fatalf("iteration %d, %v, itp-local=%v: %s\nendpoints: %s", iter, mode, s.InternalLocal, msg, dump(eps))
+				t.Fatalf("iteration %d, %v, %s: %s\nendpoints: %s", iter, mode, describe(s), msg, dump(eps))
 			}
-			if s.Type == corev1.ServiceTypeClusterIP {
-				continue
+			if s.NodePort == 0 {
+				continue // no destination outside the cluster IP
 			}
 			want = or.ExpectExternal(mode.String(), s, eps, thisNode, zone)
 			got = RenderExternal(mode, s, eps, thisNode, zone, ids, opts)
 			if msg := agree(want, got); msg != "" {
-				t.Fatalf("iteration %d, %v external, etp-local=%v: %s\nendpoints: %s", iter, mode, s.ExternalLocal, msg, dump(eps))
+				t.Fatalf("iteration %d, %v external, %s: %s\nendpoints: %s", iter, mode, describe(s), msg, dump(eps))
 			}
 		}
 	}
+	// About 5000 × 2/3 × 1/2 × P(usable elsewhere, none local) × 1/3 or 2/3.
+	if covered[false] < 50 || covered[true] < 100 {
+		t.Errorf("the generator rarely built the Local-without-local-endpoint case on NodePort/LoadBalancer: %d without a node port, %d with", covered[false], covered[true])
+	}
+}
+
+func describe(s *cluster.ServicePort) string {
+	return fmt.Sprintf("type=%s nodePort=%d itp-local=%v etp-local=%v", s.Type, s.NodePort, s.InternalLocal, s.ExternalLocal)
 }
 
 func agree(want oracle.Outcome, got Rules) string {

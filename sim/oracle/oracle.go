@@ -133,8 +133,8 @@ func ExpectExternal(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoin
 //   - the choice among eligible endpoints is uniform.
 //
 // ipvs departs from the Local rule (reported in Deviations): a service port
-// reachable from outside (NodePort, LoadBalancer) falls back to the
-// cluster's endpoints; a plain ClusterIP one has no real server and rejects.
+// reachable from outside (it has a node port) falls back to the cluster's
+// endpoints; one that is not has no real server and rejects.
 func (o Oracle) Expect(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, clientNode, nodeZone string) Outcome {
 	name := sp.Name.String()
 	var out Outcome
@@ -348,7 +348,14 @@ func (o Oracle) topology(ready []*cluster.Endpoint, node, zone string) []*cluste
 
 func isUDP(sp *cluster.ServicePort) bool { return sp.Name.Protocol == corev1.ProtocolUDP }
 
-// externallyAccessible: reachable through a node port or a load balancer.
+// externallyAccessible says whether a service port has destinations other
+// than its ClusterIP, as kube-proxy documents ServicePort.
+// ExternallyAccessible: "a node port, load-balancer IPs or external IPs".
+// The cluster model carries neither load-balancer ingress IPs nor external
+// IPs, so a node port is the only such destination here. The Service's type
+// alone does not make a port reachable from outside: the API server gives
+// NodePort and LoadBalancer ports their node ports (a LoadBalancer with
+// allocateLoadBalancerNodePorts false has none).
 func externallyAccessible(sp *cluster.ServicePort) bool {
-	return sp.NodePort != 0 || sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer
+	return sp.NodePort != 0
 }

@@ -98,6 +98,21 @@ func TestIPVSLocalFallbackForExternallyAccessible(t *testing.T) {
 	}
 }
 
+// TestIPVSLocalNoNodePort: the type alone does not make a service port
+// reachable from outside. A NodePort or LoadBalancer port without a node
+// port (the API server allocates one, except for a LoadBalancer with
+// allocateLoadBalancerNodePorts false) has no cluster set to fall back to.
+func TestIPVSLocalNoNodePort(t *testing.T) {
+	eps := []*cluster.Endpoint{ep("10.0.1.1", "RS", "host0"), ep("10.0.1.2", "RS", "host1")}
+	for _, typ := range []corev1.ServiceType{corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer} {
+		sp := svcPort(typ)
+		sp.InternalLocal = true
+		if got := Expect(ModeIPVS, sp, eps, testHostname, ""); got.Kind != Reject || !hasDeviation(got, "without real servers") {
+			t.Errorf("%s without node port: got %s %q, want REJECT with the ipvs deviation", typ, got, got.Deviations)
+		}
+	}
+}
+
 func TestTerminatingEndpoints(t *testing.T) {
 	// nftables TestTerminatingEndpointsTrafficPolicyLocal / ...Cluster:
 	// service 172.30.1.1:80, LB 1.2.3.4; pod→ClusterIP and external→LB.

@@ -114,6 +114,7 @@ func expandTo(l *Loaded, seedOverride *uint64, sink func(runtime.Object) error, 
 	if started != nil {
 		started(e.out)
 	}
+	e.nodePorts = newNodePortAllocator(sc.Objects)
 	e.nodes()
 	e.services()
 	e.slicesAndPods()
@@ -165,6 +166,7 @@ type expander struct {
 	sinkErr     error
 	usedIPs     map[netip.Addr]bool
 	nextIP      netip.Addr
+	nodePorts   *nodePortAllocator
 }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -305,6 +307,10 @@ func (e *expander) services() {
 		}
 		if s.Spec.ClusterIP != corev1.ClusterIPNone {
 			s.Spec.ClusterIPs = []string{s.Spec.ClusterIP}
+		}
+		if !e.nodePorts.assign(s) {
+			e.r.at(o.Path+".spec.ports", "no node port left in %d-%d for this Service", NodePortMin, NodePortMax)
+			return
 		}
 		e.svcByName[s.Namespace+"/"+s.Name] = s
 		e.objServices = append(e.objServices, s)
@@ -581,7 +587,6 @@ func (e *expander) generate() {
 	// not-ready, so that the two fractions hold exactly.
 	termAmong := pick(choice, total-countTrue(notReady), safeDiv(g.Terminating*float64(total), float64(total-countTrue(notReady))))
 	nnodes := len(e.out.Nodes)
-	nodePort := int32(30000)
 	epIdx, termIdx := 0, 0
 	for i := 0; i < n && e.sinkErr == nil; i++ {
 		ns, name := GeneratedServiceName(g, i)
@@ -628,17 +633,13 @@ func (e *expander) generate() {
 				gc.NamedPorts++
 			}
 			sp := corev1.ServicePort{Name: pname, Protocol: proto, Port: g.Ports.Port + int32(j), TargetPort: intstr.FromInt32(g.Ports.TargetPort + int32(j))}
-			if s.Spec.Type == corev1.ServiceTypeNodePort {
-				if nodePort > 32767 {
-					e.r.at("generate.externalTrafficPolicyLocal", "more NodePort Services than node ports (30000-32767)")
-					return
-				}
-				sp.NodePort = nodePort
-				nodePort++
-			}
 			s.Spec.Ports = append(s.Spec.Ports, sp)
 			tp := sp.TargetPort.IntVal
 			ports[j] = discoveryv1.EndpointPort{Name: &s.Spec.Ports[j].Name, Protocol: &s.Spec.Ports[j].Protocol, Port: &tp}
+		}
+		if !e.nodePorts.assign(s) {
+			e.r.at("generate.externalTrafficPolicyLocal", "no node port left in %d-%d for the generated NodePort Services", NodePortMin, NodePortMax)
+			return
 		}
 		gc.ServicePorts += g.Ports.PerService
 		k := perSvc[i]

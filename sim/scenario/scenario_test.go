@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -307,5 +309,184 @@ func TestReadmeExample(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no complete example in scenarios/README.md")
+	}
+}
+
+// TestNodePortAllocation: NodePort and LoadBalancer ports get node ports as
+// the API server gives them: requested ones kept and never handed out again,
+// TCP and UDP of one port number sharing one, none for a LoadBalancer with
+// allocateLoadBalancerNodePorts false, unique across the cluster, the same
+// for the same input.
+func TestNodePortAllocation(t *testing.T) {
+	data := []byte(`apiVersion: kpsim.dev/v1alpha1
+kind: Scenario
+metadata: {name: nodeports}
+cluster:
+  nodes: [{name: n1}]
+objects:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: dns, namespace: kube-system}
+  spec:
+    type: NodePort
+    ports:
+    - {name: dns-tcp, port: 53, protocol: TCP}
+    - {name: dns-udp, port: 53, protocol: UDP}
+    - {name: metrics, port: 9153, protocol: TCP}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: pinned, namespace: demo}
+  spec:
+    type: NodePort
+    ports:
+    - {name: http, port: 80, nodePort: 30000}
+    - {name: https, port: 443, nodePort: 30002}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: lb, namespace: demo}
+  spec:
+    type: LoadBalancer
+    ports:
+    - {name: tcp, port: 80, protocol: TCP}
+    - {name: udp, port: 80, protocol: UDP, nodePort: 30010}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: lb-no-nodeports, namespace: demo}
+  spec:
+    type: LoadBalancer
+    allocateLoadBalancerNodePorts: false
+    ports: [{name: http, port: 80}]
+- apiVersion: v1
+  kind: Service
+  metadata: {name: internal, namespace: demo}
+  spec:
+    ports: [{name: http, port: 80}]
+generate:
+  services: 4
+  endpointsPerService: {kind: fixed, value: 1}
+  externalTrafficPolicyLocal: 0.5
+  ports: {perService: 2}
+`)
+	got := func() map[string]int32 {
+		t.Helper()
+		l, err := Load("nodeports.yaml", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := Expand(l, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int32{}
+		for _, s := range e.Services {
+			for _, p := range s.Spec.Ports {
+				out[s.Namespace+"/"+s.Name+":"+p.Name] = p.NodePort
+			}
+		}
+		return out
+	}
+	ports := got()
+	want := map[string]int32{
+		"kube-system/dns:dns-tcp": 30001, "kube-system/dns:dns-udp": 30001, "kube-system/dns:metrics": 30003,
+		"demo/pinned:http": 30000, "demo/pinned:https": 30002,
+		"demo/lb:tcp": 30010, "demo/lb:udp": 30010,
+		"demo/lb-no-nodeports:http": 0,
+		"demo/internal:http":        0,
+	}
+	for k, np := range want {
+		if ports[k] != np {
+			t.Errorf("%s: node port %d, want %d", k, ports[k], np)
+		}
+	}
+	// The generator's NodePort Services (half of 4, two ports each) take the
+	// next free ports; the others have none.
+	var generated []int32
+	for k, np := range ports {
+		if _, fixed := want[k]; !fixed && np != 0 {
+			generated = append(generated, np)
+		}
+	}
+	slices.Sort(generated)
+	if diff := cmp.Diff([]int32{30004, 30005, 30006, 30007}, generated); diff != "" {
+		t.Errorf("generated node ports (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(ports, got()); diff != "" {
+		t.Errorf("a second expansion gave other node ports (-first +second):\n%s", diff)
+	}
+}
+
+// TestNodePortsExhaustedByObjects: more ports asking for a node port than the
+// range holds is a validation error at the Service that overflows it.
+func TestNodePortsExhaustedByObjects(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: kpsim.dev/v1alpha1\nkind: Scenario\nmetadata: {name: full}\ncluster:\n  nodes: [{name: n1}]\nobjects:\n")
+	for i := range 2769 {
+		fmt.Fprintf(&b, "- {apiVersion: v1, kind: Service, metadata: {name: s%d, namespace: demo}, spec: {type: NodePort, ports: [{port: 80}]}}\n", i)
+	}
+	_, err := Load("full.yaml", []byte(b.String()))
+	var list ErrorList
+	if !errors.As(err, &list) || len(list) != 1 {
+		t.Fatalf("want one validation error, got %v", err)
+	}
+	want := "full.yaml:2775:107: objects[2768].spec.ports: the NodePort and LoadBalancer Services up to this one need 2769 node ports; the node port range 30000-32767 holds 2768"
+	if list[0].Error() != want {
+		t.Errorf("got  %s\nwant %s", list[0], want)
+	}
+}
+
+// TestCheckTargets: what a check may name, beside the rejections of the
+// invalid corpus (55-60). A check without port: on a single-port Service
+// is valid whatever the port is called; naming a generated single port is
+// valid only when every seed names it the same way.
+func TestCheckTargets(t *testing.T) {
+	const generated = `apiVersion: kpsim.dev/v1alpha1
+kind: Scenario
+metadata: {name: t}
+cluster: {nodeCount: 2}
+generate:
+  services: 10
+  endpointsPerService: {kind: fixed, value: 2}
+  ports: {named: %s}
+checks:
+  - {type: distribution, service: default/svc-3%s}
+`
+	const object = `apiVersion: kpsim.dev/v1alpha1
+kind: Scenario
+metadata: {name: t}
+cluster: {nodes: [{name: node-a}]}
+objects:
+  - apiVersion: v1
+    kind: Service
+    metadata: {name: web, namespace: demo}
+    spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80}]}
+checks:
+  - {type: distribution, service: %s}
+`
+	for _, tc := range []struct {
+		name, yaml string
+		err        string // "" when valid
+		port       string // the check's port after validation
+	}{
+		{"generated, seed-named, no port", fmt.Sprintf(generated, "0.5", ""), "", ""},
+		{"generated, all named, p80", fmt.Sprintf(generated, "1", ", port: p80"), "", "p80"},
+		{"generated, none named, no port", fmt.Sprintf(generated, "0", ""), "", ""},
+		{"generated, none named, p80", fmt.Sprintf(generated, "0", ", port: p80"), `Service default/svc-3 has no port named "p80" (it has one unnamed port)`, ""},
+		{"generated, rounds to none named, p80", fmt.Sprintf(generated, "0.01", ", port: p80"), `has no port named "p80"`, ""},
+		{"object, named port, no port", fmt.Sprintf(object, "demo/web"), "", ""},
+		{"object, port in service", fmt.Sprintf(object, "demo/web:http"), "", "http"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Load("t.yaml", []byte(tc.yaml))
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("rejected: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("error %v, want one containing %q", err, tc.err)
+			case err == nil:
+				if c := l.Scenario.Checks[0]; c.Port != tc.port || strings.Contains(c.Service, ":") {
+					t.Errorf("check service %q port %q, want port %q", c.Service, c.Port, tc.port)
+				}
+			}
+		})
 	}
 }

@@ -2,7 +2,10 @@ package scenario
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +71,7 @@ func validate(l *Loaded) ErrorList {
 	v.proxy()
 	v.objects()
 	v.generate()
+	v.nodePortDemand()
 	v.traffic()
 	v.events()
 	v.checks()
@@ -82,6 +86,14 @@ type validator struct {
 	nodes                         map[string]*nodeRef
 	services                      map[string]*svcRef // "ns/name"
 	clusterIPs                    map[netip.Addr]string
+	nodePorts                     map[int32]nodePortOwner
+}
+
+// nodePortOwner is the service port that requested a node port.
+type nodePortOwner struct {
+	service string // "ns/name"
+	port    int32
+	path    string
 }
 
 type nodeRef struct {
@@ -89,12 +101,36 @@ type nodeRef struct {
 }
 
 type svcRef struct {
-	ports     map[string]bool // port names
+	// ports are the port names in spec order; "" is the unnamed port of a
+	// single-port Service.
+	ports []string
+	// seedNamed is the name the generator gives a generated Service's one
+	// port when the seed chooses it as named (0 < generate.ports.named < 1):
+	// the port is named so in some runs and unnamed in others.
+	seedNamed string
+	headless  bool            // clusterIP: None: kube-proxy programs nothing for it
 	pods      map[string]bool // endpoint targetRef names (objects only)
 	addrs     map[string]bool // endpoint addresses (objects only)
 	generated bool
 	endpoints int // objects only
 	typ       corev1.ServiceType
+}
+
+func (r *svcRef) hasPort(name string) bool { return slices.Contains(r.ports, name) }
+
+// portList names a Service's ports for a message: "http, metrics", or
+// "an unnamed port".
+func (r *svcRef) portList() string {
+	if len(r.ports) == 1 && r.ports[0] == "" {
+		if r.seedNamed != "" {
+			return fmt.Sprintf("one port, unnamed or named %q depending on the seed", r.seedNamed)
+		}
+		return "one unnamed port"
+	}
+	if len(r.ports) == 1 {
+		return "port " + r.ports[0]
+	}
+	return "ports " + strings.Join(r.ports, ", ")
 }
 
 func (v *validator) header() {
@@ -295,6 +331,7 @@ func (v *validator) proxy() {
 func (v *validator) objects() {
 	v.services = map[string]*svcRef{}
 	v.clusterIPs = map[netip.Addr]string{}
+	v.nodePorts = map[int32]nodePortOwner{}
 	// Nodes first, so that every other kind can refer to them.
 	for _, o := range v.sc.Objects {
 		if n, ok := o.Object.(*corev1.Node); ok {
@@ -366,7 +403,7 @@ func (v *validator) service(path string, s *corev1.Service) {
 			ok = false
 		}
 	}
-	ref := &svcRef{ports: map[string]bool{}, pods: map[string]bool{}, addrs: map[string]bool{}, typ: s.Spec.Type}
+	ref := &svcRef{pods: map[string]bool{}, addrs: map[string]bool{}, typ: s.Spec.Type, headless: s.Spec.ClusterIP == corev1.ClusterIPNone}
 	if ok {
 		v.services[key] = ref
 	}
@@ -415,11 +452,11 @@ func (v *validator) service(path string, s *corev1.Service) {
 			if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
 				v.r.at(pp+".name", "%q is not a valid port name: %s", p.Name, errs[0])
 			}
-			if ref.ports[p.Name] {
+			if ref.hasPort(p.Name) {
 				v.r.at(pp+".name", "port name %q is used twice", p.Name)
 			}
 		}
-		ref.ports[p.Name] = true
+		ref.ports = append(ref.ports, p.Name)
 		switch p.Protocol {
 		case "":
 			s.Spec.Ports[i].Protocol = corev1.ProtocolTCP
@@ -450,12 +487,11 @@ func (v *validator) service(path string, s *corev1.Service) {
 			}
 		}
 		if p.NodePort != 0 {
-			if s.Spec.Type == corev1.ServiceTypeClusterIP {
-				v.r.at(pp+".nodePort", "only NodePort and LoadBalancer Services have node ports")
-			} else if p.NodePort < 30000 || p.NodePort > 32767 {
-				v.r.at(pp+".nodePort", "%d is outside the node port range 30000-32767", p.NodePort)
-			}
+			v.nodePort(pp+".nodePort", key, s, p)
 		}
+	}
+	if s.Spec.AllocateLoadBalancerNodePorts != nil && s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		v.r.at(sp+".allocateLoadBalancerNodePorts", "applies only to LoadBalancer Services")
 	}
 	switch s.Spec.SessionAffinity {
 	case "":
@@ -489,6 +525,62 @@ func (v *validator) service(path string, s *corev1.Service) {
 		}
 	default:
 		v.r.at(sp+".externalTrafficPolicy", "unknown value %q (Cluster or Local)", s.Spec.ExternalTrafficPolicy)
+	}
+}
+
+// nodePort checks a requested node port as the API server does: only on
+// NodePort and LoadBalancer Services, inside the range, and allocated once
+// in the cluster. Two ports of one Service may share it only when they share
+// the port number (TCP and UDP of one port).
+func (v *validator) nodePort(path, key string, s *corev1.Service, p corev1.ServicePort) {
+	switch {
+	case s.Spec.Type == corev1.ServiceTypeClusterIP:
+		v.r.at(path, "only NodePort and LoadBalancer Services have node ports")
+		return
+	case p.NodePort < NodePortMin || p.NodePort > NodePortMax:
+		v.r.at(path, "%d is outside the node port range %d-%d", p.NodePort, NodePortMin, NodePortMax)
+		return
+	}
+	o, taken := v.nodePorts[p.NodePort]
+	switch {
+	case !taken:
+		v.nodePorts[p.NodePort] = nodePortOwner{service: key, port: p.Port, path: path}
+	case o.service == key && o.port == p.Port:
+		// TCP and UDP of one port number share their node port.
+	case o.service == key:
+		v.r.at(path, "node port %d is also given to port %d of this Service (%s); ports share a node port only when they share the port number", p.NodePort, o.port, o.path)
+	default:
+		v.r.at(path, "node port %d is already allocated to Service %s (%s)", p.NodePort, o.service, o.path)
+	}
+}
+
+// nodePortDemand checks that the node port range holds a node port for
+// every port that requests one and every port that will be given one (the
+// expansion allocates them).
+func (v *validator) nodePortDemand() {
+	need := len(v.nodePorts)
+	report := func(path, what string) {
+		v.r.at(path, "%s need %d node ports; the node port range %d-%d holds %d", what, need, NodePortMin, NodePortMax, nodePortRangeSize)
+	}
+	for _, o := range v.sc.Objects {
+		s, ok := o.Object.(*corev1.Service)
+		if !ok {
+			continue
+		}
+		if need += missingNodePorts(s); need > nodePortRangeSize {
+			report(o.Path+".spec.ports", "the NodePort and LoadBalancer Services up to this one")
+			return
+		}
+	}
+	g := v.sc.Generate
+	if g == nil || g.Services < 1 || g.Services > 100000 || g.Ports.PerService < 1 {
+		return
+	}
+	// The generator makes exactly round(fraction × services) NodePort
+	// Services, each port with its own port number.
+	need += int(math.Round(g.ExternalTrafficPolicyLocal*float64(g.Services))) * g.Ports.PerService
+	if need > nodePortRangeSize {
+		report("generate.externalTrafficPolicyLocal", "the NodePort and LoadBalancer Services, generated ones included,")
 	}
 }
 
@@ -526,7 +618,7 @@ func (v *validator) slice(path string, s *discoveryv1.EndpointSlice) {
 		if p.Name != nil {
 			name = *p.Name
 		}
-		if ref != nil && !ref.ports[name] {
+		if ref != nil && !ref.hasPort(name) {
 			v.r.at(pp+".name", "Service %s has no port named %q", svcName, name)
 		}
 		if p.Port == nil {
@@ -676,6 +768,9 @@ func (v *validator) generate() {
 	if g.Services < 1 || g.Namespaces < 1 || g.Services > 100000 {
 		return
 	}
+	// A single port is named or not by the seed unless the fraction makes
+	// every one named or none (expand's pick takes round(named × services)).
+	k := int(math.Round(p.Named * float64(g.Services)))
 	for i := 0; i < g.Services; i++ {
 		ns, name := GeneratedServiceName(g, i)
 		key := ns + "/" + name
@@ -683,12 +778,17 @@ func (v *validator) generate() {
 			v.r.at("generate.namePrefix", "generated Service %s clashes with an object of the same name", key)
 			return
 		}
-		ref := &svcRef{ports: map[string]bool{}, generated: true, typ: corev1.ServiceTypeClusterIP}
-		for j := 0; j < p.PerService; j++ {
-			ref.ports[GeneratedPortName(g, j, true)] = true
-		}
-		if p.PerService == 1 {
-			ref.ports[""] = true // unnamed unless chosen as named
+		ref := &svcRef{generated: true, typ: corev1.ServiceTypeClusterIP}
+		switch {
+		case p.PerService > 1 || k == g.Services:
+			for j := 0; j < p.PerService; j++ {
+				ref.ports = append(ref.ports, GeneratedPortName(g, j, true))
+			}
+		case k == 0:
+			ref.ports = []string{""}
+		default:
+			ref.ports = []string{""}
+			ref.seedNamed = GeneratedPortName(g, 0, true)
 		}
 		v.services[key] = ref
 	}
@@ -714,22 +814,95 @@ func GeneratedPortName(g *Generate, j int, named bool) string {
 	return fmt.Sprintf("p%d", int(g.Ports.Port)+j)
 }
 
+// svcTarget resolves a traffic or event target, namespace/name[:port]:
+// without a port it names the Service (every port, for traffic).
 func (v *validator) svcTarget(path, target string) (*svcRef, string, bool) {
 	name, port, hasPort := strings.Cut(target, ":")
-	if !strings.Contains(name, "/") {
-		v.r.at(path, "%q: name a Service as namespace/name or namespace/name:port", target)
-		return nil, "", false
-	}
-	ref := v.services[name]
+	ref := v.lookupService(path, name)
 	if ref == nil {
-		v.r.at(path, "Service %s is not defined in this scenario", name)
 		return nil, "", false
 	}
-	if hasPort && !ref.ports[port] {
-		v.r.at(path, "Service %s has no port named %q", name, port)
+	if hasPort && !v.port(path, name, ref, port) {
 		return nil, "", false
 	}
 	return ref, port, true
+}
+
+// lookupService finds a Service by namespace/name, or reports at path why not.
+func (v *validator) lookupService(path, name string) *svcRef {
+	if !strings.Contains(name, "/") {
+		v.r.at(path, "%q: name a Service as namespace/name or namespace/name:port", name)
+		return nil
+	}
+	ref := v.services[name]
+	if ref == nil {
+		v.r.at(path, "Service %s is not defined in this scenario%s", name, v.generatedHint(name))
+	}
+	return ref
+}
+
+// generatedHint says where the generator puts a Service whose name looks
+// generated but that it does not make: svc-12 in the wrong namespace, or
+// svc-1001 of 1000.
+func (v *validator) generatedHint(key string) string {
+	g := v.sc.Generate
+	if g == nil || g.Services < 1 || g.Namespaces < 1 {
+		return ""
+	}
+	_, name, _ := strings.Cut(key, "/")
+	num, ok := strings.CutPrefix(name, g.NamePrefix)
+	i, err := strconv.Atoi(num)
+	if !ok || err != nil || strconv.Itoa(i) != num {
+		return ""
+	}
+	if i < 1 || i > g.Services {
+		return fmt.Sprintf(" (generate makes %s1 to %s%d)", g.NamePrefix, g.NamePrefix, g.Services)
+	}
+	ns, _ := GeneratedServiceName(g, i-1)
+	return fmt.Sprintf(" (generate puts %s in namespace %s)", name, ns)
+}
+
+// port checks that a named port of a Service exists in every run: a
+// generated single port named only by some seeds does not.
+func (v *validator) port(path, name string, ref *svcRef, port string) bool {
+	switch {
+	case ref.seedNamed != "" && port == ref.seedNamed:
+		v.r.at(path, "Service %s is generated with one port, named %q or unnamed depending on the seed (generate.ports.named %g): omit the port to mean its only port",
+			name, port, v.sc.Generate.Ports.Named)
+	case !ref.hasPort(port):
+		v.r.at(path, "Service %s has no port named %q (it has %s)", name, port, ref.portList())
+	default:
+		return true
+	}
+	return false
+}
+
+// checkTarget resolves the service port a check names, as sim run and sim
+// conform will (cluster.ResolvePort): port names it; without one the
+// Service must have exactly one port, which is meant whatever it is named.
+// A headless Service has no service port at all.
+func (v *validator) checkTarget(cp string, c *Check) {
+	if c.Service == "" {
+		v.r.at(cp+".service", "required: the Service to check, as namespace/name")
+		return
+	}
+	if svc, port, ok := strings.Cut(c.Service, ":"); ok {
+		if c.Port != "" {
+			v.r.at(cp+".service", "%q names a port and so does port: give the port once", c.Service)
+			return
+		}
+		c.Service, c.Port = svc, port
+	}
+	ref := v.lookupService(cp+".service", c.Service)
+	switch {
+	case ref == nil:
+	case ref.headless:
+		v.r.at(cp+".service", "Service %s is headless (clusterIP: None): kube-proxy programs nothing for it, so there is nothing to check", c.Service)
+	case c.Port != "":
+		v.port(cp+".port", c.Service, ref, c.Port)
+	case len(ref.ports) > 1:
+		v.r.at(cp+".service", "Service %s has %s: name one with port:", c.Service, ref.portList())
+	}
 }
 
 func (v *validator) traffic() {
@@ -912,15 +1085,7 @@ func (v *validator) checks() {
 		if !oneOf(c.Type, CheckTypes) {
 			v.r.at(cp+".type", "unknown check %q (choose from %s)", c.Type, choices(CheckTypes))
 		}
-		if c.Service == "" {
-			v.r.at(cp+".service", "required: the Service to check, as namespace/name")
-		} else {
-			target := c.Service
-			if c.Port != "" {
-				target += ":" + c.Port
-			}
-			v.svcTarget(cp+".service", target)
-		}
+		v.checkTarget(cp, c)
 		for j, n := range c.ClientNodes {
 			if _, ok := v.nodes[n]; !ok {
 				v.r.at(fmt.Sprintf("%s.clientNodes[%d]", cp, j), "node %q is not defined", n)

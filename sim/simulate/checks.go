@@ -23,9 +23,9 @@ func (w *world) prepareChecks() {
 	}
 	for i := range w.sc.Checks {
 		c := &w.sc.Checks[i]
-		s := w.checkService(c)
-		if s < 0 {
-			continue
+		s, err := w.checkService(c)
+		if err != nil {
+			continue // evalChecks reports it
 		}
 		for _, g := range w.svcs[s].gvs {
 			w.keep[g] = true
@@ -227,9 +227,11 @@ func (w *world) evalChecks(mi int, res []*nodeResult) []report.Check {
 		if c.Port != "" {
 			rc.ServicePort += ":" + c.Port
 		}
-		s := w.checkService(c)
-		if s < 0 {
-			rc.Verdict, rc.Message = report.Error, "the service port is not in the cluster (headless, or no such port)"
+		s, err := w.checkService(c)
+		if err != nil {
+			// Validation resolves every check before anything runs; this is
+			// reached only by a scenario built in code.
+			rc.Verdict, rc.Message = report.Error, err.Error()
 			out = append(out, rc)
 			continue
 		}
@@ -366,7 +368,7 @@ func (w *world) distributionUnits() int {
 		if c.Type != scenario.CheckDistribution {
 			continue
 		}
-		if s := w.checkService(c); s >= 0 {
+		if s, err := w.checkService(c); err == nil {
 			n += len(w.clientNodes(c, s))
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -446,7 +445,7 @@ func (w *world) pickTimeline() {
 		if c.Type != scenario.CheckFlapping {
 			continue
 		}
-		if s := w.checkService(&c); s >= 0 {
+		if s, err := w.checkService(&c); err == nil {
 			w.tlSvc = s
 			break
 		}
@@ -467,19 +466,20 @@ func (w *world) pickTimeline() {
 	w.tlBins = int((w.tr.span + w.tlBin - 1) / w.tlBin)
 }
 
-// checkService finds the service port a check names, or -1.
-func (w *world) checkService(c *scenario.Check) int32 {
-	ns, name, _ := strings.Cut(c.Service, "/")
-	best := int32(-1)
-	for s := range w.svcs {
-		n := w.svcs[s].name
-		if n.Namespace == ns && n.Name == name && n.Port == c.Port {
-			if best < 0 {
-				best = int32(s)
+// checkService finds the service port a check names (cluster.ResolvePort,
+// the rule validation has already enforced), or -1 and why not.
+func (w *world) checkService(c *scenario.Check) (int32, error) {
+	n, err := cluster.ResolvePort(c.Service, c.Port, func(yield func(cluster.ServicePortName) bool) {
+		for s := range w.svcs {
+			if !yield(w.svcs[s].name) {
+				return
 			}
 		}
+	})
+	if err != nil {
+		return -1, err
 	}
-	return best
+	return w.svcByName[n], nil
 }
 
 // oracleOutcome rebuilds the oracle's outcome from its compact form (the

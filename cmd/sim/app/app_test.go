@@ -194,3 +194,51 @@ func TestRunBadScenarioExit2(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, errs)
 	}
 }
+
+// TestRunWithoutOutWritesNothing: sim run without --out prints the report
+// and creates no file, so a run in a checkout (any seed) leaves git status
+// clean; the committed results come from make results, which passes --out.
+func TestRunWithoutOutWritesNothing(t *testing.T) {
+	f, err := filepath.Abs("../../../sim/simulate/testdata/medium.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	code, out, errs := run("run", f, "--seed", "7")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "no files written") || strings.Contains(out, "wrote ") {
+		t.Errorf("the summary does not say that nothing was written:\n%s", out)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("sim run without --out created %s in the working directory", e.Name())
+	}
+}
+
+// TestUnresolvableCheckExit2: a check that cannot be resolved (here: no
+// port: on a two-port Service) is bad input for sim run and sim conform
+// alike, reported at the check's line before anything runs or is written.
+func TestUnresolvableCheckExit2(t *testing.T) {
+	f := "../../../sim/scenario/testdata/invalid/55-check-multi-port-no-port.yaml"
+	want := f + ":22:14: checks[0].service: Service demo/web has ports http, metrics: name one with port:"
+	dir := filepath.Join(t.TempDir(), "out")
+	for _, args := range [][]string{
+		{"validate", f},
+		{"run", f, "--out", dir},
+		{"conform", f, "--json", filepath.Join(dir, "conform.json")},
+	} {
+		code, out, errs := run(args...)
+		if code != ExitBadInput || !strings.Contains(out+errs, want) {
+			t.Errorf("sim %v: exit %d, want %d with %q; stdout %q, stderr %q", args, code, ExitBadInput, want, out, errs)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("a rejected scenario left output behind: %v", err)
+	}
+}

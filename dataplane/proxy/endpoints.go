@@ -1,10 +1,15 @@
-package dataplane
-
-// Endpoint eligibility, written from kube-proxy's CategorizeEndpoints
-// (pkg/proxy/topology.go, the version with PreferSameNode, about v1.33) and
-// the traffic-policy predicates of its ServicePort. This is the dataplane's
-// own reading of that behaviour; the simulator's oracle has another one, and
-// the two are never shared (see the package comment).
+// Package proxy is the subject's endpoint eligibility, written from
+// kube-proxy's CategorizeEndpoints (pkg/proxy/topology.go, the version with
+// PreferSameNode, about v1.33) and the traffic-policy predicates of its
+// ServicePort. Every dataplane backend uses it, and so do the simulator's
+// engines (sim/engine), which model the subject: one copy of kube-proxy's
+// logic on the subject's side. The oracle (sim/oracle) has its own,
+// independent reading of the documentation and never imports this package
+// (design principle 1).
+//
+// The package is pure (no kernel, no netlink, no metrics), so that the
+// simulator can import it without the dataplane's root package.
+package proxy
 
 import (
 	"slices"
@@ -48,7 +53,9 @@ type Categorized struct {
 }
 
 // Categorizer holds what eligibility depends on besides the endpoints: the
-// node, its zone, the PreferSameNode feature gate and the faults in force.
+// node, its zone, the PreferSameNode feature gate and the two named faults
+// that act on eligibility (dataplane.FaultKeepNotReady and
+// dataplane.FaultIgnoreLocalPolicy; the other faults act in the backends).
 type Categorizer struct {
 	Node string
 	Zone string
@@ -56,9 +63,12 @@ type Categorizer struct {
 	// gate (alpha, off by default, in v1.33): with it, node hints are
 	// honoured before zone hints.
 	PreferSameNode bool
-	// Faults may include FaultKeepNotReady and FaultIgnoreLocalPolicy; the
-	// other faults act in the backends.
-	Faults Faults
+	// KeepNotReady is the keep-not-ready fault: every endpoint looks ready
+	// to the Cluster set.
+	KeepNotReady bool
+	// IgnoreLocalPolicy is the ignore-local-policy fault: every endpoint
+	// looks local to the Local set.
+	IgnoreLocalPolicy bool
 }
 
 // Categorize splits a service port's endpoints for node (in zone) into the
@@ -78,11 +88,11 @@ func (c Categorizer) Categorize(eps []*cluster.Endpoint, sp *cluster.ServicePort
 	// clusterReady is readiness as the Cluster set sees it: the
 	// keep-not-ready fault makes every endpoint look ready there.
 	clusterReady := func(ep *cluster.Endpoint) bool {
-		return ep.Ready || c.Faults.Has(FaultKeepNotReady)
+		return ep.Ready || c.KeepNotReady
 	}
 	ready := func(ep *cluster.Endpoint) bool { return ep.Ready }
 	local := func(ep *cluster.Endpoint) bool {
-		return ep.NodeName == c.Node || c.Faults.Has(FaultIgnoreLocalPolicy)
+		return ep.NodeName == c.Node || c.IgnoreLocalPolicy
 	}
 	servingTerminating := func(ep *cluster.Endpoint) bool { return ep.Serving && ep.Terminating }
 

@@ -1,4 +1,4 @@
-package dataplane
+package proxy
 
 import (
 	"net/netip"
@@ -38,6 +38,14 @@ func port(itp, etp bool, nodePort int32) *cluster.ServicePort {
 	if nodePort != 0 {
 		sp.Type, sp.NodePort = corev1.ServiceTypeNodePort, nodePort
 	}
+	return sp
+}
+
+// typed sets the Service type of sp, whatever its node port: the API server
+// never leaves a NodePort port without one, but the predicates must still
+// read such a port as not reachable from outside.
+func typed(typ corev1.ServiceType, sp *cluster.ServicePort) *cluster.ServicePort {
+	sp.Type = typ
 	return sp
 }
 
@@ -86,6 +94,15 @@ func TestCategorize(t *testing.T) {
 			[]*cluster.Endpoint{ep("5", there, "ST")},
 			"", "10.0.1.5", "", "10.0.1.5", true, ""},
 		{"etp local without node port is not external", port(false, true, 0),
+			[]*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")},
+			"", "10.0.1.1,10.0.1.5", "", "10.0.1.1,10.0.1.5", true, ""},
+		{"itp local on a NodePort type without node port: no cluster set", typed(corev1.ServiceTypeNodePort, port(true, false, 0)),
+			[]*cluster.Endpoint{ep("5", there, "R")},
+			"", "", "", "", true, ""},
+		{"itp local on a NodePort with node port: cluster set for the fallback", port(true, false, 30001),
+			[]*cluster.Endpoint{ep("5", there, "R")},
+			"", "10.0.1.5", "", "10.0.1.5", true, ""},
+		{"etp local on a LoadBalancer without node port is not external", typed(corev1.ServiceTypeLoadBalancer, port(false, true, 0)),
 			[]*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")},
 			"", "10.0.1.1,10.0.1.5", "", "10.0.1.1,10.0.1.5", true, ""},
 		{"itp and etp local still use cluster endpoints (short-circuit)", port(true, true, 30001),
@@ -145,15 +162,25 @@ func TestPolicySelection(t *testing.T) {
 	if !ExternallyAccessible(sp) || !ExternalPolicyLocal(sp) || !UsesClusterEndpoints(sp) || !UsesLocalEndpoints(sp) {
 		t.Error("policy predicates wrong for a node port with etp Local")
 	}
+	for _, typ := range []corev1.ServiceType{corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer} {
+		sp = typed(typ, port(true, true, 0))
+		if ExternallyAccessible(sp) || ExternalPolicyLocal(sp) || UsesClusterEndpoints(sp) || !UsesLocalEndpoints(sp) {
+			t.Errorf("%s without a node port: the predicates read it as reachable from outside", typ)
+		}
+		got := Categorize(eps, sp, there+"x", "")
+		if got.Cluster != nil || got.HasInternal(sp) || !got.HasAny {
+			t.Errorf("%s without a node port, itp Local, no local endpoint: cluster %s", typ, ips(got.Cluster))
+		}
+	}
 }
 
 func TestCategorizeFaults(t *testing.T) {
 	eps := []*cluster.Endpoint{ep("1", there, "R"), ep("2", there, ""), ep("3", here, "T")}
-	c := Categorizer{Node: here, Faults: Faults{FaultKeepNotReady: true}}
+	c := Categorizer{Node: here, KeepNotReady: true}
 	if got := c.Categorize(eps, port(false, false, 0)); ips(got.Cluster) != "10.0.1.1,10.0.1.2,10.0.1.3" {
 		t.Errorf("keep-not-ready: %s", ips(got.Cluster))
 	}
-	c = Categorizer{Node: here, Faults: Faults{FaultIgnoreLocalPolicy: true}}
+	c = Categorizer{Node: here, IgnoreLocalPolicy: true}
 	if got := c.Categorize(eps, port(true, false, 0)); ips(got.Local) != "10.0.1.1" {
 		t.Errorf("ignore-local-policy: %s", ips(got.Local))
 	}
