@@ -65,9 +65,10 @@ host-snapshot:
 	   echo "## ip netns"; ip netns list 2>/dev/null; \
 	   echo "## links"; ip -o link show 2>/dev/null | sed 's/^[0-9]*: //' | cut -d' ' -f1 | sort; } > $(SNAPSHOT)
 
-test-go:
+# KPSIM_SIM_BIN hands the kill soak (cmd/sim) the sim just built.
+test-go: build
 	@if [ "$$(id -u)" = 0 ]; then export KPSIM_REQUIRE_ALL=1; fi; \
-	$(GO) test -count=1 -timeout 15m -v ./... > $(TEST_LOG) 2>&1; status=$$?; \
+	KPSIM_SIM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -v ./... > $(TEST_LOG) 2>&1; status=$$?; \
 	grep -E '^(ok|FAIL|panic|---)|^\s+--- (FAIL|SKIP)|^\s+[a-z_]+\.go:[0-9]+:' $(TEST_LOG) | grep -v -- '--- PASS' ; \
 	$(MAKE) --no-print-directory check-skips || status=1; exit $$status
 
