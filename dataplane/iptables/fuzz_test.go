@@ -111,7 +111,6 @@ func FuzzFakeRestore(f *testing.F) {
 	})
 }
 
-
 // TestTokenizeLikeIptablesRestore pins the cases FuzzTokenize found, as
 // iptables-restore reads them: inside quotes a backslash escapes the next
 // character, outside it is literal, and a closing quote ends the argument.
