@@ -71,7 +71,11 @@ func canonicalSets(save string) string {
 		switch f[0] {
 		case "create":
 			// ipset save prints a set's options in its own order and adds
-			// some (bucketsize, initval); keep name and type.
+			// some (bucketsize, initval); keep name and type. A create
+			// without a type is not ipset's (FuzzCanonicalSets found it).
+			if len(f) < 3 {
+				continue
+			}
 			creates[f[1]] = "create " + f[1] + " " + f[2]
 		case "add":
 			entries[f[1]] = append(entries[f[1]], line)
