@@ -101,13 +101,17 @@ func canonicalSets(save string) string {
 // are left out.
 func kubeRules(save string) string {
 	var b, table strings.Builder
-	has := false
+	in, has := false, false
 	for _, line := range strings.Split(save, "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table.Reset()
-			has = false
+			in, has = true, false
 			table.WriteString(line + "\n")
+		case !in:
+			// Outside a table (before its header or after its COMMIT):
+			// not iptables-save's; FuzzKubeRules found such lines carried
+			// into the next table.
 		case strings.HasPrefix(line, ":KUBE-"):
 			table.WriteString(":" + strings.Fields(line[1:])[0] + "\n")
 			has = true
@@ -118,6 +122,8 @@ func kubeRules(save string) string {
 			if has {
 				b.WriteString(table.String() + "COMMIT\n")
 			}
+			table.Reset()
+			in, has = false, false
 		}
 	}
 	return b.String()
