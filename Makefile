@@ -18,6 +18,7 @@
 #   make fresh-check  clone HEAD into a temporary folder and run .ci/run there
 #                 with empty HOME, Go module and build caches and VM cache, as
 #                 on a brand-new machine; prints the wall time
+#   make fuzz     every fuzz target for FUZZTIME (10m) each, one after another
 #   make results  regenerate the committed outputs in results/ (sim run
 #                 scenarios/1000-services.yaml --out results/1000-services)
 
@@ -34,7 +35,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
@@ -63,6 +64,7 @@ test: deps build
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory vm-assets; fi
 	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-before.txt
 	@$(MAKE) --no-print-directory test-go
+	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory conformance
 	@$(MAKE) --no-print-directory soak
 	@$(MAKE) --no-print-directory test-vm
@@ -86,9 +88,10 @@ host-snapshot:
 # (-race found a sync loop outliving its namespaces and Counters racing
 # Sync there). On two cores the race build adds about 5 minutes to a cold
 # cache and the run takes about twice as long as without it.
-test-go:
+# KPSIM_SIM_BIN hands the kill soak (cmd/sim) the sim just built.
+test-go: build
 	@if [ "$$(id -u)" = 0 ]; then export KPSIM_REQUIRE_ALL=1; fi; \
-	$(GO) test -race -count=1 -timeout 30m -v ./... > $(TEST_LOG) 2>&1; status=$$?; \
+	KPSIM_SIM_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v ./... > $(TEST_LOG) 2>&1; status=$$?; \
 	grep -E '^(ok|FAIL|panic|---)|^\s+--- (FAIL|SKIP)|^\s+[a-z_]+\.go:[0-9]+:' $(TEST_LOG) | grep -v -- '--- PASS' ; \
 	$(MAKE) --no-print-directory check-skips || status=1; exit $$status
 
@@ -166,6 +169,36 @@ check-skips:
 	fi; \
 	pass=$$(grep -cE -- '^\s*--- PASS' $(TEST_LOG)); fail=$$(grep -cE -- '^\s*--- FAIL' $(TEST_LOG)); \
 	echo "$$pass passed, $$fail failed, $$skips skipped"
+
+# Fuzz targets (package:target), each with its seed corpus under the
+# package's testdata/fuzz/TARGET/ (go test runs the corpus as ordinary tests
+# too). make fuzz runs each for FUZZTIME, make test (fuzz-short) for
+# FUZZTIME_SHORT; go test -fuzz takes one target per run. A crasher is
+# written into the corpus; commit it with the fix.
+FUZZ_TARGETS := \
+	sim/scenario:FuzzLoad \
+	dataplane/iptables:FuzzParseCounters dataplane/iptables:FuzzTokenize dataplane/iptables:FuzzFakeRestore \
+	dataplane/nftables:FuzzParseCountersJSON dataplane/nftables:FuzzParseCountersText dataplane/nftables:FuzzParseCountersDump \
+	dataplane/ipvs:FuzzParseStatsPerCPU dataplane/ipvs:FuzzCanonicalSets dataplane/ipvs:FuzzKubeRules \
+	harness/traffic:FuzzParseArrival harness/traffic:FuzzParseUnreachable
+FUZZTIME       ?= 10m
+FUZZTIME_SHORT ?= 20s
+# Minimising a new input runs the target many times; Go's default (60 s per
+# input) would dwarf a 20 s run.
+FUZZMINIMIZETIME ?= 5s
+
+fuzz:
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_FOR=$(FUZZTIME)
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_FOR=$(FUZZTIME_SHORT)
+
+fuzz-run:
+	@set -o pipefail; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$fn (./$$pkg) for $(FUZZ_FOR)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_FOR) -fuzzminimizetime $(FUZZMINIMIZETIME) ./$$pkg 2>&1 \
+			| grep -v '^fuzz: elapsed: [0-9]*s, execs' || { echo "make fuzz: $$fn failed (the crasher is in $$pkg/testdata/fuzz/$$fn/)"; exit 1; }; \
+	done
 
 bench:
 	$(GO) test -run XXX -bench . -benchtime 3x -count 5 ./sim/cluster/

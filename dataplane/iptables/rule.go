@@ -364,27 +364,43 @@ func parseMark(s string) (val, mask uint32, err error) {
 	return uint32(pv), uint32(pm), nil
 }
 
-// Tokenize splits a restore line into arguments as iptables-restore does:
-// on blanks, with double quotes grouping and \" escaping a quote.
+// Tokenize splits a restore line into arguments as iptables-restore does
+// (add_param_to_argv in iptables' xshared.c): on blanks; a double quote opens
+// a quoted part in which blanks are kept and a backslash takes the next
+// character as it is (\" is a quote, \\ a backslash), and the closing quote
+// ends the argument. Outside quotes a backslash is an ordinary character.
 func Tokenize(line string) ([]string, error) {
 	var out []string
 	var cur strings.Builder
-	inQuote, have := false, false
+	inQuote, escaped, have := false, false, false
+	emit := func() {
+		out = append(out, cur.String())
+		cur.Reset()
+		have = false
+	}
 	for i := 0; i < len(line); i++ {
 		c := line[i]
-		switch {
-		case c == '\\' && i+1 < len(line) && line[i+1] == '"':
-			cur.WriteByte('"')
-			have = true
-			i++
-		case c == '"':
-			inQuote = !inQuote
-			have = true
-		case (c == ' ' || c == '\t') && !inQuote:
+		if inQuote {
+			switch {
+			case escaped:
+				cur.WriteByte(c)
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inQuote = false
+				emit()
+			default:
+				cur.WriteByte(c)
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inQuote, have = true, true
+		case ' ', '\t':
 			if have {
-				out = append(out, cur.String())
-				cur.Reset()
-				have = false
+				emit()
 			}
 		default:
 			cur.WriteByte(c)
@@ -395,7 +411,7 @@ func Tokenize(line string) ([]string, error) {
 		return nil, fmt.Errorf("%w: unterminated quote", ErrBadRule)
 	}
 	if have {
-		out = append(out, cur.String())
+		emit()
 	}
 	return out, nil
 }

@@ -194,13 +194,18 @@ func (r *Renderer) jumpRestore() string {
 	return b.String()
 }
 
+// quoteEscaper escapes a quoted argument for iptables-restore.
+var quoteEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+
 // JoinArgs joins iptables arguments into one restore line, quoting those
-// with spaces as iptables-save does.
+// that are empty or hold blanks or quotes as iptables-save does; inside the
+// quotes a quote or a backslash is escaped with a backslash (Tokenize reads
+// it back).
 func JoinArgs(args []string) string {
 	q := make([]string, len(args))
 	for i, a := range args {
 		if a == "" || strings.ContainsAny(a, " \t\"") {
-			q[i] = `"` + strings.ReplaceAll(a, `"`, `\"`) + `"`
+			q[i] = `"` + quoteEscaper.Replace(a) + `"`
 		} else {
 			q[i] = a
 		}

@@ -71,7 +71,11 @@ func canonicalSets(save string) string {
 		switch f[0] {
 		case "create":
 			// ipset save prints a set's options in its own order and adds
-			// some (bucketsize, initval); keep name and type.
+			// some (bucketsize, initval); keep name and type. A create
+			// without a type is not ipset's (FuzzCanonicalSets found it).
+			if len(f) < 3 {
+				continue
+			}
 			creates[f[1]] = "create " + f[1] + " " + f[2]
 		case "add":
 			entries[f[1]] = append(entries[f[1]], line)
@@ -97,13 +101,17 @@ func canonicalSets(save string) string {
 // are left out.
 func kubeRules(save string) string {
 	var b, table strings.Builder
-	has := false
+	in, has := false, false
 	for _, line := range strings.Split(save, "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table.Reset()
-			has = false
+			in, has = true, false
 			table.WriteString(line + "\n")
+		case !in:
+			// Outside a table (before its header or after its COMMIT):
+			// not iptables-save's; FuzzKubeRules found such lines carried
+			// into the next table.
 		case strings.HasPrefix(line, ":KUBE-"):
 			table.WriteString(":" + strings.Fields(line[1:])[0] + "\n")
 			has = true
@@ -114,6 +122,8 @@ func kubeRules(save string) string {
 			if has {
 				b.WriteString(table.String() + "COMMIT\n")
 			}
+			table.Reset()
+			in, has = false, false
 		}
 	}
 	return b.String()

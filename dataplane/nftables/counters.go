@@ -240,7 +240,7 @@ func joinEndpoint(ip, port string) string {
 	if err != nil {
 		return ""
 	}
-	p, err := strconv.Atoi(strings.TrimSpace(port))
+	p, err := strconv.ParseUint(strings.TrimSpace(port), 10, 16)
 	if err != nil {
 		return ""
 	}
@@ -284,7 +284,9 @@ func ParseCountersText(text string, refs Refs) []dataplane.Counter {
 			}
 			pk, _ := strconv.ParseUint(cm[1], 10, 64)
 			by, _ := strconv.ParseUint(cm[2], 10, 64)
-			c.add(spn, joinEndpoint(dm[1], dm[2]), pk, by)
+			if ep := joinEndpoint(dm[1], dm[2]); ep != "" {
+				c.add(spn, ep, pk, by)
+			}
 		case "map":
 			m := elementsRE.FindStringSubmatch(line)
 			if m == nil {
@@ -348,10 +350,16 @@ func ParseCountersDump(dump string, refs Refs) []dataplane.Counter {
 				continue
 			}
 			if dm := dnatToRE.FindStringSubmatch(line); dm != nil {
-				c.add(spn, joinEndpoint(dm[1], dm[2]), 0, 0)
+				if ep := joinEndpoint(dm[1], dm[2]); ep != "" {
+					c.add(spn, ep, 0, 0)
+				}
 			}
 		case len(f) >= 5 && f[0] == "add" && f[1] == "element" && counted[f[4]]:
-			body := line[strings.Index(line, "{")+1 : strings.LastIndex(line, "}")]
+			open, end := strings.Index(line, "{"), strings.LastIndex(line, "}")
+			if open < 0 || end < open {
+				continue
+			}
+			body := line[open+1 : end]
 			body = commentRE.ReplaceAllString(body, "")
 			key, value, ok := strings.Cut(body, " : ")
 			if !ok {

@@ -332,6 +332,7 @@ func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults datapla
 		return out
 	}
 	defer s.teardown()
+	fmt.Fprintf(o.Log, "conform: %s: %d nodes synced, sampling\n", out.Scenario, len(s.nodes))
 	s.runChecks(ctx)
 	if n, d := s.prober.Rate(); n > 0 && d > 0 {
 		out.Figures["probes"] = n
@@ -382,11 +383,13 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(s.o.Log, "conform: %s: building namespaces (run %s)\n", s.out.Scenario, id)
 	topo, err := netns.Build(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("could not build the namespaces: %w", err)
 	}
 	s.topo = topo
+	fmt.Fprintf(s.o.Log, "conform: %s: namespaces built, syncing\n", s.out.Scenario)
 	podCIDR, err := netip.ParsePrefix(s.l.Scenario.Cluster.PodCIDR)
 	if err != nil {
 		return err
@@ -449,6 +452,7 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 }
 
 func (s *suite) teardown() {
+	fmt.Fprintf(s.o.Log, "conform: %s: tearing down\n", s.out.Scenario)
 	if s.stopSyncers != nil {
 		s.stopSyncers()
 	}
@@ -464,6 +468,7 @@ func (s *suite) teardown() {
 		}
 	}
 	if s.topo != nil {
+		fmt.Fprintf(s.o.Log, "conform: %s: removing namespaces\n", s.out.Scenario)
 		if err := s.topo.Close(); err != nil {
 			s.out.SetupError = strings.TrimSpace(s.out.SetupError + " teardown: " + err.Error())
 		}
@@ -471,6 +476,7 @@ func (s *suite) teardown() {
 	if s.m != nil {
 		s.m.Close()
 	}
+	fmt.Fprintf(s.o.Log, "conform: %s: torn down\n", s.out.Scenario)
 }
 
 // state drains the model's own tracker: the API state the checks expect.

@@ -127,7 +127,7 @@ func ParseArrival(b []byte) (Arrival, error) {
 		return a, errNotProbe
 	}
 	ihl := int(b[0]&0x0f) * 4
-	if len(b) < ihl+8 {
+	if ihl < 20 || len(b) < ihl+8 {
 		return a, errNotProbe
 	}
 	src, _ := netip.AddrFromSlice(b[12:16])
@@ -164,15 +164,20 @@ func ParseUnreachable(b []byte) (Unreachable, error) {
 	if len(b) < 20 || b[0]>>4 != 4 || b[9] != 1 {
 		return u, errNotProbe
 	}
+	// Header lengths come from the packet: check them before slicing (an
+	// IHL past the end panicked; FuzzParseUnreachable found it).
 	ihl := int(b[0]&0x0f) * 4
+	if ihl < 20 || len(b) < ihl+8+20+8 {
+		return u, errNotProbe
+	}
 	icmp := b[ihl:]
-	if len(icmp) < 8+20+8 || icmp[0] != 3 {
+	if icmp[0] != 3 {
 		return u, errNotProbe
 	}
 	u.Code = icmp[1]
 	inner := icmp[8:]
 	iihl := int(inner[0]&0x0f) * 4
-	if len(inner) < iihl+4 {
+	if iihl < 20 || len(inner) < iihl+4 {
 		return u, errNotProbe
 	}
 	switch inner[9] {
