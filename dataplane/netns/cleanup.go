@@ -132,9 +132,26 @@ func Cleanup(o CleanupOptions) (*CleanupReport, error) {
 		}
 		return strings.Compare(a, b)
 	})
+	// A namespace mounted before ip netns add bound NetnsDir on itself
+	// is hidden under that mount; uncover it first (see ensureNetnsDir).
+	var uncoverErr error
+	if !o.DryRun {
+		if mounts, err := readMountInfo(); err == nil {
+			if hidden, cover := hiddenNamespaces(mounts); len(hidden) > 0 && slices.ContainsFunc(names, func(n string) bool { return slices.Contains(hidden, n) }) {
+				if uncoverErr = uncoverNetnsDir(mounts, cover); uncoverErr == nil {
+					defer ensureNetnsDir()
+				}
+			}
+		}
+	}
 	for _, name := range names {
 		id, _ := MatchPrefix(name, o.Prefix)
-		act(Leftover{Kind: KindNetns, Name: name, RunID: id}, func() error { return removeNamed(name) })
+		act(Leftover{Kind: KindNetns, Name: name, RunID: id}, func() error {
+			if err := removeNamed(name); err != nil {
+				return errors.Join(err, uncoverErr)
+			}
+			return nil
+		})
 	}
 
 	links, err := rootLinks(o.Prefix)

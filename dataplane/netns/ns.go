@@ -161,8 +161,8 @@ func Open(name string) (*Namespace, error) {
 // bind-mounts it at NetnsDir/name and ends without unlocking, so the runtime
 // discards that thread. The name must not exist yet.
 func create(name string, role Role) (*Namespace, error) {
-	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
-		return nil, fmt.Errorf("could not create %s: %w", NetnsDir, err)
+	if err := ensureNetnsDir(); err != nil {
+		return nil, err
 	}
 	path := filepath.Join(NetnsDir, name)
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
