@@ -182,7 +182,10 @@ type countingBackend struct {
 	dataplane.Backend
 	mu                                         sync.Mutex
 	syncs, full, partial, failures, recoveries int
-	failing                                    bool
+	// pending counts the failed syncs since the last successful one: a
+	// success recovers all of them (failures can come in a row when the
+	// retry is the next apply to fail).
+	pending int
 	// errors keeps the first sync errors (for the report).
 	errors []string
 }
@@ -195,15 +198,13 @@ func (c *countingBackend) Sync(st *cluster.State, changed []cluster.ServicePortN
 	switch {
 	case err != nil:
 		c.failures++
-		c.failing = true
+		c.pending++
 		if len(c.errors) < maxSyncErrors {
 			c.errors = append(c.errors, err.Error())
 		}
 	default:
-		if c.failing {
-			c.recoveries++
-			c.failing = false
-		}
+		c.recoveries += c.pending
+		c.pending = 0
 		if res.Full || full {
 			c.full++
 		} else {
@@ -483,6 +484,20 @@ func (s *soak) run(parent context.Context) error {
 			res.Failed = append(res.Failed, fmt.Sprintf("node %s: %v", n.name, err))
 		}
 	}
+	// The sync loops keep running after the final state is programmed
+	// (periodic and retry syncs), so an injected failure can still land
+	// here: stop injecting, then wait until every node's last sync has
+	// succeeded, so each injected failure has its recovery.
+	if s.fa != nil {
+		if err := s.fa.SetEnabled(false); err != nil {
+			return err
+		}
+	}
+	for _, n := range s.nodes {
+		if err := waitRecovered(ctx, n.backend, s.o.SettleTimeout); err != nil {
+			res.Failed = append(res.Failed, fmt.Sprintf("node %s: %v", n.name, err))
+		}
+	}
 	res.SettleSeconds = time.Since(t1).Seconds()
 	rss.sample(s.o.Events)
 	res.RSS = rss.verdict()
@@ -728,6 +743,28 @@ func waitApplied(ctx context.Context, sy *dataplane.Syncer, target uint64, limit
 		if time.Now().After(deadline) {
 			_, _, last := sy.Stats()
 			return fmt.Errorf("the final state was not programmed within %s (applied sequence %d of %d; last sync error: %v)", limit, applied, target, last)
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// waitRecovered waits until the backend's last sync succeeded.
+func waitRecovered(ctx context.Context, c *countingBackend, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		c.mu.Lock()
+		failing, last := c.pending > 0, ""
+		if n := len(c.errors); n > 0 {
+			last = c.errors[n-1]
+		}
+		c.mu.Unlock()
+		if !failing {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the last sync failed and no sync succeeded within %s of the final state (last error kept: %s)", limit, last)
 		}
 		if err := sleep(ctx, 5*time.Millisecond); err != nil {
 			return err

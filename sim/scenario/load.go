@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -399,13 +400,15 @@ type fieldInfo struct {
 	typ  reflect.Type
 }
 
-var fieldCache = map[reflect.Type]map[string]fieldInfo{}
+// fieldCache maps a reflect.Type to its map[string]fieldInfo; scenarios
+// load concurrently (sim run of several files, tests), hence a sync.Map.
+var fieldCache sync.Map
 
 // jsonFields lists a struct's JSON field names, following inline and
 // embedded structs as encoding/json does.
 func jsonFields(t reflect.Type) map[string]fieldInfo {
-	if f, ok := fieldCache[t]; ok {
-		return f
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(map[string]fieldInfo)
 	}
 	out := map[string]fieldInfo{}
 	for i := 0; i < t.NumField(); i++ {
@@ -438,8 +441,8 @@ func jsonFields(t reflect.Type) map[string]fieldInfo {
 		}
 		out[name] = fieldInfo{name: name, typ: ft}
 	}
-	fieldCache[t] = out
-	return out
+	f, _ := fieldCache.LoadOrStore(t, out)
+	return f.(map[string]fieldInfo)
 }
 
 func (w *walker) structValue(buf *bytes.Buffer, n *yaml.Node, t reflect.Type, path string) {
