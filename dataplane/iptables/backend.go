@@ -284,27 +284,34 @@ func destroyExisting(stale, names []string) string {
 	return b.String()
 }
 
-// MissingJumps returns the rules of a jump text (Ruleset.Jumps) that save,
-// the output of `iptables-save`, lacks, as a jump text. It compares lines as
-// iptables-save prints them, which is how the jump text writes them.
-func MissingJumps(jumps, save string) string {
+// SavedRules returns the rules of save, the output of `iptables-save`, as
+// "TABLE -A CHAIN ..." keys, exactly as iptables-save prints them.
+func SavedRules(save string) map[string]bool {
 	have := map[string]bool{}
 	table := ""
 	for _, line := range strings.Split(save, "\n") {
 		line = strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(line, "*"):
-			table = line
+			table = line[1:]
 		case strings.HasPrefix(line, "-A "):
 			have[table+" "+line] = true
 		}
 	}
+	return have
+}
+
+// MissingJumps returns the rules of a jump text (Ruleset.Jumps) that save,
+// the output of `iptables-save`, lacks, as a jump text. It compares lines as
+// iptables-save prints them, which is how the jump text writes them.
+func MissingJumps(jumps, save string) string {
+	have := SavedRules(save)
 	var out strings.Builder
-	table = ""
+	table := ""
 	for _, line := range strings.Split(jumps, "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
-			table = line
+			table = line[1:]
 			out.WriteString(line + "\n")
 		case strings.HasPrefix(line, "-A "):
 			if !have[table+" "+line] {

@@ -8,6 +8,8 @@ package ipvs
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kpsim/kpsim/dataplane/iptables"
 )
 
 // The ipsets, by kube-proxy's names.
@@ -153,17 +155,7 @@ func JumpRules() string { return MissingJumpRules("") }
 // rule inserted twice stays twice, since --noflush never flushes a built-in
 // chain.
 func MissingJumpRules(save string) string {
-	have := map[string]bool{}
-	table := ""
-	for _, line := range strings.Split(save, "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(line, "*"):
-			table = line[1:]
-		case strings.HasPrefix(line, "-A "):
-			have[table+" "+line] = true
-		}
-	}
+	have := iptables.SavedRules(save)
 	var b strings.Builder
 	for _, t := range []string{tableFilter, tableNAT} {
 		fmt.Fprintf(&b, "*%s\n", t)
