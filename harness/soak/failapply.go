@@ -36,12 +36,9 @@ func failTools(mode, variant string) []string {
 	return []string{"iptables-" + variant + "-restore"}
 }
 
-const wrapperIPTables = `#!/bin/sh
-# Written by sim soak (kpsim, harness/soak/failapply.go): every %[3]d-th apply
-# fails in the real tool. Removed when the soak ends.
-d=%[1]q
-real=%[2]q
-exec 9>>"$d/lock"
+// wrapperCount counts the apply under a lock, passes it through unless it
+// is the K-th one (and injection is enabled), and records an injection.
+const wrapperCount = `exec 9>>"$d/lock"
 flock 9
 n=$(( $(cat "$d/count" 2>/dev/null || echo 0) + 1 ))
 echo "$n" >"$d/count"
@@ -51,7 +48,14 @@ if [ $(( n %% %[3]d )) -ne 0 ] || [ ! -e "$d/enabled" ]; then
 	exec "$real" "$@"
 fi
 echo "$n" >>"$d/injected"
-awk 'BEGIN { done = 0 }
+`
+
+const wrapperIPTables = `#!/bin/sh
+# Written by sim soak (kpsim, harness/soak/failapply.go): every %[3]d-th apply
+# fails in the real tool. Removed when the soak ends.
+d=%[1]q
+real=%[2]q
+` + wrapperCount + `awk 'BEGIN { done = 0 }
 	/^COMMIT$/ && !done { print "-A KPSIM-SOAK-NO-SUCH-CHAIN -j ACCEPT"; done = 1 }
 	{ print }
 	END { if (!done) print "*filter\n-A KPSIM-SOAK-NO-SUCH-CHAIN -j ACCEPT\nCOMMIT" }' | "$real" "$@"
@@ -65,17 +69,7 @@ real=%[2]q
 if [ "$#" -ne 2 ] || [ "$1" != "-f" ] || [ "$2" != "-" ]; then
 	exec "$real" "$@"
 fi
-exec 9>>"$d/lock"
-flock 9
-n=$(( $(cat "$d/count" 2>/dev/null || echo 0) + 1 ))
-echo "$n" >"$d/count"
-flock -u 9
-exec 9>&-
-if [ $(( n %% %[3]d )) -ne 0 ] || [ ! -e "$d/enabled" ]; then
-	exec "$real" "$@"
-fi
-echo "$n" >>"$d/injected"
-{ cat; echo "add rule ip kpsim-soak-no-such-table no-such-chain counter"; } | "$real" "$@"
+` + wrapperCount + `{ cat; echo "add rule ip kpsim-soak-no-such-table no-such-chain counter"; } | "$real" "$@"
 `
 
 // InstallFailApply writes the wrappers for mode's apply tools into a fresh
