@@ -356,51 +356,96 @@ func (s *soak) run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	s.cancel = cancel
 	res := s.res
-	m, err := cluster.OpenLoaded(ctx, s.l, s.o.Seed)
+	ctx, serviceCIDR, id, err := s.setup(ctx)
 	if err != nil {
 		return err
+	}
+	base, writes, rss, err := s.drive(ctx, serviceCIDR, id)
+	if err != nil {
+		return err
+	}
+	if err := s.settle(ctx, base, writes, rss); err != nil {
+		return err
+	}
+	m, res := s.m, s.res
+	// Stop the sync loops before reading the kernels: nothing changes now.
+	cancel()
+	s.wg.Wait()
+	if s.fa != nil {
+		if err := s.fa.SetEnabled(false); err != nil {
+			return err
+		}
+		res.Applies, res.FailuresInjected = s.fa.Applies(), s.fa.Injected()
+	}
+	for _, n := range s.nodes {
+		c := n.backend
+		c.mu.Lock()
+		nr := NodeResult{Name: n.name, Syncs: c.syncs, FullSyncs: c.full, PartialSyncs: c.partial, FailedSyncs: c.failures, Recoveries: c.recoveries, SyncErrors: c.errors}
+		c.mu.Unlock()
+		res.PerNode = append(res.PerNode, nr)
+		res.Syncs += nr.Syncs
+		res.FullSyncs += nr.FullSyncs
+		res.PartialSyncs += nr.PartialSyncs
+		res.FailedSyncs += nr.FailedSyncs
+		res.Recoveries += nr.Recoveries
+	}
+	// Every failed sync must be one the wrapper caused: a failure of its
+	// own (a delete the kernel refuses, a missing chain) is a finding.
+	if extra := res.FailedSyncs - res.FailuresInjected; extra > 0 {
+		res.Failed = append(res.Failed, fmt.Sprintf("%d sync(s) failed beyond the %d apply failures injected (see perNode.syncErrors)", extra, res.FailuresInjected))
+	}
+	st, _ := m.Tracker.Drain()
+	return s.compare(parent, st)
+}
+
+// setup builds the namespaces and starts a sync loop per node; the
+// context it returns ends the run on SIGINT/SIGTERM.
+func (s *soak) setup(ctx context.Context) (context.Context, netip.Prefix, string, error) {
+	m, err := cluster.OpenLoaded(ctx, s.l, s.o.Seed)
+	if err != nil {
+		return nil, netip.Prefix{}, "", err
 	}
 	s.m = m
 	clearActions(m)
 	if s.podCIDR, err = netip.ParsePrefix(s.l.Scenario.Cluster.PodCIDR); err != nil {
-		return fmt.Errorf("could not parse the pod CIDR: %w", err)
+		return nil, netip.Prefix{}, "", fmt.Errorf("could not parse the pod CIDR: %w", err)
 	}
 	serviceCIDR, err := netip.ParsePrefix(s.l.Scenario.Cluster.ServiceCIDR)
 	if err != nil {
-		return fmt.Errorf("could not parse the service CIDR: %w", err)
+		return nil, netip.Prefix{}, "", fmt.Errorf("could not parse the service CIDR: %w", err)
 	}
 	id, err := netns.NewRunID()
 	if err != nil {
-		return err
+		return nil, netip.Prefix{}, "", err
 	}
 	cfg, err := netns.ConfigFromModel(m, id)
 	if err != nil {
-		return err
+		return nil, netip.Prefix{}, "", err
 	}
 	for i := range cfg.Nodes {
 		cfg.Nodes[i].Clients = nil // no traffic: the soak reads rules, it sends nothing
 	}
 	topo, err := netns.New(cfg)
 	if err != nil {
-		return err
+		return nil, netip.Prefix{}, "", err
 	}
 	s.topo = topo
 	s.runIDs = append(s.runIDs, id)
 	ctx, stop := netns.WithSignalCleanup(ctx, topo)
 	s.stopSignals = append(s.stopSignals, stop)
 	if err := topo.Build(ctx); err != nil {
-		return fmt.Errorf("could not build the namespaces: %w", err)
+		return nil, netip.Prefix{}, "", fmt.Errorf("could not build the namespaces: %w", err)
 	}
 	px := s.l.Scenario.Proxy
 	retry := max(px.MinSyncPeriod.Duration, 200*time.Millisecond)
 	for _, n := range topo.Nodes() {
 		tr, err := m.Cluster.AddTrackerSynced(ctx, trackerTimeout)
 		if err != nil {
-			return err
+			return nil, netip.Prefix{}, "", err
 		}
 		b, err := s.newBackend(n.NS, n.Config.Name)
 		if err != nil {
-			return err
+			return nil, netip.Prefix{}, "", err
 		}
 		cb := &countingBackend{Backend: b}
 		sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: px.MinSyncPeriod.Duration, SyncPeriod: px.SyncPeriod.Duration, RetryPeriod: retry}, cb, tr, nil)
@@ -410,17 +455,24 @@ func (s *soak) run(parent context.Context) error {
 		select {
 		case <-first:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, netip.Prefix{}, "", ctx.Err()
 		case <-time.After(firstSyncLimit):
 			_, _, last := sy.Stats()
-			return fmt.Errorf("node %s: the first sync did not complete within %s: %v", n.Config.Name, firstSyncLimit, last)
+			return nil, netip.Prefix{}, "", fmt.Errorf("node %s: the first sync did not complete within %s: %v", n.Config.Name, firstSyncLimit, last)
 		}
 		s.nodes = append(s.nodes, &node{name: n.Config.Name, ns: n.NS, backend: cb, tracker: tr, syncer: sy})
 	}
+	return ctx, serviceCIDR, id, nil
+}
+
+// drive writes the seeded changes, paced by the model's tracker, and
+// returns each tracker's sequence before them and the writes made.
+func (s *soak) drive(ctx context.Context, serviceCIDR netip.Prefix, id string) (map[*cluster.Tracker]uint64, int, *rssRecorder, error) {
+	m, res := s.m, s.res
 	res.Nodes = len(s.nodes)
 	gen, err := NewGenerator(ctx, m.Cluster.Client, serviceCIDR, scenario.NewRand(res.Seed, streamSoak), boundsFor(m.State))
 	if err != nil {
-		return err
+		return nil, 0, nil, err
 	}
 	res.ServicesStart = gen.Services()
 	s.logf("%s %s (%s), seed %d, namespaces %s*: %d nodes, %d Services, %d changes, every %s on average; fail every %d-th apply",
@@ -440,14 +492,14 @@ func (s *soak) run(parent context.Context) error {
 	writes := 0
 	for i := 1; i <= s.o.Events; i++ {
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, 0, nil, err
 		}
 		if err := waitSeq(ctx, m.Tracker, base[m.Tracker]+uint64(max(0, writes-backlog)), trackerTimeout); err != nil {
-			return fmt.Errorf("change %d: %w", i, err)
+			return nil, 0, nil, fmt.Errorf("change %d: %w", i, err)
 		}
 		ch, err := gen.Next(ctx)
 		if err != nil {
-			return fmt.Errorf("change %d: %w", i, err)
+			return nil, 0, nil, fmt.Errorf("change %d: %w", i, err)
 		}
 		writes += ch.Writes
 		if i%100 == 0 {
@@ -468,7 +520,13 @@ func (s *soak) run(parent context.Context) error {
 	res.Writes = writes
 	res.Changes = gen.Counts()
 	res.ServicesEnd = gen.Services()
+	return base, writes, rss, nil
+}
 
+// settle waits until every node has programmed the final state and its
+// last sync succeeded, and records the RSS verdict.
+func (s *soak) settle(ctx context.Context, base map[*cluster.Tracker]uint64, writes int, rss *rssRecorder) error {
+	m, res := s.m, s.res
 	// Settle on sequence numbers: every tracker has received every write,
 	// and every node's last successful sync had drained them all.
 	t1 := time.Now()
@@ -505,34 +563,7 @@ func (s *soak) run(parent context.Context) error {
 		res.Failed = append(res.Failed, fmt.Sprintf("RSS grew with N: last-quarter median %.1f MiB > limit %.1f MiB (first-quarter median %.1f MiB)",
 			res.RSS.LastQuarterMiB, res.RSS.LimitMiB, res.RSS.FirstQuarterMiB))
 	}
-	// Stop the sync loops before reading the kernels: nothing changes now.
-	cancel()
-	s.wg.Wait()
-	if s.fa != nil {
-		if err := s.fa.SetEnabled(false); err != nil {
-			return err
-		}
-		res.Applies, res.FailuresInjected = s.fa.Applies(), s.fa.Injected()
-	}
-	for _, n := range s.nodes {
-		c := n.backend
-		c.mu.Lock()
-		nr := NodeResult{Name: n.name, Syncs: c.syncs, FullSyncs: c.full, PartialSyncs: c.partial, FailedSyncs: c.failures, Recoveries: c.recoveries, SyncErrors: c.errors}
-		c.mu.Unlock()
-		res.PerNode = append(res.PerNode, nr)
-		res.Syncs += nr.Syncs
-		res.FullSyncs += nr.FullSyncs
-		res.PartialSyncs += nr.PartialSyncs
-		res.FailedSyncs += nr.FailedSyncs
-		res.Recoveries += nr.Recoveries
-	}
-	// Every failed sync must be one the wrapper caused: a failure of its
-	// own (a delete the kernel refuses, a missing chain) is a finding.
-	if extra := res.FailedSyncs - res.FailuresInjected; extra > 0 {
-		res.Failed = append(res.Failed, fmt.Sprintf("%d sync(s) failed beyond the %d apply failures injected (see perNode.syncErrors)", extra, res.FailuresInjected))
-	}
-	st, _ := m.Tracker.Drain()
-	return s.compare(parent, st)
+	return nil
 }
 
 // Random streams of the soak, apart from the scenario's own.
