@@ -53,7 +53,7 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 		ip     netip.Addr
 	}
 	var addrs []addr
-	clients := s.topo.Clients()
+	clients := s.mc.clients()
 	for i, cl := range clients {
 		if cl.Node == nodeName {
 			for _, a := range cl.Config.Addrs {
@@ -73,23 +73,23 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 	}
 	aff := s.or.NewAffinity(s.o.Mode, sp, want)
 	vip := netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port))
-	t0 := time.Now()
+	t0 := s.mc.now()
 	proto := protoOf(sp)
 	// round sends one probe from every address, in order starting at the
 	// shift-th, and returns the endpoint each reached ("" when none) with
 	// its virtual send time.
 	round := func(shift int) (map[netip.Addr]string, map[netip.Addr]time.Duration, error) {
-		s.flushConntrack()
-		s.prober.Phase()
+		s.mc.flush()
+		s.mc.phase()
 		sentAt := map[netip.Addr]time.Duration{}
 		for i := range addrs {
 			a := addrs[(i+shift)%len(addrs)]
-			sentAt[a.ip] = time.Since(t0)
-			if _, err := s.prober.Send(ctx, Probe{Client: clients[a.client], Src: a.ip, VIP: vip, Proto: proto, N: 1}, s.rng); err != nil {
+			sentAt[a.ip] = s.mc.now() - t0
+			if _, err := s.mc.send(ctx, Probe{Client: clients[a.client], Src: a.ip, VIP: vip, Proto: proto, N: 1}, s.rng); err != nil {
 				return nil, nil, err
 			}
 		}
-		counts := s.prober.Collect(len(addrs))
+		counts := s.mc.collect(len(addrs))
 		got := map[netip.Addr]string{}
 		for k, v := range counts.Arrivals {
 			if v > 0 {
@@ -198,7 +198,7 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: ev})
 		sticky.SpecVerdict = "does not meet the documented semantics: " + ev
 	}
-	for _, d := range aff.Deviations(time.Since(t0)) {
+	for _, d := range aff.Deviations(s.mc.now()-t0) {
 		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: d})
 	}
 
@@ -212,15 +212,13 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 	}
 	before := map[netip.Addr]string{}
 	for _, a := range addrs {
-		if b, ok := aff.Binding(a.ip, time.Since(t0)); ok {
+		if b, ok := aff.Binding(a.ip, s.mc.now()-t0); ok {
 			before[a.ip] = b.Endpoint
 		}
 	}
-	select {
-	case <-ctx.Done():
-		fail(ctx.Err().Error())
+	if err := s.mc.idle(ctx, idle); err != nil {
+		fail(err.Error())
 		return
-	case <-time.After(idle):
 	}
 	got, _, err = round(s.expiryShift(len(addrs), len(endpoints)))
 	if err != nil {

@@ -246,31 +246,14 @@ func fail(rc *report.Check, bad int, format string, args ...any) {
 	rc.Message = fmt.Sprintf(format, args...)
 }
 
-// quiesce waits until no probe of an earlier phase is still arriving (on a
-// slow machine, such as the emulated VM, a large phase's packets can still
-// be queued when its collection ends; each one would move IPVS's rr
-// pointer). Bounded by 30 s.
-func (s *suite) quiesce() {
-	deadline := time.Now().Add(30 * time.Second)
-	prev := s.prober.Collect(0).Foreign
-	for time.Now().Before(deadline) {
-		time.Sleep(quietPeriod + 50*time.Millisecond)
-		cur := s.prober.Collect(0).Foreign
-		if cur == prev {
-			return
-		}
-		prev = cur
-	}
-}
-
 // probeOne sends one probe from src with the source port r draws and
 // returns where it went: an endpoint, "REJECT" or "lost".
 func (s *suite) probeOne(ctx context.Context, k *ipvsCheck, src netip.Addr, r *rand.Rand) (string, error) {
-	s.prober.Phase()
-	if _, err := s.prober.Send(ctx, Probe{Client: k.client, Src: src, VIP: k.vip, Proto: protoOf(k.sp), N: 1}, r); err != nil {
+	s.mc.phase()
+	if _, err := s.mc.send(ctx, Probe{Client: k.client, Src: src, VIP: k.vip, Proto: protoOf(k.sp), N: 1}, r); err != nil {
 		return "", err
 	}
-	counts := s.prober.Collect(1)
+	counts := s.mc.collect(1)
 	for e, v := range counts.PerEndpoint() {
 		if v > 0 {
 			return e.String(), nil
@@ -292,8 +275,8 @@ func (s *suite) ipvsRotation(ctx context.Context, c *scenario.Check, node string
 	}
 	n := len(k.eps)
 	total := n * max(10, 60/n)
-	s.quiesce()
-	s.flushConntrack()
+	s.mc.quiesce()
+	s.mc.flush()
 	seq := make([]string, 0, total)
 	for i := 0; i < total; i++ {
 		e, err := s.probeOne(ctx, k, k.client.Config.Addrs[0], s.rng)
@@ -363,7 +346,11 @@ func (s *suite) ipvsHeld(ctx context.Context, c *scenario.Check, node string) {
 	if !ok {
 		return
 	}
-	s.quiesce()
+	if _, err := s.kernelOnly("the least-connection check (real TCP connections)"); err != nil {
+		k.rc.Verdict, k.rc.Message = report.Error, err.Error()
+		return
+	}
+	s.mc.quiesce()
 	h, err := s.hold(ctx, k, heldPerEndpoint*len(k.eps))
 	defer h.close()
 	if err != nil {
@@ -548,34 +535,34 @@ func (s *suite) ipvsConsistency(ctx context.Context, c *scenario.Check, node, sc
 		return
 	}
 	var addrs []netip.Addr
-	for _, cl := range s.topo.Clients() {
+	for _, cl := range s.mc.clients() {
 		if cl.Node == node {
 			addrs = append(addrs, cl.Config.Addrs...)
 		}
 	}
-	s.quiesce()
+	s.mc.quiesce()
 	if sched == "mh" {
 		s.mhConsistency(ctx, k)
 		return
 	}
-	s.flushConntrack()
-	s.prober.Phase()
+	s.mc.flush()
+	s.mc.phase()
 	clients := map[netip.Addr]*netns.Client{}
-	for _, cl := range s.topo.Clients() {
+	for _, cl := range s.mc.clients() {
 		for _, a := range cl.Config.Addrs {
 			clients[a] = cl
 		}
 	}
 	sent := 0
 	for _, a := range addrs {
-		n, err := s.prober.Send(ctx, Probe{Client: clients[a], Src: a, VIP: k.vip, Proto: protoOf(k.sp), N: consistencyProbes}, s.rng)
+		n, err := s.mc.send(ctx, Probe{Client: clients[a], Src: a, VIP: k.vip, Proto: protoOf(k.sp), N: consistencyProbes}, s.rng)
 		sent += n
 		if err != nil {
 			k.rc.Verdict, k.rc.Message = report.Error, err.Error()
 			return
 		}
 	}
-	counts := s.prober.Collect(sent)
+	counts := s.mc.collect(sent)
 	k.rc.N = sent
 	bySrc := map[netip.Addr]map[string]int{}
 	total := map[string]int{}
@@ -632,7 +619,7 @@ func (s *suite) mhConsistency(ctx context.Context, k *ipvsCheck) {
 	first := make([]string, mhPairs)
 	seed := s.rng.Uint64()
 	for round := 0; round < 2; round++ {
-		s.flushConntrack()
+		s.mc.flush()
 		for i := 0; i < mhPairs; i++ {
 			// The same generator state gives the same source port.
 			e, err := s.probeOne(ctx, k, src, rand.New(rand.NewPCG(seed, uint64(i))))

@@ -302,7 +302,9 @@ type suite struct {
 	m         *cluster.Model
 	topo      *netns.Topology
 	nodes     []*node
-	prober    *Prober
+	// mc is where the checks run: the kernel (setup) or, in the harness
+	// calibration, the simulator's engines.
+	mc        machine
 	rng       *rand.Rand
 	seed      uint64
 	alphaUnit float64
@@ -334,12 +336,20 @@ func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults datapla
 	defer s.teardown()
 	fmt.Fprintf(o.Log, "conform: %s: %d nodes synced, sampling\n", out.Scenario, len(s.nodes))
 	s.runChecks(ctx)
-	if n, d := s.prober.Rate(); n > 0 && d > 0 {
+	if k, ok := s.mc.(*kernelMachine); ok {
+		s.reportRate(k.prober)
+	}
+	return out
+}
+
+// reportRate records the generator's rate in the suite's figures.
+func (s *suite) reportRate(p *Prober) {
+	out, o := s.out, s.o
+	if n, d := p.Rate(); n > 0 && d > 0 {
 		out.Figures["probes"] = n
 		out.Figures["probesPerSecond"] = float64(n) / d.Seconds()
 		fmt.Fprintf(o.Log, "conform: %s: %d probes at %.0f new connections/s\n", out.Scenario, n, float64(n)/d.Seconds())
 	}
-	return out
 }
 
 func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.Run) error {
@@ -442,7 +452,7 @@ func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.
 	if err != nil {
 		return err
 	}
-	s.prober = p
+	s.mc = &kernelMachine{s: s, prober: p, start: time.Now()}
 	if s.o.Mode == oracle.ModeIPVS {
 		if err := s.keepResets(); err != nil {
 			return err
@@ -457,8 +467,8 @@ func (s *suite) teardown() {
 		s.stopSyncers()
 	}
 	s.syncers.Wait()
-	if s.prober != nil {
-		s.prober.Close()
+	if k, ok := s.mc.(*kernelMachine); ok {
+		k.prober.Close()
 	}
 	for _, n := range s.nodes {
 		// A backend holding sockets in its namespace (IPVS) keeps the
@@ -496,7 +506,7 @@ func (s *suite) nodeObj(name string) *node {
 
 // clientOn returns the first client pod on a node.
 func (s *suite) clientOn(nodeName string) *netns.Client {
-	for _, c := range s.topo.Clients() {
+	for _, c := range s.mc.clients() {
 		if c.Node == nodeName {
 			return c
 		}
@@ -532,15 +542,6 @@ func (s *suite) settle(before map[*node]uint64, writes int, since time.Time) (ma
 		}
 	}
 	return out, nil
-}
-
-// flushConntrack empties the node namespaces' connection tables, so that
-// one phase's probes never meet another's entries (and the shared kernel
-// table does not fill up).
-func (s *suite) flushConntrack() {
-	for _, n := range s.nodes {
-		_, _ = n.ns.Exec("conntrack", "-F")
-	}
 }
 
 func (s *suite) spn(c *scenario.Check) (cluster.ServicePortName, *cluster.ServicePort, error) {
@@ -591,17 +592,11 @@ func (s *suite) runChecks(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		before := map[*node]uint64{}
-		for _, n := range s.nodes {
-			before[n] = n.tracker.Seq()
-		}
-		t0 := time.Now()
-		writes, err := s.m.Cluster.Apply(ctx, step)
-		if err != nil {
-			s.out.Checks = append(s.out.Checks, &report.Check{Name: fmt.Sprintf("timeline step %d", i+1), Type: "timeline", Verdict: report.Error, Message: err.Error()})
+		prop, err := s.mc.apply(ctx, step)
+		if ae := (*applyError)(nil); errors.As(err, &ae) {
+			s.out.Checks = append(s.out.Checks, &report.Check{Name: fmt.Sprintf("timeline step %d", i+1), Type: "timeline", Verdict: report.Error, Message: ae.Error()})
 			return
 		}
-		prop, err := s.settle(before, writes, t0)
 		if err != nil {
 			for _, c := range timelineChecks {
 				s.out.Checks = append(s.out.Checks, &report.Check{Name: c.Name + " @ step " + fmt.Sprint(i+1), Type: c.Type, Service: c.Service,
@@ -673,17 +668,16 @@ func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, p
 		n, rc.AchievedPower = sizeFor(probsOf(want), c.MDE, c.Power, s.alphaUnit)
 	}
 	proto := protoOf(sp)
-	node := s.nodeObj(nodeName)
-	before := counters(node)
-	s.flushConntrack()
-	s.prober.Phase()
-	sent, err := s.prober.Send(ctx, Probe{Client: client, Src: client.Config.Addrs[0], VIP: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)), Proto: proto, N: n}, s.rng)
+	before := s.mc.counters(nodeName)
+	s.mc.flush()
+	s.mc.phase()
+	sent, err := s.mc.send(ctx, Probe{Client: client, Src: client.Config.Addrs[0], VIP: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)), Proto: proto, N: n}, s.rng)
 	if err != nil {
 		rc.Verdict, rc.Message = report.Error, err.Error()
 		return
 	}
-	counts := s.prober.Collect(sent)
-	after := counters(node)
+	counts := s.mc.collect(sent)
+	after := s.mc.counters(nodeName)
 	rc.N = sent
 	per := counts.PerEndpoint()
 	rejected := counts.Rejected()
@@ -820,17 +814,6 @@ func protoOf(sp *cluster.ServicePort) traffic.Proto {
 		return traffic.UDP
 	}
 	return traffic.TCP
-}
-
-func counters(n *node) []dataplane.Counter {
-	if n == nil {
-		return nil
-	}
-	cs, err := n.backend.Counters()
-	if err != nil {
-		return nil
-	}
-	return cs
 }
 
 // witness compares the client node's rule counters (delta over the phase)
