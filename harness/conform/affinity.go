@@ -198,7 +198,7 @@ func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string
 		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: ev})
 		sticky.SpecVerdict = "does not meet the documented semantics: " + ev
 	}
-	for _, d := range aff.Deviations(s.mc.now()-t0) {
+	for _, d := range aff.Deviations(s.mc.now() - t0) {
 		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: d})
 	}
 

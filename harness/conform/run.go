@@ -297,11 +297,11 @@ type node struct {
 
 // suite is one scenario being run.
 type suite struct {
-	o         Options
-	l         *scenario.Loaded
-	m         *cluster.Model
-	topo      *netns.Topology
-	nodes     []*node
+	o     Options
+	l     *scenario.Loaded
+	m     *cluster.Model
+	topo  *netns.Topology
+	nodes []*node
 	// mc is where the checks run: the kernel (setup) or, in the harness
 	// calibration, the simulator's engines.
 	mc        machine
