@@ -2,154 +2,42 @@ package conform
 
 import (
 	"context"
-	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/kpsim/kpsim/harness/stats"
-	"github.com/kpsim/kpsim/sim/cluster"
-	"github.com/kpsim/kpsim/sim/oracle"
-	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-// unit is one statistical verdict of the conformance suite: its expected
-// distribution and its size.
-type unit struct {
-	name string
-	p    []float64
-	n    int
-}
-
-// suiteUnits rebuilds, without root, every distribution verdict the suite
-// over scenarios/conformance makes in iptables mode: the same states (the
-// timeline applied through the cluster model), the same oracle, the same
-// sizing.
-func suiteUnits(t *testing.T) ([]unit, float64) {
+// TestHarnessCalibration runs the whole conformance suite on a correct
+// dataplane, in every mode, through the run's own code on the simulated
+// machine (machine_sim.go: the engines' rules, conntrack and affinity
+// memory, the prober's block plan, the run's sizing, sequential looks,
+// decisions and Holm over the run's m), and tests the false-failure rate
+// against the family alpha with an exact binomial test at level 0.001.
+// Seeded: the same code gives the same count. The large calibration
+// (10,000 runs per mode) is `sim conform --calibrate`; its result is in
+// results/harness-calibration/.
+func TestHarnessCalibration(t *testing.T) {
 	files, err := filesIn(conformanceDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0
-	var loaded []*scenario.Loaded
-	for _, f := range files {
-		l, err := scenario.LoadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		loaded = append(loaded, l)
-		total += plannedUnits(l.Scenario)
+	runs := 300
+	if raceEnabled {
+		runs = 20 // the race detector makes each run ten times slower
 	}
-	alpha := stats.DefaultFamilyAlpha / float64(total)
-	var units []unit
-	for _, l := range loaded {
-		m, err := cluster.OpenLoaded(context.Background(), l, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := l.Scenario
-		var all []string
-		for n := range m.State.Nodes {
-			all = append(all, n)
-		}
-		collect := func(c *scenario.Check, st *cluster.State) {
-			for _, nd := range clientNodes(sc, c, all) {
-				for spn, sp := range st.Services {
-					if spn.Namespace+"/"+spn.Name != c.Service || spn.Port != c.Port || c.Type == scenario.CheckAffinity {
-						continue
-					}
-					want := oracle.Expect("iptables", sp, st.Endpoints[spn], nd, "")
-					if want.Kind == oracle.Endpoints && len(want.Probs) > 1 {
-						p := probsOf(want)
-						n, _ := sizeFor(p, c.MDE, c.Power, alpha)
-						units = append(units, unit{c.Name + "@" + nd, p, n})
-					}
-				}
-			}
-		}
-		for i := range sc.Checks {
-			collect(&sc.Checks[i], m.State)
-		}
-		for _, step := range cluster.Timeline(sc) {
-			if _, err := m.Cluster.Apply(context.Background(), step); err != nil {
-				t.Fatal(err)
-			}
-			waitDrainTracker(m.Tracker)
-			for i := range sc.Checks {
-				if c := &sc.Checks[i]; c.Type == scenario.CheckFlapping || c.Type == scenario.CheckTerminating {
-					collect(c, m.State)
-				}
-			}
-		}
-		m.Close()
-	}
-	return units, alpha
-}
-
-func waitDrainTracker(tr *cluster.Tracker) {
-	before := tr.Seq()
-	for i := 0; i < 2000 && tr.Seq() == before; i++ {
-		sleepMs(1)
-	}
-	tr.Drain()
-}
-
-// TestSuiteFalseFailureRate simulates the whole suite on a correct subject
-// (every verdict's counts drawn from exactly the expected distribution) and
-// counts runs with any failure after Holm at the family alpha. Target: at
-// most 1 in 1,000 runs. Deterministic verdicts cannot fail on a correct,
-// lossless subject and are not simulated.
-func TestSuiteFalseFailureRate(t *testing.T) {
-	units, alpha := suiteUnits(t)
-	if len(units) < 10 {
-		t.Fatalf("only %d distribution verdicts found", len(units))
-	}
-	const reps = 10000
-	r := rand.New(rand.NewPCG(2026, 1129))
-	failedRuns := 0
-	ps := make([]float64, len(units))
-	for rep := 0; rep < reps; rep++ {
-		for i, u := range units {
-			counts := make([]int, len(u.p))
-			stats.SampleMultinomial(r, u.n, u.p, counts)
-			obs := make([]float64, len(counts))
-			for j, c := range counts {
-				obs[j] = float64(c)
-			}
-			res, err := stats.ChiSquareGOF(obs, u.p)
+	for _, mode := range []string{"iptables", "nftables", "ipvs"} {
+		t.Run(mode, func(t *testing.T) {
+			c, err := Calibrate(context.Background(), files, Options{Mode: mode}, runs, 20261201, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ps[i] = res.P
-		}
-		for _, rej := range stats.Holm(ps, stats.DefaultFamilyAlpha) {
-			if rej {
-				failedRuns++
-				break
+			t.Log(c)
+			if c.P <= 0.001 {
+				t.Errorf("the harness's false-failure rate exceeds the family alpha %g (exact binomial p = %.3g): %s", stats.DefaultFamilyAlpha, c.P, c)
 			}
-		}
-	}
-	lo, hi := stats.ClopperPearson(failedRuns, reps, 0.999)
-	t.Logf("%d distribution verdicts (alpha per verdict %.3g, n from %d to %d): %d of %d simulated suite runs failed (rate %.5f, 99.9%% CI %.5f-%.5f); family alpha %g",
-		len(units), alpha, minN(units), maxN(units), failedRuns, reps, float64(failedRuns)/reps, lo, hi, stats.DefaultFamilyAlpha)
-	if lo > stats.DefaultFamilyAlpha {
-		t.Errorf("the suite's false-failure rate exceeds the family alpha %g: %d of %d runs", stats.DefaultFamilyAlpha, failedRuns, reps)
+			if c.Errored > 0 {
+				t.Errorf("%d simulated runs had errors on a lossless machine: %v", c.Errored, c.ErrorMessages)
+			}
+		})
 	}
 }
-
-func minN(us []unit) int {
-	m := us[0].n
-	for _, u := range us {
-		m = min(m, u.n)
-	}
-	return m
-}
-
-func maxN(us []unit) int {
-	m := 0
-	for _, u := range us {
-		m = max(m, u.n)
-	}
-	return m
-}
-
-func sleepMs(n int) { time.Sleep(time.Duration(n) * time.Millisecond) }

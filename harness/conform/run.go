@@ -128,6 +128,22 @@ func Preflight(o Options) error {
 // error is non-nil only for bad input, a missing environment, or a failure
 // to report; failed checks are in the report (Run.Failed).
 func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
+	o, faults, loaded, err := load(files, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := Preflight(o); err != nil {
+		return nil, err
+	}
+	return execute(ctx, loaded, o, func(ctx context.Context, l *scenario.Loaded, alphaUnit float64, run *report.Run) *report.Suite {
+		return runSuite(ctx, l, o, faults, alphaUnit, run)
+	}), ctx.Err()
+}
+
+// load reads every scenario and the options' defaults and faults. Bad input
+// comes first (exit 2), so that a scenario is checked, checks resolved
+// included, on any machine, before the environment is.
+func load(files []string, o Options) (Options, dataplane.Faults, []*scenario.Loaded, error) {
 	if o.FamilyAlpha == 0 {
 		o.FamilyAlpha = stats.DefaultFamilyAlpha
 	}
@@ -136,47 +152,54 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 	}
 	faults, err := dataplane.ParseFaults(o.Faults)
 	if err != nil {
-		return nil, err
+		return o, nil, nil, err
 	}
-	// Bad input first (exit 2), so that a scenario is checked, checks
-	// resolved included, on any machine, before the environment is.
 	var loaded []*scenario.Loaded
 	for _, f := range files {
 		l, err := scenario.LoadFile(f)
 		if err != nil {
-			return nil, err
+			return o, nil, nil, err
 		}
 		if _, err := scenario.Expand(l, o.Seed); err != nil {
-			return nil, err
+			return o, nil, nil, err
 		}
 		loaded = append(loaded, l)
 	}
-	if err := Preflight(o); err != nil {
-		return nil, err
-	}
+	return o, faults, loaded, nil
+}
+
+// execute runs every scenario with runOne, each check sized at the first
+// Holm level of the whole run, and applies Holm over the run's verdicts.
+func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne func(context.Context, *scenario.Loaded, float64, *report.Run) *report.Suite) *report.Run {
+	faults, _ := dataplane.ParseFaults(o.Faults) // load checked them
 	run := &report.Run{Mode: o.Mode, Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
 	if o.Seed != nil {
 		run.Seed = *o.Seed
 	} else if len(loaded) > 0 {
 		run.Seed = *loaded[0].Scenario.Seed
 	}
-	// Size every check at the first Holm level of the whole run.
-	units := 0
-	for _, l := range loaded {
-		units += plannedUnits(l.Scenario) + ipvsExtraUnits(o.Mode, l.Scenario)
-	}
+	units := plannedVerdicts(loaded, o.Mode)
 	alphaUnit := o.FamilyAlpha / float64(max(units, 1))
 	fmt.Fprintf(o.Log, "conform: %d scenarios, %d verdicts planned, each sized at alpha %.3g (family %.3g, Holm)\n", len(loaded), units, alphaUnit, o.FamilyAlpha)
 	for _, l := range loaded {
 		if ctx.Err() != nil {
 			break
 		}
-		s := runSuite(ctx, l, o, faults, alphaUnit, run)
-		run.Suites = append(run.Suites, s)
+		run.Suites = append(run.Suites, runOne(ctx, l, alphaUnit, run))
 	}
 	holm(run, o.FamilyAlpha)
 	run.Duration = time.Since(run.Started)
-	return run, ctx.Err()
+	return run
+}
+
+// plannedVerdicts is m: the verdicts the run will make, known before any
+// namespace exists.
+func plannedVerdicts(loaded []*scenario.Loaded, mode string) int {
+	units := 0
+	for _, l := range loaded {
+		units += plannedUnits(l.Scenario) + ipvsExtraUnits(mode, l.Scenario)
+	}
+	return units
 }
 
 // filesIn lists the scenario files of a directory, sorted.
@@ -286,6 +309,43 @@ func holm(run *report.Run, alpha float64) {
 	}
 }
 
+// configure opens the scenario's cluster model and resolves the options
+// every machine shares: seed, random source, iptables variant and affinity
+// layout, nftables layout, the oracle's settings. It returns the model and
+// the iptables variant.
+func (s *suite) configure(ctx context.Context, run *report.Run) (*cluster.Model, string, error) {
+	m, err := cluster.OpenLoaded(ctx, s.l, s.o.Seed)
+	if err != nil {
+		return nil, "", err
+	}
+	s.m = m
+	s.seed = m.Expanded.Seed
+	s.rng = rand.New(rand.NewPCG(s.seed, 0x636f6e666f726d))
+	px := s.l.Scenario.Proxy
+	variant := px.IPTablesBackend
+	if s.o.IPTablesBackend != "" {
+		variant = s.o.IPTablesBackend
+	}
+	affinity := px.IPTablesAffinity
+	if s.o.IPTablesAffinity != "" {
+		affinity = s.o.IPTablesAffinity
+	}
+	s.ipset = affinity == "ipset"
+	s.layout = px.NFTablesLayout
+	if s.o.NFTablesLayout != "" {
+		s.layout = s.o.NFTablesLayout
+	}
+	if s.o.Mode == oracle.ModeNFTables {
+		run.Layout = s.layout
+	}
+	if s.ipset {
+		s.or.RecentCapacity = 1 << 30 // an ipset holds every client
+	}
+	run.IPTablesBackend = variant
+	s.or.IPVSScheduler = px.IPVSScheduler
+	return m, variant, nil
+}
+
 // node is one node's proxy: its backend, tracker and sync loop.
 type node struct {
 	name    string
@@ -353,35 +413,15 @@ func (s *suite) reportRate(p *Prober) {
 }
 
 func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.Run) error {
-	m, err := cluster.OpenLoaded(ctx, s.l, s.o.Seed)
+	m, variant, err := s.configure(ctx, run)
 	if err != nil {
 		return err
 	}
-	s.m = m
-	s.seed = m.Expanded.Seed
-	s.rng = rand.New(rand.NewPCG(s.seed, 0x636f6e666f726d))
 	px := s.l.Scenario.Proxy
-	variant := px.IPTablesBackend
-	if s.o.IPTablesBackend != "" {
-		variant = s.o.IPTablesBackend
-	}
-	affinity := px.IPTablesAffinity
-	if s.o.IPTablesAffinity != "" {
-		affinity = s.o.IPTablesAffinity
-	}
-	s.ipset = affinity == "ipset"
-	s.layout = px.NFTablesLayout
-	if s.o.NFTablesLayout != "" {
-		s.layout = s.o.NFTablesLayout
-	}
-	if s.o.Mode == oracle.ModeNFTables {
-		run.Layout = s.layout
-	}
+	affinity := "recent"
 	if s.ipset {
-		s.or.RecentCapacity = 1 << 30 // an ipset holds every client
+		affinity = "ipset"
 	}
-	run.IPTablesBackend = variant
-	s.or.IPVSScheduler = px.IPVSScheduler
 	if err := iptables.CheckTools(variant, s.ipset || s.o.Mode == oracle.ModeIPVS); err != nil {
 		return err
 	}
@@ -555,10 +595,7 @@ func (s *suite) spn(c *scenario.Check) (cluster.ServicePortName, *cluster.Servic
 
 func (s *suite) runChecks(ctx context.Context) {
 	sc := s.l.Scenario
-	allNodes := make([]string, 0, len(s.nodes))
-	for _, n := range s.nodes {
-		allNodes = append(allNodes, n.name)
-	}
+	allNodes := s.state().SortedNodes()
 	var timelineChecks []*scenario.Check
 	for i := range sc.Checks {
 		c := &sc.Checks[i]
@@ -633,127 +670,6 @@ func (s *suite) zone(node string) string {
 	return ""
 }
 
-// outcomeCheck samples new connections from a client on nodeName and holds
-// them against the oracle's outcome: a distribution, a DROP or a REJECT.
-func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, phase string) {
-	start := time.Now()
-	name := c.Name + " @ " + nodeName
-	if phase != "" {
-		name += " / " + phase
-	}
-	rc := &report.Check{Name: name, Type: c.Type, Service: c.Service, ClientNode: nodeName, Phase: phase, Seed: s.seed, Alpha: s.alphaUnit, MDE: c.MDE, Power: c.Power}
-	defer func() { rc.Duration = time.Since(start); s.out.Checks = append(s.out.Checks, rc) }()
-	spn, sp, err := s.spn(c)
-	if err != nil {
-		rc.Verdict, rc.Message = report.Error, err.Error()
-		return
-	}
-	client := s.clientOn(nodeName)
-	if client == nil {
-		rc.Verdict, rc.Message = report.Error, "no client pod on node "+nodeName
-		return
-	}
-	st := s.state()
-	want := s.or.Expect(s.o.Mode, sp, st.Endpoints[spn], nodeName, s.zone(nodeName))
-	for _, d := range want.Deviations {
-		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: d})
-	}
-	// The documented semantics, where the mode departs from them.
-	if c.Type == scenario.CheckInternalTrafficLocal && s.o.Mode == oracle.ModeIPVS && want.Kind == oracle.Endpoints && len(want.Deviations) > 0 {
-		rc.SpecVerdict = "does not meet the documented semantics (no local endpoint should drop): " + strings.Join(want.Deviations, "; ")
-	}
-	endpoints := want.Endpoints()
-	n := deterministicN
-	if want.Kind == oracle.Endpoints && len(endpoints) > 1 {
-		n, rc.AchievedPower = sizeFor(probsOf(want), c.MDE, c.Power, s.alphaUnit)
-	}
-	proto := protoOf(sp)
-	before := s.mc.counters(nodeName)
-	s.mc.flush()
-	s.mc.phase()
-	sent, err := s.mc.send(ctx, Probe{Client: client, Src: client.Config.Addrs[0], VIP: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)), Proto: proto, N: n}, s.rng)
-	if err != nil {
-		rc.Verdict, rc.Message = report.Error, err.Error()
-		return
-	}
-	counts := s.mc.collect(sent)
-	after := s.mc.counters(nodeName)
-	rc.N = sent
-	per := counts.PerEndpoint()
-	rejected := counts.Rejected()
-	arrived := 0
-	for _, v := range per {
-		arrived += v
-	}
-	lost := max(0, sent-arrived-rejected-counts.OtherICMP)
-
-	// Cells: every endpoint the oracle allows, then anything else that was
-	// observed (probability 0: any count there is a failure).
-	var obs, exp []float64
-	var rows []report.Row
-	add := func(outcome string, o float64, p float64) {
-		obs = append(obs, o)
-		exp = append(exp, p)
-		rows = append(rows, report.Row{Outcome: outcome, Observed: o, Expected: p * float64(sent)})
-	}
-	switch want.Kind {
-	case oracle.Endpoints:
-		for _, e := range endpoints {
-			add(e, float64(per[netip.MustParseAddrPort(e)]), want.Probs[e])
-		}
-		add("DROP (lost)", float64(lost), 0)
-		add("REJECT", float64(rejected), 0)
-	case oracle.Drop:
-		add("DROP (lost)", float64(lost), 1)
-		add("REJECT", float64(rejected), 0)
-	case oracle.Reject:
-		add("REJECT", float64(rejected), 1)
-		add("DROP (lost)", float64(lost), 0)
-	}
-	add("other ICMP (unrouted)", float64(counts.OtherICMP), 0)
-	var others []string
-	for e := range per {
-		if !want.Allows(e.String()) {
-			others = append(others, e.String())
-		}
-	}
-	sort.Strings(others)
-	for _, e := range others {
-		add(e, float64(per[netip.MustParseAddrPort(e)]), 0)
-	}
-	rc.Table = rows
-	if len(endpoints) > 1 && want.Kind == oracle.Endpoints {
-		res, err := stats.ChiSquareGOF(obs, exp)
-		if err != nil {
-			rc.Verdict, rc.Message = report.Error, err.Error()
-			return
-		}
-		rc.Test, rc.Statistic, rc.DF, rc.P, rc.EffectSize = "chi-square", res.Statistic, res.DF, res.P, res.EffectSize
-		if len(res.Impossible) > 0 {
-			rc.Message = "connections reached outcomes the oracle excludes: " + impossibleNames(rows, res.Impossible)
-		}
-	} else {
-		// Deterministic: all probes must end in the one allowed outcome.
-		rc.Test = "deterministic"
-		rc.P = 1
-		bad := 0.0
-		for i := range obs {
-			if exp[i] == 0 {
-				bad += obs[i]
-			}
-		}
-		if bad > 0 {
-			rc.P = 0
-			rc.Message = fmt.Sprintf("%.0f of %d connections did not end as %s", bad, sent, want.String())
-		}
-		rc.Statistic = bad
-	}
-	if rc.Verdict == "" {
-		rc.Verdict = report.Pass // Holm decides at the end of the run
-	}
-	rc.Witness = witness(spn, before, after, per, rc)
-}
-
 func impossibleNames(rows []report.Row, idx []int) string {
 	var names []string
 	for _, i := range idx {
@@ -773,41 +689,8 @@ func appendDev(l []report.Deviation, d report.Deviation) []report.Deviation {
 	return append(l, d)
 }
 
-// probsOf lists an outcome's probabilities in endpoint order.
-func probsOf(o oracle.Outcome) []float64 {
-	eps := o.Endpoints()
-	p := make([]float64, len(eps))
-	for i, e := range eps {
-		p[i] = o.Probs[e]
-	}
-	return p
-}
 
-// sizeFor is the number of probes a distribution check needs: power at the
-// minimum detectable effect (one endpoint off by mde of its share) at the
-// unit's alpha, and the power that number achieves.
-func sizeFor(p0 []float64, mde, power, alpha float64) (int, float64) {
-	w2 := stats.EffectW2(p0, oneOff(p0, mde))
-	n := stats.ChiSquareSampleSize(w2, len(p0)-1, alpha, power)
-	if n <= 0 || n > maxProbesPerUnit {
-		n = maxProbesPerUnit
-	}
-	return n, stats.ChiSquarePower(n, w2, len(p0)-1, alpha)
-}
 
-// oneOff is the alternative the check is sized for: the first endpoint's
-// share off by a relative mde, the others sharing the difference in
-// proportion.
-func oneOff(p0 []float64, mde float64) []float64 {
-	p1 := slices.Clone(p0)
-	d := p0[0] * mde
-	p1[0] += d
-	rest := 1 - p0[0]
-	for i := 1; i < len(p1); i++ {
-		p1[i] -= d * p0[i] / rest
-	}
-	return p1
-}
 
 func protoOf(sp *cluster.ServicePort) traffic.Proto {
 	if sp.Name.Protocol == "UDP" {
@@ -816,52 +699,3 @@ func protoOf(sp *cluster.ServicePort) traffic.Proto {
 	return traffic.TCP
 }
 
-// witness compares the client node's rule counters (delta over the phase)
-// with the arrivals the backends counted. A disagreement makes the check an
-// error: the observation itself is in doubt.
-func witness(spn cluster.ServicePortName, before, after []dataplane.Counter, per map[netip.AddrPort]int, rc *report.Check) string {
-	if after == nil {
-		return "unavailable"
-	}
-	delta := map[string]int64{}
-	for _, c := range after {
-		if c.ServicePort == spn && c.Endpoint != "" && !strings.HasPrefix(c.Endpoint, "REJECT") && !strings.HasPrefix(c.Endpoint, "DROP") {
-			delta[c.Endpoint] += int64(c.Packets)
-		}
-	}
-	for _, c := range before {
-		if c.ServicePort == spn && c.Endpoint != "" {
-			if _, ok := delta[c.Endpoint]; ok {
-				delta[c.Endpoint] -= int64(c.Packets)
-			}
-		}
-	}
-	var diffs []string
-	for i := range rc.Table {
-		r := &rc.Table[i]
-		if d, ok := delta[r.Outcome]; ok {
-			r.Counter = float64(d)
-			if float64(d) != r.Observed {
-				diffs = append(diffs, fmt.Sprintf("%s counter %d, arrived %.0f", r.Outcome, d, r.Observed))
-			}
-		}
-	}
-	for e, d := range delta {
-		if ap, err := netip.ParseAddrPort(e); err == nil && d != 0 && per[ap] == 0 {
-			found := false
-			for _, r := range rc.Table {
-				found = found || r.Outcome == e
-			}
-			if !found {
-				diffs = append(diffs, fmt.Sprintf("%s counter %d, arrived 0", e, d))
-			}
-		}
-	}
-	if len(diffs) > 0 {
-		sort.Strings(diffs)
-		rc.Verdict = report.Error
-		rc.Message = strings.TrimSpace(rc.Message + " rule counters disagree with the backends: " + strings.Join(diffs, "; "))
-		return "disagrees: " + strings.Join(diffs, "; ")
-	}
-	return "agrees"
-}

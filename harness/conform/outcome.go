@@ -1,0 +1,345 @@
+package conform
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/oracle"
+	"github.com/kpsim/kpsim/sim/scenario"
+)
+
+// Sizes of outcome checks.
+const (
+	// maxProbesPerCheck bounds one verdict's probes (a 200-endpoint
+	// Service at a 10 % MDE needs about a million).
+	maxProbesPerCheck = 1_000_000
+	// leakMDE is what a deterministic check (DROP, REJECT, a single
+	// endpoint) is sized to see: a fraction of the connections reaching a
+	// forbidden outcome, caught with the check's power.
+	leakMDE = 0.01
+)
+
+// outcomePlan is how an outcome check samples: the looks of a sequential
+// test over the endpoints, or one look of a deterministic check.
+type outcomePlan struct {
+	want      oracle.Outcome
+	endpoints []string
+	p0        []float64
+	seq       *seqDesign // nil: deterministic
+	looks     []int
+	power     float64 // achieved power at the check's MDE (or leak)
+}
+
+// planOutcome sizes a check against the oracle's outcome.
+func (s *suite) planOutcome(c *scenario.Check, want oracle.Outcome) (outcomePlan, error) {
+	p := outcomePlan{want: want, endpoints: want.Endpoints()}
+	if want.Kind == oracle.Endpoints && len(p.endpoints) > 1 {
+		p.p0 = probsOf(want)
+		d, err := designSequential(p.p0, c.MDE, s.alphaUnit, c.Power, maxProbesPerCheck)
+		if err != nil {
+			return p, err
+		}
+		p.seq, p.looks, p.power = d, d.Looks, d.Achieved
+		return p, nil
+	}
+	n := leakSampleSize(leakMDE, c.Power)
+	p.looks, p.power = []int{n}, leakPower(n, leakMDE)
+	return p, nil
+}
+
+// outcomeCheck samples new connections from a client on nodeName and holds
+// them against the oracle's outcome: a distribution, a DROP or a REJECT.
+// A distribution is a sequential test: probes are sent look by look, and
+// the check stops at the first look whose boundary is crossed.
+func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, phase string) {
+	start := s.mc.now()
+	name := c.Name + " @ " + nodeName
+	if phase != "" {
+		name += " / " + phase
+	}
+	rc := &report.Check{Name: name, Type: c.Type, Service: c.Service, ClientNode: nodeName, Phase: phase, Seed: s.seed, Alpha: s.alphaUnit, MDE: c.MDE, Power: c.Power}
+	defer func() { rc.Duration = s.mc.now() - start; s.out.Checks = append(s.out.Checks, rc) }()
+	spn, sp, err := s.spn(c)
+	if err != nil {
+		rc.Verdict, rc.Message = report.Error, err.Error()
+		return
+	}
+	client := s.clientOn(nodeName)
+	if client == nil {
+		rc.Verdict, rc.Message = report.Error, "no client pod on node "+nodeName
+		return
+	}
+	st := s.state()
+	want := s.or.Expect(s.o.Mode, sp, st.Endpoints[spn], nodeName, s.zone(nodeName))
+	for _, d := range want.Deviations {
+		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: d})
+	}
+	// The documented semantics, where the mode departs from them.
+	if c.Type == scenario.CheckInternalTrafficLocal && s.o.Mode == oracle.ModeIPVS && want.Kind == oracle.Endpoints && len(want.Deviations) > 0 {
+		rc.SpecVerdict = "does not meet the documented semantics (no local endpoint should drop): " + strings.Join(want.Deviations, "; ")
+	}
+	plan, err := s.planOutcome(c, want)
+	if err != nil {
+		rc.Verdict, rc.Message = report.Error, err.Error()
+		return
+	}
+	rc.AchievedPower = plan.power
+	before := s.mc.counters(nodeName)
+	probe := Probe{Client: client, Src: client.Config.Addrs[0], VIP: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)), Proto: protoOf(sp)}
+	obs, err := s.sample(ctx, probe, plan)
+	if err != nil {
+		rc.Verdict, rc.Message = report.Error, err.Error()
+		return
+	}
+	after := s.mc.counters(nodeName)
+	if err := decideOutcome(rc, plan, obs); err != nil {
+		rc.Verdict, rc.Message = report.Error, err.Error()
+		return
+	}
+	rc.Witness = witness(spn, before, after, obs.counts.PerEndpoint(), rc)
+}
+
+// observation is what an outcome check saw: the counts of its phase, the
+// probes sent, and where a sequential test stopped.
+type observation struct {
+	counts   Counts
+	sent     int
+	looks    int // looks taken
+	decision seqDecision
+	test     *seqTest
+}
+
+// sample sends the plan's looks one after the other in one phase, each
+// starting with empty conntrack tables, and stops at the first look whose
+// sequential boundary is crossed or that saw a forbidden outcome.
+func (s *suite) sample(ctx context.Context, probe Probe, plan outcomePlan) (observation, error) {
+	var obs observation
+	if plan.seq != nil {
+		obs.test = plan.seq.start()
+	}
+	s.mc.phase()
+	for _, n := range plan.looks {
+		s.mc.flush()
+		probe.N = n - obs.sent
+		sent, err := s.mc.send(ctx, probe, s.rng)
+		obs.sent += sent
+		if err != nil {
+			return obs, err
+		}
+		obs.counts = s.mc.collect(obs.sent)
+		obs.looks++
+		if obs.test == nil {
+			continue
+		}
+		cells, forbidden := tally(plan, obs)
+		if forbidden > 0 {
+			obs.decision = seqReject // decided by the forbidden outcome
+			break
+		}
+		d, err := obs.test.look(cells)
+		if err != nil {
+			return obs, err
+		}
+		if obs.decision = d; d != seqContinue {
+			break
+		}
+	}
+	return obs, nil
+}
+
+// tally counts the arrivals per allowed endpoint (in plan order) and
+// every outcome the oracle excludes.
+func tally(plan outcomePlan, obs observation) (cells []float64, forbidden int) {
+	per := obs.counts.PerEndpoint()
+	cells = make([]float64, len(plan.endpoints))
+	allowed := 0
+	for i, e := range plan.endpoints {
+		v := per[netip.MustParseAddrPort(e)]
+		cells[i] = float64(v)
+		allowed += v
+	}
+	return cells, obs.sent - allowed
+}
+
+// decideOutcome turns an observation into the verdict's figures: the
+// observed-against-expected table and the test. It is pure: the run and
+// the calibration decide through it.
+func decideOutcome(rc *report.Check, plan outcomePlan, obs observation) error {
+	sent, counts := obs.sent, obs.counts
+	rc.N = sent
+	per := counts.PerEndpoint()
+	rejected := counts.Rejected()
+	arrived := 0
+	for _, v := range per {
+		arrived += v
+	}
+	lost := max(0, sent-arrived-rejected-counts.OtherICMP)
+	var obsv, exp []float64
+	add := func(outcome string, o, p float64) {
+		obsv = append(obsv, o)
+		exp = append(exp, p)
+		rc.Table = append(rc.Table, report.Row{Outcome: outcome, Observed: o, Expected: p * float64(sent)})
+	}
+	want := plan.want
+	switch want.Kind {
+	case oracle.Endpoints:
+		for _, e := range plan.endpoints {
+			add(e, float64(per[netip.MustParseAddrPort(e)]), want.Probs[e])
+		}
+		add("DROP (lost)", float64(lost), 0)
+		add("REJECT", float64(rejected), 0)
+	case oracle.Drop:
+		add("DROP (lost)", float64(lost), 1)
+		add("REJECT", float64(rejected), 0)
+	case oracle.Reject:
+		add("REJECT", float64(rejected), 1)
+		add("DROP (lost)", float64(lost), 0)
+	}
+	add("other ICMP (unrouted)", float64(counts.OtherICMP), 0)
+	var others []string
+	for e := range per {
+		if !want.Allows(e.String()) {
+			others = append(others, e.String())
+		}
+	}
+	sort.Strings(others)
+	for _, e := range others {
+		add(e, float64(per[netip.MustParseAddrPort(e)]), 0)
+	}
+	bad := 0.0
+	for i := range obsv {
+		if exp[i] == 0 {
+			bad += obsv[i]
+		}
+	}
+	rc.Statistic = bad
+	if bad > 0 {
+		rc.Test, rc.P = "deterministic", 0
+		rc.Message = fmt.Sprintf("%.0f of %d connections did not end as %s: %s", bad, sent, want.String(), forbiddenNames(rc.Table, exp))
+	} else if obs.test != nil {
+		res := obs.test.result()
+		rc.Test, rc.Statistic, rc.DF, rc.P, rc.EffectSize = res.Test, res.Statistic, res.DF, res.P, res.EffectSize
+		if rc.Test == "" {
+			rc.Test = "chi-square"
+		}
+		rc.Message = fmt.Sprintf("%s after %d of %d looks (n = %d; the fixed-size test needs %d)", decisionWord(obs.decision), obs.looks, len(plan.looks), sent, plan.seq.FixedN)
+	} else {
+		rc.Test, rc.P = "deterministic", 1
+	}
+	if rc.Verdict == "" {
+		rc.Verdict = report.Pass // Holm decides at the end of the run
+	}
+	return nil
+}
+
+func decisionWord(d seqDecision) string {
+	switch d {
+	case seqReject:
+		return "rejected"
+	case seqAccept:
+		return "accepted"
+	}
+	return "undecided"
+}
+
+// forbiddenNames lists the table's outcomes of probability 0 that were
+// observed.
+func forbiddenNames(rows []report.Row, exp []float64) string {
+	var names []string
+	for i, r := range rows {
+		if exp[i] == 0 && r.Observed > 0 {
+			names = append(names, fmt.Sprintf("%s (%.0f)", r.Outcome, r.Observed))
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// probsOf lists an outcome's probabilities in endpoint order.
+func probsOf(o oracle.Outcome) []float64 {
+	eps := o.Endpoints()
+	p := make([]float64, len(eps))
+	for i, e := range eps {
+		p[i] = o.Probs[e]
+	}
+	return p
+}
+
+// oneOff is the least favourable of the alternatives a check is sized for:
+// the endpoint with the smallest share off by a relative mde, the others
+// sharing the difference in proportion (for a given relative change, w^2 =
+// mde^2 p/(1-p) is smallest at the smallest share).
+func oneOff(p0 []float64, mde float64) []float64 {
+	j := 0
+	for i := range p0 {
+		if p0[i] < p0[j] {
+			j = i
+		}
+	}
+	p1 := slices.Clone(p0)
+	d := p0[j] * mde
+	p1[j] += d
+	rest := 1 - p0[j]
+	for i := range p1 {
+		if i != j {
+			p1[i] -= d * p0[i] / rest
+		}
+	}
+	return p1
+}
+
+// witness compares the client node's rule counters (delta over the phase)
+// with the arrivals the backends counted. A disagreement makes the check an
+// error: the observation itself is in doubt.
+func witness(spn cluster.ServicePortName, before, after []dataplane.Counter, per map[netip.AddrPort]int, rc *report.Check) string {
+	if after == nil {
+		return "unavailable"
+	}
+	delta := map[string]int64{}
+	for _, c := range after {
+		if c.ServicePort == spn && c.Endpoint != "" && !strings.HasPrefix(c.Endpoint, "REJECT") && !strings.HasPrefix(c.Endpoint, "DROP") {
+			delta[c.Endpoint] += int64(c.Packets)
+		}
+	}
+	for _, c := range before {
+		if c.ServicePort == spn && c.Endpoint != "" {
+			if _, ok := delta[c.Endpoint]; ok {
+				delta[c.Endpoint] -= int64(c.Packets)
+			}
+		}
+	}
+	var diffs []string
+	for i := range rc.Table {
+		r := &rc.Table[i]
+		if d, ok := delta[r.Outcome]; ok {
+			r.Counter = float64(d)
+			if float64(d) != r.Observed {
+				diffs = append(diffs, fmt.Sprintf("%s counter %d, arrived %.0f", r.Outcome, d, r.Observed))
+			}
+		}
+	}
+	for e, d := range delta {
+		if ap, err := netip.ParseAddrPort(e); err == nil && d != 0 && per[ap] == 0 {
+			found := false
+			for _, r := range rc.Table {
+				found = found || r.Outcome == e
+			}
+			if !found {
+				diffs = append(diffs, fmt.Sprintf("%s counter %d, arrived 0", e, d))
+			}
+		}
+	}
+	if len(diffs) > 0 {
+		sort.Strings(diffs)
+		rc.Verdict = report.Error
+		rc.Message = strings.TrimSpace(rc.Message + " rule counters disagree with the backends: " + strings.Join(diffs, "; "))
+		return "disagrees: " + strings.Join(diffs, "; ")
+	}
+	return "agrees"
+}
