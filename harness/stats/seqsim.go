@@ -72,9 +72,9 @@ func (t seqTally) expectedN(looks []int, k int) float64 {
 }
 
 // chooseTruncation returns the smallest number of looks from which on the
-// power at every simulated alternative stays at or above the target, or
+// power at every simulated alternative stays at or above target, or
 // kmax and capped = true if none does.
-func (d *SeqDesign) chooseTruncation(alts []seqTally, kmax int) (k int, capped bool) {
+func (d *SeqDesign) chooseTruncation(alts []seqTally, kmax int, target float64) (k int, capped bool) {
 	worst := func(k int) float64 {
 		w := 1.0
 		for _, t := range alts {
@@ -83,7 +83,7 @@ func (d *SeqDesign) chooseTruncation(alts []seqTally, kmax int) (k int, capped b
 		return w
 	}
 	k = kmax + 1
-	for k > 1 && worst(k-1) >= d.Power {
+	for k > 1 && worst(k-1) >= target {
 		k--
 	}
 	if k > kmax {

@@ -107,7 +107,7 @@ func (t *SeqTest) Decision() SeqDecision { return t.decision }
 // describes the looks so far, and its P is still valid.
 func (t *SeqTest) Result() Result {
 	d := t.d
-	res := Result{Test: "sequential LR (truncated)", DF: len(d.positive) - 1, }
+	res := Result{Test: "sequential LR (truncated)", DF: len(d.positive) - 1}
 	if !math.IsInf(t.logM, 0) {
 		res.Statistic = t.logM
 	}
