@@ -49,6 +49,24 @@ func (d *SeqDesign) simulate(r *rand.Rand, truth []float64, reps int) seqTally {
 	return t
 }
 
+// add returns the tally of both sets of runs.
+func (t seqTally) add(u seqTally) seqTally {
+	if t.reps == 0 {
+		return u
+	}
+	out := seqTally{reps: t.reps + u.reps}
+	for _, p := range []struct {
+		dst  *[]int
+		a, b []int
+	}{{&out.rej, t.rej, u.rej}, {&out.acc, t.acc, u.acc}, {&out.chiRej, t.chiRej, u.chiRej}} {
+		*p.dst = make([]int, len(p.a))
+		for i := range p.a {
+			(*p.dst)[i] = p.a[i] + p.b[i]
+		}
+	}
+	return out
+}
+
 // power is the rejection rate of the test truncated after k looks.
 func (t seqTally) power(k int) float64 {
 	rejected := t.chiRej[k-1]

@@ -50,12 +50,13 @@ type seqTuning struct {
 	firstFrac  float64 // the first look is the first multiple of the step at or above firstFrac · FixedN
 	acceptFrac float64 // B = acceptFrac · (1 - power)
 	seqShare   float64 // AlphaSeq = seqShare · α
-	reps       int     // Monte Carlo replications per simulated truth
-	horizon    float64 // simulated looks reach horizon · FixedN (before maxN)
+	reps       int     // Monte Carlo replications per simulated alternative
+	reps0      int     // Monte Carlo replications under P0 (for E0[N] only)
+	horizon    float64 // simulated looks reach horizon · FixedN (before maxN), or 4 times that if needed
 	marginSE   float64 // NMax must reach the power plus marginSE Monte Carlo standard errors
 }
 
-var defaultSeqTuning = seqTuning{lookDiv: 60, firstFrac: 0.25, acceptFrac: 0.9, seqShare: 0.5, reps: 4000, horizon: 8, marginSE: 2}
+var defaultSeqTuning = seqTuning{lookDiv: 60, firstFrac: 0.25, acceptFrac: 0.9, seqShare: 0.5, reps: 4000, reps0: 2000, horizon: 2, marginSE: 2}
 
 // seqSeed seeds the design's Monte Carlo; designs are deterministic.
 const seqSeed = 0x6b70_7369_6d00_5351
@@ -97,8 +98,9 @@ type SeqDesign struct {
 	// ExpectedN0 and ExpectedN1 are the Monte Carlo expected numbers of
 	// observations under P0 and under the least favourable alternative.
 	ExpectedN0, ExpectedN1 float64
-	// Reps is the number of Monte Carlo replications per simulated truth.
-	Reps int
+	// Reps is the number of Monte Carlo replications per simulated
+	// alternative, Reps0 under P0.
+	Reps, Reps0 int
 	// Capped is set when maxN stopped NMax short of the target power;
 	// Achieved then says how much power the design has.
 	Capped bool
@@ -159,8 +161,9 @@ var seqCache = struct {
 // no cap. Designs are deterministic (fixed Monte Carlo seed) and cached by
 // their arguments; the caller gets its own copy.
 //
-// Cost: three Monte Carlo passes (P0 and the ±MDE alternatives on the
-// smallest share) of 4,000 runs each, on two goroutines; a run costs O(k)
+// Cost: three Monte Carlo passes (2,000 runs under P0, 4,000 under each of
+// the ±MDE alternatives on the smallest share), in chunks of 1,000 runs on
+// as many goroutines as there are chunks; a run costs O(k)
 // per look (a multinomial draw by conditional binomials, the 2k likelihood
 // ratios in closed form) and takes some 15-30 looks. Measured on this
 // 2-core machine (BenchmarkDesignSequential): about 0.05 s for k = 5,
@@ -210,19 +213,6 @@ func designSequential(p0 []float64, mde, alpha, power float64, maxN int, tune se
 	if err != nil {
 		return nil, err
 	}
-	step := max(1, int(math.Ceil(float64(d.FixedN)/tune.lookDiv)))
-	first := max(1, int(math.Ceil(tune.firstFrac*float64(d.FixedN)/float64(step)))) * step
-	last := int(math.Ceil(tune.horizon * float64(d.FixedN)))
-	if maxN > 0 && maxN < last {
-		last = maxN
-	}
-	var looks []int
-	for n := min(first, last); n <= last; n += step {
-		looks = append(looks, n)
-	}
-	kmax := len(looks)
-	d.Looks = looks
-
 	// The least favourable alternatives: for each sign, the one of smallest
 	// w² (the smallest share), which the noncentral theory and the
 	// likelihood-ratio drift KL(p1||p0) ≈ w²/2 both make the hardest to
@@ -232,36 +222,68 @@ func designSequential(p0 []float64, mde, alpha, power float64, maxN int, tune se
 	for _, a := range worst {
 		truths = append(truths, d.Alternatives[a])
 	}
-	tallies := make([]seqTally, len(truths))
-	var wg sync.WaitGroup
-	for i, truth := range truths {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(seqSeed, uint64(i)))
-			tallies[i] = d.simulate(r, truth, tune.reps)
-		})
+	// Runs that wander undecided are simulated up to the horizon, which
+	// is most of the cost; a short horizon is tried first and a longer one
+	// only if the power is not reached within it.
+	for _, horizon := range []float64{tune.horizon, 4 * tune.horizon} {
+		looks, limited := d.lookSchedule(tune, horizon, maxN)
+		d.Looks = looks
+		tallies := d.simulateAll(truths, tune)
+		target := power + tune.marginSE*math.Sqrt(power*(1-power)/float64(tune.reps))
+		k, capped := d.chooseTruncation(tallies[1:], len(looks), target)
+		if capped && !limited && horizon == tune.horizon {
+			continue
+		}
+		d.finish(tallies, looks, k, worst, tune)
+		if capped {
+			why := fmt.Sprintf("maxN %d", maxN)
+			if !limited {
+				why = fmt.Sprintf("the simulated horizon of %g times FixedN", horizon)
+			}
+			d.Capped = true
+			d.Notes = append(d.Notes, fmt.Sprintf("NMax capped at %d by %s: power %.4f at the MDE, short of %.4g",
+				d.Looks[len(d.Looks)-1], why, d.Achieved, power))
+		}
+		break
 	}
-	wg.Wait()
+	return d, nil
+}
 
-	target := power + tune.marginSE*math.Sqrt(power*(1-power)/float64(tune.reps))
-	k, capped := d.chooseTruncation(tallies[1:], kmax, target)
+// lookSchedule returns the looks up to horizon·FixedN or maxN, and whether
+// maxN limited them: equal steps of FixedN/lookDiv from the first multiple
+// of the step at or above firstFrac·FixedN (no earlier look could stop a
+// run under P0, which needs the likelihood ratios to fall to B).
+func (d *SeqDesign) lookSchedule(tune seqTuning, horizon float64, maxN int) (looks []int, limited bool) {
+	step := max(1, int(math.Ceil(float64(d.FixedN)/tune.lookDiv)))
+	first := max(1, int(math.Ceil(tune.firstFrac*float64(d.FixedN)/float64(step)))) * step
+	last := int(math.Ceil(horizon * float64(d.FixedN)))
+	if maxN > 0 && maxN < last {
+		last, limited = maxN, true
+	}
+	for n := min(first, last); n <= last; n += step {
+		looks = append(looks, n)
+	}
+	return looks, limited
+}
+
+// finish truncates the design after k looks and records its Monte Carlo
+// operating characteristics.
+func (d *SeqDesign) finish(tallies []seqTally, looks []int, k int, worst []int, tune seqTuning) {
 	d.Looks = looks[:k]
-	d.Capped = capped
 	d.ExpectedN0 = tallies[0].expectedN(looks, k)
 	d.Achieved = 1
+	least := worst[0]
 	for i, t := range tallies[1:] {
 		if pw := t.power(k); pw <= d.Achieved {
 			d.Achieved = pw
 			d.ExpectedN1 = t.expectedN(looks, k)
-			d.Notes = append(d.Notes[:0], fmt.Sprintf("least favourable alternative simulated: endpoint %d share times %g",
-				d.alts[worst[i]].j, d.Alternatives[worst[i]][d.alts[worst[i]].j]/d.P0[d.alts[worst[i]].j]))
+			least = worst[i]
 		}
 	}
 	d.AchievedSE = math.Sqrt(d.Achieved * (1 - d.Achieved) / float64(tune.reps))
-	if capped {
-		d.Notes = append(d.Notes, fmt.Sprintf("NMax capped at %d (maxN %d): power %.4f at the MDE, short of %.4g",
-			d.Looks[len(d.Looks)-1], maxN, d.Achieved, power))
-	}
-	return d, nil
+	j := d.alts[least].j
+	d.Notes = append(d.Notes, fmt.Sprintf("least favourable alternative simulated: endpoint %d's share times %g (power %.4f ± %.4f, %d runs)",
+		j, d.Alternatives[least][j]/d.P0[j], d.Achieved, d.AchievedSE, tune.reps))
 }
 
 // newSeqDesign validates the arguments and builds the alternatives,
@@ -275,7 +297,7 @@ func newSeqDesign(p0 []float64, mde, alpha, power float64, tune seqTuning) (*Seq
 	case !(power > 0 && power < 1):
 		return nil, fmt.Errorf("could not design sequential test: power %g is outside (0, 1): %w", power, ErrInvalidArgument)
 	}
-	d := &SeqDesign{P0: slices.Clone(p0), MDE: mde, Alpha: alpha, Power: power, Reps: tune.reps}
+	d := &SeqDesign{P0: slices.Clone(p0), MDE: mde, Alpha: alpha, Power: power, Reps: tune.reps, Reps0: tune.reps0}
 	var sum float64
 	for i, p := range p0 {
 		if !(p >= 0 && p <= 1) {
@@ -315,11 +337,12 @@ func newSeqDesign(p0 []float64, mde, alpha, power float64, tune seqTuning) (*Seq
 }
 
 // buildAlternatives makes the one-off alternatives: p1 = p0 with
-// p0[j]·(1 + s·MDE) and every other cell scaled by the same factor. With
-// three or more positive cells no two coincide (cell j would need the factor
-// 1 + s·MDE that scales the others, which forces p0[j]/(1-p0[j]) = -1); with
-// two, (j, +) equals (the other, -) and is dropped. An alternative that
-// would take a share above 1 is left out and noted.
+// p0[j]·(1 + s·MDE) and every other cell scaled by the same factor
+// c = (1 - p0[j](1+s·MDE))/(1 - p0[j]). With three or more positive cells no
+// two coincide: (j, s) = (j', s') with j != j' needs c(j, s) = 1 + s·MDE
+// (cell j and a third cell are scaled alike), which solves only for MDE = 0.
+// With two equal shares (j, +) equals (the other, -) and is dropped. An
+// alternative that would take a share to 1 or above is left out and noted.
 func (d *SeqDesign) buildAlternatives() {
 	for _, j := range d.positive {
 		for _, s := range []float64{1, -1} {
@@ -421,4 +444,38 @@ func (d *SeqDesign) pearsonX2(counts []float64, n float64) float64 {
 		x2 += (counts[i] - e) * (counts[i] - e) / e
 	}
 	return x2
+}
+
+// seqChunk is the number of Monte Carlo runs per goroutine; each chunk has
+// its own random stream, so the result does not depend on scheduling.
+const seqChunk = 1000
+
+// simulateAll runs the Monte Carlo under each truth (the first is P0) and
+// returns one tally per truth.
+func (d *SeqDesign) simulateAll(truths [][]float64, tune seqTuning) []seqTally {
+	type job struct{ truth, chunk, reps int }
+	var jobs []job
+	for i := range truths {
+		reps := tune.reps
+		if i == 0 {
+			reps = tune.reps0
+		}
+		for c := 0; c*seqChunk < reps; c++ {
+			jobs = append(jobs, job{i, c, min(seqChunk, reps-c*seqChunk)})
+		}
+	}
+	parts := make([]seqTally, len(jobs))
+	var wg sync.WaitGroup
+	for ji, j := range jobs {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(seqSeed, uint64(1000*j.truth+j.chunk)))
+			parts[ji] = d.simulate(r, truths[j.truth], j.reps)
+		})
+	}
+	wg.Wait()
+	tallies := make([]seqTally, len(truths))
+	for ji, j := range jobs {
+		tallies[j.truth] = tallies[j.truth].add(parts[ji])
+	}
+	return tallies
 }

@@ -151,7 +151,7 @@ func TestSequentialExpectedN(t *testing.T) {
 			ratio := float64(d.FixedN) / mean
 			t.Logf("k=%d: FixedN %d, E0[N] design %.0f, simulated %.0f ± %.0f, ratio %.2f; E1[N] %.0f; NMax %d; achieved %.4f",
 				k, d.FixedN, d.ExpectedN0, mean, se, ratio, d.ExpectedN1, d.Looks[len(d.Looks)-1], d.Achieved)
-			if diff := math.Abs(mean - d.ExpectedN0); diff > 4*se*math.Sqrt(1+float64(reps)/float64(d.Reps)) {
+			if diff := math.Abs(mean - d.ExpectedN0); diff > 4*se*math.Sqrt(1+float64(reps)/float64(d.Reps0)) {
 				t.Errorf("simulated E0[N] %.0f ± %.0f, design says %.0f", mean, se, d.ExpectedN0)
 			}
 			if k <= 5 && ratio < 2 {
@@ -174,7 +174,7 @@ func TestSequentialLargeK(t *testing.T) {
 	}
 	w := []float64{0.05, 0.15, 0.3, 0.5}
 	d = mustDesign(t, w, 0.1, operatingAlpha, DefaultPower, 0)
-	if !slices.ContainsFunc(d.Notes, func(s string) bool { return strings.Contains(s, "endpoint 0 share") }) {
+	if !slices.ContainsFunc(d.Notes, func(s string) bool { return strings.Contains(s, "endpoint 0's share") }) {
 		t.Errorf("weighted design did not simulate the smallest share: notes %q", d.Notes)
 	}
 }
