@@ -8,11 +8,11 @@
 // equivalence (TOST) for endpoint shares, the Kolmogorov-Smirnov test of
 // p-value uniformity, and the sizing of deterministic (leak) checks.
 //
-// Both the simulator and the kernel harness call it, so it holds no state and
-// draws no random numbers of its own: the samplers take their random source
-// as an argument, and the sequential design's Monte Carlo uses a fixed seed
-// (designs are deterministic; DesignSequential's cache is the one shared
-// state, guarded by a mutex).
+// Both the simulator and the kernel harness call it. It keeps no state but
+// DesignSequential's cache of designs (guarded by a mutex) and draws no
+// random numbers of its own: the samplers take their random source as an
+// argument, and the sequential design's Monte Carlo uses a fixed seed, so
+// designs are deterministic.
 //
 // Conventions: a test rejects when P <= alpha (see Result.Rejects); the
 // family-wise level of a run defaults to 0.001 with Holm, and checks are
