@@ -113,7 +113,10 @@ func binomialBTRS(r *rand.Rand, n int, p float64) int {
 	vr := 0.92 - 4.2/b
 	alpha := (2.83 + 5.1/b) * spq
 	m := int(math.Floor((nf + 1) * p))
-	lpm := logBinomPMF(m, n, p)
+	// The log-pmf at the mode is needed only when the squeeze fails, so it is
+	// computed then (once): most draws return before, and the draws are the
+	// same as with an eager computation.
+	lpm, haveLpm := 0.0, false
 	for {
 		u := r.Float64() - 0.5
 		v := r.Float64()
@@ -127,6 +130,9 @@ func binomialBTRS(r *rand.Rand, n int, p float64) int {
 			return k
 		}
 		v = math.Log(v * alpha / (a/(us*us) + b))
+		if !haveLpm {
+			lpm, haveLpm = logBinomPMF(m, n, p), true
+		}
 		if v <= logBinomPMF(k, n, p)-lpm {
 			return k
 		}
