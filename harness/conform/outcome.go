@@ -10,6 +10,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -32,7 +33,7 @@ type outcomePlan struct {
 	want      oracle.Outcome
 	endpoints []string
 	p0        []float64
-	seq       *seqDesign // nil: deterministic
+	design    *distributionDesign // nil: deterministic
 	looks     []int
 	power     float64 // achieved power at the check's MDE (or leak)
 }
@@ -42,15 +43,15 @@ func (s *suite) planOutcome(c *scenario.Check, want oracle.Outcome) (outcomePlan
 	p := outcomePlan{want: want, endpoints: want.Endpoints()}
 	if want.Kind == oracle.Endpoints && len(p.endpoints) > 1 {
 		p.p0 = probsOf(want)
-		d, err := designSequential(p.p0, c.MDE, s.alphaUnit, c.Power, maxProbesPerCheck)
+		d, err := designFor(p.p0, c.MDE, s.alphaUnit, c.Power, s.o.FixedSize)
 		if err != nil {
 			return p, err
 		}
-		p.seq, p.looks, p.power = d, d.Looks, d.Achieved
+		p.design, p.looks, p.power = &d, d.looks, d.achieved
 		return p, nil
 	}
-	n := leakSampleSize(leakMDE, c.Power)
-	p.looks, p.power = []int{n}, leakPower(n, leakMDE)
+	n := stats.LeakSampleSize(leakMDE, c.Power)
+	p.looks, p.power = []int{n}, stats.LeakPower(n, leakMDE)
 	return p, nil
 }
 
@@ -112,8 +113,8 @@ type observation struct {
 	counts   Counts
 	sent     int
 	looks    int // looks taken
-	decision seqDecision
-	test     *seqTest
+	decision stats.SeqDecision
+	test     tester
 }
 
 // sample sends the plan's looks one after the other in one phase, each
@@ -121,8 +122,8 @@ type observation struct {
 // sequential boundary is crossed or that saw a forbidden outcome.
 func (s *suite) sample(ctx context.Context, probe Probe, plan outcomePlan) (observation, error) {
 	var obs observation
-	if plan.seq != nil {
-		obs.test = plan.seq.start()
+	if plan.design != nil {
+		obs.test = plan.design.newTest()
 	}
 	s.mc.phase()
 	for _, n := range plan.looks {
@@ -140,14 +141,14 @@ func (s *suite) sample(ctx context.Context, probe Probe, plan outcomePlan) (obse
 		}
 		cells, forbidden := tally(plan, obs)
 		if forbidden > 0 {
-			obs.decision = seqReject // decided by the forbidden outcome
+			obs.decision = stats.SeqReject // decided by the forbidden outcome
 			break
 		}
 		d, err := obs.test.look(cells)
 		if err != nil {
 			return obs, err
 		}
-		if obs.decision = d; d != seqContinue {
+		if obs.decision = d; d != stats.SeqContinue {
 			break
 		}
 	}
@@ -229,7 +230,7 @@ func decideOutcome(rc *report.Check, plan outcomePlan, obs observation) error {
 		if rc.Test == "" {
 			rc.Test = "chi-square"
 		}
-		rc.Message = fmt.Sprintf("%s after %d of %d looks (n = %d; the fixed-size test needs %d)", decisionWord(obs.decision), obs.looks, len(plan.looks), sent, plan.seq.FixedN)
+		rc.Message = fmt.Sprintf("%s after %d of %d looks (n = %d; the fixed-size test needs %d)", decisionWord(obs.decision), obs.looks, len(plan.looks), sent, plan.design.fixedN)
 	} else {
 		rc.Test, rc.P = "deterministic", 1
 	}
@@ -239,11 +240,11 @@ func decideOutcome(rc *report.Check, plan outcomePlan, obs observation) error {
 	return nil
 }
 
-func decisionWord(d seqDecision) string {
+func decisionWord(d stats.SeqDecision) string {
 	switch d {
-	case seqReject:
+	case stats.SeqReject:
 		return "rejected"
-	case seqAccept:
+	case stats.SeqAccept:
 		return "accepted"
 	}
 	return "undecided"

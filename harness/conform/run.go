@@ -54,6 +54,16 @@ type Options struct {
 	// FamilyAlpha is the family-wise error rate of the whole run (default
 	// stats.DefaultFamilyAlpha).
 	FamilyAlpha float64
+	// FixedSize samples every distribution check at the fixed-size
+	// chi-square's n in one look, instead of sequentially (sim conform
+	// --fixed: the p-values of --repeat are then uniform on a correct
+	// dataplane).
+	FixedSize bool
+	// Equivalence, when positive, adds to every distribution check an
+	// equivalence verdict: every endpoint's share within (1 +- Equivalence)
+	// of the expected one (TOST at EquivalenceAlpha).
+	Equivalence      float64
+	EquivalenceAlpha float64
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
 }
@@ -689,13 +699,9 @@ func appendDev(l []report.Deviation, d report.Deviation) []report.Deviation {
 	return append(l, d)
 }
 
-
-
-
 func protoOf(sp *cluster.ServicePort) traffic.Proto {
 	if sp.Name.Protocol == "UDP" {
 		return traffic.UDP
 	}
 	return traffic.TCP
 }
-
