@@ -105,7 +105,69 @@ func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, p
 		return
 	}
 	rc.Witness = witness(spn, before, after, obs.counts.PerEndpoint(), rc)
+	if s.o.Equivalence > 0 && plan.design != nil && rc.Verdict == report.Pass && rc.Test != "deterministic" {
+		s.equivalence(ctx, c, rc, probe, plan, obs)
+	}
 }
+
+// equivalence adds the check's equivalence verdict: every endpoint's share
+// within (1 +- delta) of the expected one, by TOST at the options' level
+// (intersection-union: no multiplicity correction). It samples on, in the
+// same phase, until the equivalence test's n. It is a claim of its own,
+// outside the run's Holm family: it passes only when equivalence is shown.
+func (s *suite) equivalence(ctx context.Context, c *scenario.Check, main *report.Check, probe Probe, plan outcomePlan, obs observation) {
+	delta, alpha := s.o.Equivalence, s.o.EquivalenceAlpha
+	if alpha == 0 {
+		alpha = 0.05
+	}
+	rc := &report.Check{Name: main.Name + " / equivalence", Type: typeEquivalence, Service: c.Service, ClientNode: main.ClientNode, Phase: main.Phase,
+		Seed: s.seed, Alpha: alpha, Power: c.Power, Test: "TOST (exact binomial, intersection-union)"}
+	start := s.mc.now()
+	defer func() { rc.Duration = s.mc.now() - start; s.out.Checks = append(s.out.Checks, rc) }()
+	n := stats.EquivalenceSampleSize(plan.p0, delta, alpha, c.Power)
+	if n > maxProbesPerCheck {
+		rc.Verdict, rc.Message = report.Error, fmt.Sprintf("equivalence within %.3g needs %d probes, more than the bound of %d per check", delta, n, maxProbesPerCheck)
+		return
+	}
+	if n > obs.sent {
+		s.mc.flush()
+		probe.N = n - obs.sent
+		sent, err := s.mc.send(ctx, probe, s.rng)
+		obs.sent += sent
+		if err != nil {
+			rc.Verdict, rc.Message = report.Error, err.Error()
+			return
+		}
+		obs.counts = s.mc.collect(obs.sent)
+	}
+	cells, forbidden := tally(plan, obs)
+	rc.N = obs.sent
+	if forbidden > 0 {
+		rc.Verdict, rc.P = report.Fail, 1
+		rc.Message = fmt.Sprintf("%d connections reached outcomes the oracle excludes", forbidden)
+		return
+	}
+	res, err := stats.Equivalence(cells, plan.p0, delta, alpha)
+	if err != nil {
+		rc.Verdict, rc.Message = report.Error, err.Error()
+		return
+	}
+	rc.P, rc.Statistic = res.P, res.P
+	for i, e := range plan.endpoints {
+		rc.Table = append(rc.Table, report.Row{Outcome: e, Observed: cells[i], Expected: plan.p0[i] * float64(obs.sent)})
+	}
+	worst := plan.endpoints[res.Worst]
+	rc.Message = fmt.Sprintf("every share within +-%.3g of its expected share: %s (worst %s: %.2f%% CI %.4f-%.4f, margin %.4f-%.4f, TOST p = %.3g, n = %d)",
+		delta, map[bool]string{true: "shown", false: "not shown"}[res.Holds], worst, 100*(1-2*alpha), res.WorstLo, res.WorstHi, res.WorstMarginLo, res.WorstMarginHi, res.P, obs.sent)
+	rc.Verdict = report.Pass
+	if !res.Holds {
+		rc.Verdict = report.Fail
+	}
+}
+
+// typeEquivalence is the check type of an equivalence verdict: a claim
+// decided on its own, not a member of the run's Holm family.
+const typeEquivalence = "equivalence"
 
 // observation is what an outcome check saw: the counts of its phase, the
 // probes sent, and where a sequential test stopped.
