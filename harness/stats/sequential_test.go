@@ -72,7 +72,7 @@ func TestSequentialSize(t *testing.T) {
 		t.Run(fmt.Sprintf("k=%d", len(p0)), func(t *testing.T) {
 			d := mustDesign(t, p0, 0.1, alpha, 0.99, 0)
 			r := newCalibrationRand(t, uint64(500+ci))
-			ps := make([]float64, calibrationReps)
+			ps := make([]float64, mcReps(calibrationReps))
 			rejections := 0
 			for rep := range ps {
 				res, dec := runSeq(t, d, r, p0)
@@ -110,7 +110,8 @@ func TestSequentialPower(t *testing.T) {
 				truth := d.Alternatives[a]
 				rejections := 0
 				var nsum float64
-				for range calibrationReps {
+				reps := mcReps(calibrationReps)
+				for range reps {
 					res, dec := runSeq(t, d, r, truth)
 					nsum += res.N
 					if dec == SeqReject {
@@ -118,8 +119,8 @@ func TestSequentialPower(t *testing.T) {
 					}
 				}
 				j := d.alts[a].j
-				expectAtLeast(t, fmt.Sprintf("power, endpoint %d times %.2f", j, truth[j]/p0[j]), rejections, calibrationReps, d.Power)
-				t.Logf("mean n under it %.0f (design E1[N] %.0f, FixedN %d)", nsum/calibrationReps, d.ExpectedN1, d.FixedN)
+				expectAtLeast(t, fmt.Sprintf("power, endpoint %d times %.2f", j, truth[j]/p0[j]), rejections, reps, d.Power)
+				t.Logf("mean n under it %.0f (design E1[N] %.0f, FixedN %d)", nsum/float64(reps), d.ExpectedN1, d.FixedN)
 			}
 		})
 	}
@@ -135,9 +136,9 @@ func TestSequentialExpectedN(t *testing.T) {
 		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
 			p0 := Uniform(k)
 			d := mustDesign(t, p0, 0.1, operatingAlpha, DefaultPower, 0)
-			reps := 4000
+			reps := mcReps(4000)
 			if k > 5 {
-				reps = 500
+				reps = mcReps(500)
 			}
 			r := newCalibrationRand(t, uint64(700+ci))
 			var sum, sum2 float64
@@ -311,9 +312,9 @@ func TestSequentialDenseAlternatives(t *testing.T) {
 			p0 := Uniform(k)
 			d := mustDesign(t, p0, 0.1, operatingAlpha, DefaultPower, 0)
 			w2 := EffectW2(p0, d.Alternatives[0])
-			reps := calibrationReps
+			reps := mcReps(calibrationReps)
 			if k > 3 {
-				reps = 4000
+				reps = mcReps(4000)
 			}
 			r := newCalibrationRand(t, uint64(750+ci))
 			for _, name := range []string{"swap", "spread"} {
