@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -339,5 +340,37 @@ func TestSequentialDenseAlternatives(t *testing.T) {
 					ChiSquarePower(d.FixedN, EffectW2(p0, truth), k-1, operatingAlpha))
 			}
 		})
+	}
+}
+
+// TestSequentialResultJSON: every outcome's Result encodes as JSON (all
+// numbers finite), and a probability-0 endpoint without traffic does not
+// disturb the test.
+func TestSequentialResultJSON(t *testing.T) {
+	p0 := []float64{0.25, 0, 0.75}
+	d := mustDesign(t, p0, 0.1, operatingAlpha, DefaultPower, 0)
+	r := newCalibrationRand(t, 780)
+	for _, c := range []struct {
+		name  string
+		truth []float64
+	}{{"null", p0}, {"alternative", d.Alternatives[0]}} {
+		name := c.name
+		res, dec := runSeq(t, d, r, c.truth)
+		if _, err := json.Marshal(res); err != nil {
+			t.Errorf("%s (%s): %v", name, dec, err)
+		}
+		t.Logf("%s: %s at n = %g, P = %.3g", name, dec, res.N, res.P)
+	}
+	st := d.Start()
+	if _, err := json.Marshal(st.Result()); err != nil {
+		t.Errorf("before a look: %v", err)
+	}
+	if _, err := st.Look([]float64{float64(d.Looks[0]) - 1, 1, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if res := st.Result(); res.P != 0 {
+		t.Errorf("impossible outcome: P = %g", res.P)
+	} else if _, err := json.Marshal(res); err != nil {
+		t.Errorf("impossible outcome: %v", err)
 	}
 }
