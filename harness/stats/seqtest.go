@@ -95,6 +95,16 @@ func (t *SeqTest) checkCounts(counts []float64) error {
 	return nil
 }
 
+// Final returns the chi-square goodness-of-fit result at NMax, or nil if
+// the test stopped earlier (or has not reached it yet).
+func (t *SeqTest) Final() *Result {
+	if t.final == nil {
+		return nil
+	}
+	r := *t.final
+	return &r
+}
+
 // Decision returns the decision so far (SeqContinue before the first look).
 func (t *SeqTest) Decision() SeqDecision { return t.decision }
 

@@ -20,6 +20,13 @@ const operatingAlpha = DefaultFamilyAlpha / 40
 // result and decision.
 func runSeq(t *testing.T, d *SeqDesign, r *rand.Rand, truth []float64) (Result, SeqDecision) {
 	t.Helper()
+	res, dec, _ := runSeqTest(t, d, r, truth)
+	return res, dec
+}
+
+// runSeqTest is runSeq that also says whether the final chi-square decided.
+func runSeqTest(t *testing.T, d *SeqDesign, r *rand.Rand, truth []float64) (Result, SeqDecision, bool) {
+	t.Helper()
 	st := d.Start()
 	inc := make([]int, len(truth))
 	counts := make([]float64, len(truth))
@@ -35,11 +42,11 @@ func runSeq(t *testing.T, d *SeqDesign, r *rand.Rand, truth []float64) (Result, 
 			t.Fatal(err)
 		}
 		if dec != SeqContinue {
-			return st.Result(), dec
+			return st.Result(), dec, st.Final() != nil
 		}
 	}
 	t.Fatalf("no decision after the last look %d", prev)
-	return Result{}, SeqContinue
+	return Result{}, SeqContinue, false
 }
 
 // expectAtLeast fails the test if the whole 99.9 % interval lies below limit.
@@ -65,8 +72,9 @@ func mustDesign(t *testing.T, p0 []float64, mde, alpha, power float64, maxN int)
 }
 
 // TestSequentialSize: on a correct subject the test rejects at most α of
-// the time, and its p-value is valid at every level: P(p <= u) <= u.
-// Decision and p-value agree (reject exactly when P <= α).
+// the time, the sequential boundary alone at most AlphaSeq (Ville's bound),
+// and its p-value is valid at every level: P(p <= u) <= u. Decision and
+// p-value agree (reject exactly when P <= α).
 func TestSequentialSize(t *testing.T) {
 	const alpha = 0.01
 	for ci, p0 := range [][]float64{Uniform(3), {0.1, 0.2, 0.3, 0.4}} {
@@ -74,18 +82,26 @@ func TestSequentialSize(t *testing.T) {
 			d := mustDesign(t, p0, 0.1, alpha, 0.99, 0)
 			r := newCalibrationRand(t, uint64(500+ci))
 			ps := make([]float64, mcReps(calibrationReps))
-			rejections := 0
+			rejections, boundary, final := 0, 0, 0
 			for rep := range ps {
-				res, dec := runSeq(t, d, r, p0)
+				res, dec, atNMax := runSeqTest(t, d, r, p0)
 				ps[rep] = res.P
 				if (dec == SeqReject) != res.Rejects(alpha) {
 					t.Fatalf("decision %s but P = %g at alpha %g", dec, res.P, alpha)
 				}
+				if atNMax {
+					final++
+				}
 				if dec == SeqReject {
 					rejections++
+					if !atNMax {
+						boundary++
+					}
 				}
 			}
 			expectAtMost(t, fmt.Sprintf("rejections at alpha %g", alpha), rejections, len(ps), alpha)
+			expectAtMost(t, fmt.Sprintf("by the boundary, AlphaSeq %g", d.AlphaSeq), boundary, len(ps), d.AlphaSeq)
+			t.Logf("%d of %d runs reached NMax", final, len(ps))
 			for _, u := range []float64{0.001, 0.01, 0.05, 0.2, 0.5, 0.9} {
 				below := 0
 				for _, p := range ps {
