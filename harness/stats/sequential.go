@@ -44,7 +44,7 @@ import (
 )
 
 // seqTuning holds the design choices of DesignSequential that are not part
-// of its contract; defaultSeqTuning was chosen by TestSequentialTuning.
+// of its contract; defaultSeqTuning was chosen with BenchmarkSequentialTuning.
 type seqTuning struct {
 	lookDiv    float64 // the look step is ceil(FixedN / lookDiv)
 	firstFrac  float64 // the first look is the first multiple of the step at or above firstFrac · FixedN
@@ -163,11 +163,13 @@ var seqCache = struct {
 //
 // Cost: three Monte Carlo passes (2,000 runs under P0, 4,000 under each of
 // the ±MDE alternatives on the smallest share), in chunks of 1,000 runs on
-// as many goroutines as there are chunks; a run costs O(k)
-// per look (a multinomial draw by conditional binomials, the 2k likelihood
-// ratios in closed form) and takes some 15-30 looks. Measured on this
-// 2-core machine (BenchmarkDesignSequential): about 0.05 s for k = 5,
-// 0.3 s for k = 50 and 1 s for k = 200; a design is cached afterwards.
+// as many goroutines as there are chunks; a run costs O(k) per look (a
+// multinomial draw by conditional binomials, the 2k likelihood ratios in
+// closed form) and takes about ten looks. Measured on this 2-core machine
+// while other jobs loaded it (BenchmarkDesignSequential, CPU time): about
+// 0.1 s for k = 5, 0.5 s for k = 50 and 0.9 s for k = 200, half that in wall
+// time on two idle cores. The cache keeps every design made (a handful per
+// run).
 func DesignSequential(p0 []float64, mde, alpha, power float64, maxN int) (*SeqDesign, error) {
 	key := seqKey(p0, mde, alpha, power, maxN)
 	seqCache.Lock()
