@@ -166,9 +166,9 @@ var seqCache = struct {
 // as many goroutines as there are chunks; a run costs O(k) per look (a
 // multinomial draw by conditional binomials, the 2k likelihood ratios in
 // closed form) and takes about ten looks. Measured on this 2-core machine
-// while other jobs loaded it (BenchmarkDesignSequential, CPU time): about
-// 0.1 s for k = 5, 0.5 s for k = 50 and 0.9 s for k = 200, spread over both
-// cores. The cache keeps every design made (a handful per run).
+// with other jobs running (BenchmarkDesignSequential): 0.12 s wall for
+// k = 5, 0.39 s for k = 50, 0.53 s for k = 200 (CPU about 0.14, 0.5 and
+// 0.7 s). The cache keeps every design made (a handful per run).
 func DesignSequential(p0 []float64, mde, alpha, power float64, maxN int) (*SeqDesign, error) {
 	key := seqKey(p0, mde, alpha, power, maxN)
 	seqCache.Lock()
