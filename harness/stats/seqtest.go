@@ -58,7 +58,7 @@ func (t *SeqTest) Look(counts []float64) (SeqDecision, error) {
 	t.maxL = d.maxLogLR(counts, n)
 	t.logM = d.logMixture(counts, n, t.maxL)
 	t.maxLogM = max(t.maxLogM, t.logM)
-	t.decision = d.boundary(t.logM, t.maxL)
+	t.decision = d.boundary(t.look-1, t.logM, t.maxL, d.pearsonX2(counts, n))
 	if t.decision != SeqContinue || t.look < len(d.Looks) {
 		return t.decision, nil
 	}

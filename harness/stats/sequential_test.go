@@ -390,3 +390,73 @@ func TestSequentialResultJSON(t *testing.T) {
 		t.Errorf("impossible outcome: %v", err)
 	}
 }
+
+// TestSequentialOmnibus: DesignSequentialOmnibus keeps the power at the
+// dense alternatives of the MDE's w² ("swap", "spread") as well as at the
+// one-off ones, its level is the same rule's (at most α at α = 0.01), and
+// its E0[N] agrees with an independent simulation; the saving against the
+// fixed chi-square is printed.
+func TestSequentialOmnibus(t *testing.T) {
+	testenv.SkipIfShort(t, "designs omnibus sequential tests up to k = 20 and runs 4,000 tests at each of their alternatives")
+	t.Run("size", func(t *testing.T) {
+		d, err := DesignSequentialOmnibus(Uniform(5), 0.1, 0.01, 0.99, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(d)
+		r := newCalibrationRand(t, 790)
+		reps, rejections := mcReps(calibrationReps), 0
+		for range reps {
+			if _, dec := runSeq(t, d, r, d.P0); dec == SeqReject {
+				rejections++
+			}
+		}
+		expectAtMost(t, "omnibus rejections at alpha 0.01", rejections, reps, 0.01)
+	})
+	for ci, k := range []int{3, 5, 20} {
+		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
+			p0 := Uniform(k)
+			d, err := DesignSequentialOmnibus(p0, 0.1, operatingAlpha, DefaultPower, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(d)
+			if !d.Omnibus || d.Capped {
+				t.Fatalf("omnibus %v, capped %v", d.Omnibus, d.Capped)
+			}
+			r := newCalibrationRand(t, uint64(795+ci))
+			reps := mcReps(4000)
+			truths := denseAlternatives(k, EffectW2(p0, d.Alternatives[0]))
+			for _, name := range []string{"null", "one-off", "swap", "spread"} {
+				truth := truths[name]
+				switch name {
+				case "null":
+					truth = p0
+				case "one-off":
+					truth = d.Alternatives[0]
+				}
+				rejections := 0
+				var sum, sum2 float64
+				for range reps {
+					res, dec := runSeq(t, d, r, truth)
+					sum += res.N
+					sum2 += res.N * res.N
+					if dec == SeqReject {
+						rejections++
+					}
+				}
+				mean := sum / float64(reps)
+				se := math.Sqrt((sum2/float64(reps) - mean*mean) / float64(reps))
+				if name == "null" {
+					t.Logf("E0[N] simulated %.0f ± %.0f, design %.0f; FixedN %d, ratio %.2f", mean, se, d.ExpectedN0, d.FixedN, float64(d.FixedN)/mean)
+					if math.Abs(mean-d.ExpectedN0) > 4*se*math.Sqrt(1+float64(reps)/float64(d.Reps0)) {
+						t.Errorf("simulated E0[N] %.0f ± %.0f, design says %.0f", mean, se, d.ExpectedN0)
+					}
+					continue
+				}
+				expectAtLeast(t, "omnibus power at "+name, rejections, reps, d.Power)
+				t.Logf("mean n at %s %.0f", name, mean)
+			}
+		})
+	}
+}
