@@ -30,8 +30,9 @@ package stats
 // so P_a(LR_a ever <= B) <= B. The test accepts only when every LR_a <= B, so
 // P_a(accept before NMax) <= B. The rest of the power (reaching the
 // rejection boundary before NMax, or the final chi-square) is measured by a
-// seeded Monte Carlo, and NMax is the smallest multiple of the look step at
-// which that power reaches the target.
+// seeded Monte Carlo at the least favourable alternatives, and NMax is the
+// smallest look from which on that power stays at or above the target plus
+// two Monte Carlo standard errors.
 
 import (
 	"fmt"
