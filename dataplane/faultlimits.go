@@ -80,14 +80,19 @@ const (
 // compute on a little-endian machine, so the same clients are affected in
 // both modes; TestClientBucketInKernel (dataplane/iptables) checks it
 // against the kernel with both iptables backends and nft. A non-IPv4 address is bucket 0.
-func ClientBucket(a netip.Addr, n uint32) uint32 {
+func ClientBucket(a netip.Addr, n uint32) uint32 { return JHashBucket(a, n, ClientHashSeed) }
+
+// JHashBucket is ClientBucket with another seed: the bucket, out of n, that
+// xt_cluster (--cluster-hash-seed seed) and nft's `jhash ip saddr mod n seed
+// seed` give the IPv4 address a (0 for another address or n = 0).
+func JHashBucket(a netip.Addr, n, seed uint32) uint32 {
 	if !a.Is4() || n == 0 {
 		return 0
 	}
 	b := a.As4()
 	// The kernel loads the bytes as a native (little-endian) u32.
 	key := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-	return uint32((uint64(jhash1Word(key, ClientHashSeed)) * uint64(n)) >> 32)
+	return uint32((uint64(jhash1Word(key, seed)) * uint64(n)) >> 32)
 }
 
 // jhash1Word is the kernel's jhash_1word (include/linux/jhash.h), equal to

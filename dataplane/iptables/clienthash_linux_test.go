@@ -121,3 +121,77 @@ func TestClientBucketInKernel(t *testing.T) {
 		t.Logf("%s: %d of %d rules matched, as ClientBucket predicts", tool, hits, 2*len(srcs))
 	}
 }
+
+// TestMDEFaultsLoadInNamespace: the rules of the faults at the detection
+// limit (alone and together) load into a node namespace with both iptables
+// backends and both affinity layouts, and iptables-save gives back the
+// cluster matches and the skewed probability.
+func TestMDEFaultsLoadInNamespace(t *testing.T) {
+	testenv.RequireRoot(t)
+	faults := []dataplane.Fault{dataplane.FaultSkewAtMDE, dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay}
+	for _, variant := range []string{iptables.VariantNFT, iptables.VariantLegacy} {
+		for _, layout := range []iptables.AffinityMode{iptables.AffinityRecent, iptables.AffinityIPSet} {
+			t.Run(variant+"/"+string(layout), func(t *testing.T) {
+				testenv.RequireCommands(t, iptables.Tool(variant, "restore"), iptables.Tool(variant, "save"), "ipset", "ip")
+				id, err := netns.NewRunID()
+				if err != nil {
+					t.Fatal(err)
+				}
+				topo, err := netns.Build(context.Background(), &netns.Config{RunID: id, Nodes: []netns.NodeConfig{{Name: "node-1",
+					Addr: netip.MustParsePrefix("198.18.0.1/16"), PodCIDR: netip.MustParsePrefix("10.128.0.0/24"), Gateway: netip.MustParseAddr("10.128.0.1")}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer topo.Close()
+				st := iptables.SyntheticState(6, 50)
+				for _, n := range st.SortedServicePorts()[:3] {
+					st.Services[n].ClientIPAffinity, st.Services[n].AffinityTimeout = true, 600
+				}
+				// libxt_statistic prints the kernel's probability with %.11f.
+				q, err := iptables.QuantizedProbability(iptables.SkewProbability(50))
+				if err != nil {
+					t.Fatal(err)
+				}
+				skewSaved := fmt.Sprintf("--probability %.11f -j", q)
+				for _, fs := range append(splitFaults(faults), faults) {
+					set := dataplane.Faults{}
+					for _, f := range fs {
+						set[f] = true
+					}
+					b, err := iptables.NewBackend(topo.Nodes()[0].NS, iptables.Config{NodeName: "node-1", Affinity: layout, Faults: set}, variant)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := b.Sync(st, nil, true); err != nil {
+						t.Fatalf("faults %v: %v", fs, err)
+					}
+					save, err := b.Dump()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, f := range fs {
+						want := map[dataplane.Fault]string{
+							dataplane.FaultSkewAtMDE:        skewSaved,
+							dataplane.FaultAffinityLeak:     "-m cluster",
+							dataplane.FaultAffinityOverstay: "-m cluster",
+						}[f]
+						if !strings.Contains(save, want) {
+							t.Errorf("faults %v: iptables-save has no %q:\n%s", fs, want, save)
+						}
+					}
+					if err := b.Cleanup(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func splitFaults(fs []dataplane.Fault) [][]dataplane.Fault {
+	var out [][]dataplane.Fault
+	for _, f := range fs {
+		out = append(out, []dataplane.Fault{f})
+	}
+	return out
+}
