@@ -194,3 +194,19 @@ func TestFaultAffinityOverstay(t *testing.T) {
 		})
 	}
 }
+
+// TestGoldenMDEFaults: the full rules of an affinity Service and a
+// 3-endpoint Service under each fault at the detection limit, in both
+// affinity layouts (testdata/faults-mde-*.golden; -update rewrites them).
+func TestGoldenMDEFaults(t *testing.T) {
+	for _, mode := range []AffinityMode{AffinityRecent, AffinityIPSet} {
+		for _, f := range []dataplane.Fault{dataplane.FaultSkewAtMDE, dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay} {
+			st, _, _ := affinityState(600)
+			wideService(st, 3)
+			cfg := testConfig(f)
+			cfg.Affinity = mode
+			_, _, rs := load(t, cfg, st)
+			golden(t, fmt.Sprintf("faults-mde-%s-%s", f, mode), rs.IPSetRestore+rs.Restore)
+		}
+	}
+}

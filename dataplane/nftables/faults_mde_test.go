@@ -152,3 +152,17 @@ func TestFaultAffinityOverstay(t *testing.T) {
 		}
 	}
 }
+
+// TestGoldenMDEFaults: the table of an affinity Service and a 3-endpoint
+// Service under each fault at the detection limit, in both layouts
+// (testdata/faults-mde-*.golden; -update rewrites them).
+func TestGoldenMDEFaults(t *testing.T) {
+	for _, layout := range layouts {
+		for _, f := range []dataplane.Fault{dataplane.FaultSkewAtMDE, dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay} {
+			st, _ := affinityState(600)
+			addWide(st, 3)
+			_, fk := load(t, testConfig(layout, f), st)
+			golden(t, fmt.Sprintf("faults-mde-%s-%s", f, layout), fk.Dump())
+		}
+	}
+}
