@@ -40,6 +40,24 @@ const (
 	// load-balancing cascade: it never gets new connections (and a service
 	// port with a single endpoint gets none at all).
 	FaultDropLastEndpoint Fault = "drop-last-endpoint"
+	// FaultSkewAtMDE raises the share of each cascade's first endpoint by
+	// exactly SkewMDE, relative, the harness's default minimum detectable
+	// effect: with k endpoints the first gets (1+SkewMDE)/k and each other
+	// (1-(1+SkewMDE)/k)/(k-1) (MDESkewWeights). The fault sits at the
+	// detection limit, so how often the harness catches it is its power. A
+	// single endpoint is unchanged.
+	FaultSkewAtMDE Fault = "skew-at-mde"
+	// FaultAffinityLeak makes a tenth of the clients lose ClientIP affinity
+	// inside the timeout: for a client whose source address falls in bucket
+	// 0 of LeakBuckets (ClientBucket, a kernel hash of the address, so the
+	// same clients always leak), the affinity check is skipped and every
+	// new connection is a fresh random choice. The others keep affinity.
+	FaultAffinityLeak Fault = "affinity-leak"
+	// FaultAffinityOverstay makes half the clients keep ClientIP affinity
+	// for twice the timeout: a client in bucket 0 of OverstayBuckets
+	// (ClientBucket) is remembered for 2 x timeoutSeconds, the others for
+	// timeoutSeconds.
+	FaultAffinityOverstay Fault = "affinity-overstay"
 )
 
 // faultDocs documents each fault in one line, in the order they are listed.
@@ -53,6 +71,9 @@ var faultDocs = []struct {
 	{FaultAffinityNoTimeout, "ClientIP affinity is programmed without its timeout"},
 	{FaultKeepDeletedEndpoint, "endpoints removed from the slices stay programmed"},
 	{FaultDropLastEndpoint, "the last endpoint of each cascade is left out"},
+	{FaultSkewAtMDE, "the first endpoint's share is raised by the default MDE, 10 % relative"},
+	{FaultAffinityLeak, "a tenth of the clients (by source hash) lose affinity inside the timeout"},
+	{FaultAffinityOverstay, "half the clients (by source hash) keep affinity for twice the timeout"},
 }
 
 // ErrUnknownFault is wrapped by ParseFaults for a name that is not a fault.

@@ -89,6 +89,7 @@ type Renderer struct {
 	hashIn []byte
 	// Per-render copies of the faults in force.
 	fUniform, fDropLast, fNoTimeout bool
+	fSkew, fLeak, fOverstay         bool
 }
 
 // NewRenderer returns a renderer for cfg's node. It fails on a bad config.
@@ -383,6 +384,10 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	r.fUniform = r.cfg.Faults.Has(dataplane.FaultUniformProbability)
 	r.fDropLast = r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint)
 	r.fNoTimeout = r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout)
+	r.fSkew = r.cfg.Faults.Has(dataplane.FaultSkewAtMDE)
+	r.fLeak = r.cfg.Faults.Has(dataplane.FaultAffinityLeak)
+	// Without a timeout there is nothing to overstay.
+	r.fOverstay = r.cfg.Faults.Has(dataplane.FaultAffinityOverstay) && !r.fNoTimeout
 	total := 0
 	for _, eps := range st.Endpoints {
 		total += len(eps)
@@ -1106,7 +1111,10 @@ func appendSEP(b []byte, e *epOut) []byte {
 }
 
 // affinityRules send a client with a live affinity entry for an endpoint
-// straight to that endpoint's chain, before the cascade.
+// straight to that endpoint's chain, before the cascade. Under the
+// affinity-leak fault the leaking clients skip them (the cluster match
+// selects the others); under affinity-overstay with recent lists each
+// endpoint has two rules, see recentRules.
 func (r *Renderer) affinityRules(w *lines, v *svc, chain string, eps []*cluster.Endpoint) {
 	if !v.sp.ClientIPAffinity {
 		return
@@ -1114,21 +1122,67 @@ func (r *Renderer) affinityRules(w *lines, v *svc, chain string, eps []*cluster.
 	v.cur = 0
 	for i := range eps {
 		e := v.ep(eps, i)
-		b := appendEPComment(appendChain(append(w.b, "-A "...), chain, &v.o.h), v, e)
-		switch {
-		case e != nil && e.hasAff:
-			b = append(appendChain(append(b, " -m set --match-set "...), PrefixAFF, &e.aff), " src"...)
-		case r.fNoTimeout:
-			// --reap needs --seconds, so both go.
-			b = append(appendSEP(append(b, " -m recent --name "...), e), " --rcheck"...)
-		default:
-			b = append(appendSEP(append(b, " -m recent --name "...), e), " --rcheck --seconds "...)
-			b = append(strconv.AppendInt(b, int64(v.sp.AffinityTimeout), 10), " --reap"...)
+		head := func() []byte {
+			b := appendEPComment(appendChain(append(w.b, "-A "...), chain, &v.o.h), v, e)
+			if r.fLeak {
+				b = appendClientMatch(b, dataplane.LeakBuckets, true)
+			}
+			return b
+		}
+		if e != nil && e.hasAff {
+			b := append(appendChain(append(head(), " -m set --match-set "...), PrefixAFF, &e.aff), " src"...)
+			w.b = appendSEP(append(b, " -j "...), e)
+			w.end()
+			continue
+		}
+		r.recentRules(w, v, e, head)
+	}
+}
+
+// recentRules are the affinity rules of one endpoint with recent lists: one
+// rcheck of the timeout (--reap needs --seconds, so the affinity-no-timeout
+// fault drops both). Under affinity-overstay, the overstaying clients'
+// rule checks twice the timeout and reaps beyond it; the others' rule
+// checks the timeout without --reap, which would purge the list's oldest
+// entry once older than the timeout, whoever it belongs to.
+func (r *Renderer) recentRules(w *lines, v *svc, e *epOut, head func() []byte) {
+	rule := func(b []byte, seconds int32, reap bool) {
+		b = append(appendSEP(append(b, " -m recent --name "...), e), " --rcheck"...)
+		if seconds > 0 {
+			b = strconv.AppendInt(append(b, " --seconds "...), int64(seconds), 10)
+		}
+		if reap {
+			b = append(b, " --reap"...)
 		}
 		w.b = appendSEP(append(b, " -j "...), e)
 		w.end()
 	}
+	switch {
+	case r.fNoTimeout:
+		rule(head(), 0, false)
+	case r.fOverstay:
+		rule(appendClientMatch(head(), dataplane.OverstayBuckets, false), 2*v.sp.AffinityTimeout, true)
+		rule(appendClientMatch(head(), dataplane.OverstayBuckets, true), v.sp.AffinityTimeout, false)
+	default:
+		rule(head(), v.sp.AffinityTimeout, true)
+	}
 }
+
+// appendClientMatch appends the cluster match of the clients in bucket 0 of
+// n (dataplane.ClientBucket), or with not of the others. xt_cluster hashes
+// the connection's original source address with jhash and scales the hash
+// into --cluster-total-nodes buckets; node 1 is bucket 0.
+func appendClientMatch(b []byte, n int, not bool) []byte {
+	b = strconv.AppendInt(append(b, " -m cluster --cluster-total-nodes "...), int64(n), 10)
+	if not {
+		b = append(b, " !"...)
+	}
+	b = append(b, " --cluster-local-node 1 --cluster-hash-seed "...)
+	return append(b, ClientHashSeed...)
+}
+
+// ClientHashSeed is dataplane.ClientHashSeed as the cluster match takes it.
+var ClientHashSeed = fmt.Sprintf("%#x", dataplane.ClientHashSeed)
 
 // cascadeRules are the load-balancing rules: rule i of n matches with
 // probability 1/(n-i), the last one always, which gives each endpoint 1/n.
@@ -1146,7 +1200,11 @@ func (r *Renderer) cascadeRules(w *lines, v *svc, chain string, eps []*cluster.E
 			if r.fUniform {
 				p = n
 			}
-			b = append(append(b, " -m statistic --mode random --probability "...), r.probability(p)...)
+			prob := r.probability(p)
+			if r.fSkew && i == 0 {
+				prob = SkewProbability(n)
+			}
+			b = append(append(b, " -m statistic --mode random --probability "...), prob...)
 		}
 		w.b = appendSEP(append(b, " -j "...), e)
 		w.end()
@@ -1170,12 +1228,7 @@ func (r *Renderer) endpointRules(w *lines, v *svc, ep *cluster.Endpoint, e *epOu
 	b = head(w.b)
 	if v.sp.ClientIPAffinity {
 		if e.hasAff {
-			b = append(appendChain(append(b, " -j SET --add-set "...), PrefixAFF, &e.aff), " src --exist"...)
-			if !r.fNoTimeout {
-				b = strconv.AppendInt(append(b, " --timeout "...), int64(v.sp.AffinityTimeout), 10)
-			}
-			w.b = b
-			w.end()
+			r.addSetRules(w, v, e, head)
 			b = head(w.b)
 		} else {
 			b = append(appendChain(append(b, " -m recent --name "...), PrefixSEP, &e.sep), " --set"...)
@@ -1184,6 +1237,30 @@ func (r *Renderer) endpointRules(w *lines, v *svc, ep *cluster.Endpoint, e *epOu
 	b = append(appendMatch(b, v.o), " -j DNAT --to-destination "...)
 	w.b = appendAddrPort(b, e.ap)
 	w.end()
+}
+
+// addSetRules record the client in the endpoint's affinity set, with the
+// timeout (none under affinity-no-timeout). Under affinity-overstay the
+// overstaying clients' entries get twice the timeout, the others' the
+// timeout, by two rules.
+func (r *Renderer) addSetRules(w *lines, v *svc, e *epOut, head func([]byte) []byte) {
+	rule := func(b []byte, timeout int32) {
+		b = append(appendChain(append(b, " -j SET --add-set "...), PrefixAFF, &e.aff), " src --exist"...)
+		if timeout > 0 {
+			b = strconv.AppendInt(append(b, " --timeout "...), int64(timeout), 10)
+		}
+		w.b = b
+		w.end()
+	}
+	switch {
+	case r.fNoTimeout:
+		rule(head(w.b), 0)
+	case r.fOverstay:
+		rule(appendClientMatch(head(w.b), dataplane.OverstayBuckets, false), 2*v.sp.AffinityTimeout)
+		rule(appendClientMatch(head(w.b), dataplane.OverstayBuckets, true), v.sp.AffinityTimeout)
+	default:
+		rule(head(w.b), v.sp.AffinityTimeout)
+	}
 }
 
 // ipsetCreateLines create the service port's affinity sets (for
@@ -1216,6 +1293,19 @@ func (r *Renderer) probability(n int) string {
 		r.probs[n] = s
 	}
 	return s
+}
+
+// SkewProbability is the first cascade rule's probability of n endpoints
+// under the skew-at-mde fault, the first endpoint's target share
+// (dataplane.MDESkewWeights), printed as Probability prints: the others'
+// rules keep 1/(n-i), which splits the rest evenly.
+func SkewProbability(n int) string {
+	w := dataplane.MDESkewWeights(n)
+	var sum uint64
+	for _, x := range w {
+		sum += x
+	}
+	return fmt.Sprintf("%0.10f", float64(w[0])/float64(sum))
 }
 
 // Probability is 1/n printed as kube-proxy prints it, %0.10f.

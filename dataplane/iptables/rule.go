@@ -56,6 +56,8 @@ type Rule struct {
 	recentSeconds int  // 0: no --seconds
 	// set match
 	matchSet string
+	// cluster matches, in order (a rule may have several)
+	clusters []clusterMatch
 	// mark
 	markSet        bool
 	markNeg        bool
@@ -113,7 +115,8 @@ func ParseRule(args []string) (*Rule, error) {
 		switch a {
 		case "-p", "--protocol", "-s", "--source", "-d", "--destination", "-m", "--match", "-j", "--jump", "-g", "--goto",
 			"--comment", "--mode", "--probability", "--name", "--seconds", "--match-set", "--mark", "--dst-type", "--src-type",
-			"--ctstate", "--dport", "--destination-port":
+			"--ctstate", "--dport", "--destination-port",
+			"--cluster-total-nodes", "--cluster-local-node", "--cluster-hash-seed":
 			v, err := need(i)
 			if err != nil {
 				return nil, err
@@ -137,8 +140,11 @@ func ParseRule(args []string) (*Rule, error) {
 			}
 		case "-m", "--match":
 			switch val {
-			case "tcp", "udp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack":
+			case "tcp", "udp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack", "cluster":
 				modules[val] = true
+				if val == "cluster" {
+					r.clusters = append(r.clusters, clusterMatch{})
+				}
 			default:
 				return nil, fmt.Errorf("%w: match %q is not modelled", ErrBadRule, val)
 			}
@@ -229,6 +235,10 @@ func ParseRule(args []string) (*Rule, error) {
 				return nil, fmt.Errorf("%w: --dport %q", ErrBadRule, val)
 			}
 			r.dport, r.dportNeg = n, wasNeg
+		case "--cluster-total-nodes", "--cluster-local-node", "--cluster-hash-seed":
+			if err := r.parseCluster(a, val, wasNeg); err != nil {
+				return nil, err
+			}
 		case "-j", "--jump", "-g", "--goto":
 			r.target = val
 			r.isGoto = a == "-g" || a == "--goto"
@@ -246,10 +256,54 @@ func ParseRule(args []string) (*Rule, error) {
 	if modules["recent"] && (r.recentName == "" || r.recentCheck == r.recentSet) {
 		return nil, fmt.Errorf("%w: -m recent needs --name and one of --rcheck or --set", ErrBadRule)
 	}
+	for _, c := range r.clusters {
+		if c.total == 0 || c.node == 0 || c.node > c.total {
+			// libxt_cluster: both are required, and the node within the
+			// total.
+			return nil, fmt.Errorf("%w: -m cluster needs --cluster-total-nodes and a --cluster-local-node within it", ErrBadRule)
+		}
+	}
 	if r.proto != "" && (modules["tcp"] && r.proto != "tcp" || modules["udp"] && r.proto != "udp") {
 		return nil, fmt.Errorf("%w: -m tcp/udp does not match -p %s", ErrBadRule, r.proto)
 	}
 	return r, nil
+}
+
+// clusterMatch is one cluster match (xt_cluster): the connection's original
+// source address hashed with jhash and seed into total buckets is in bucket
+// node-1 (negated with neg).
+type clusterMatch struct {
+	total, node int
+	seed        uint32
+	neg         bool
+}
+
+// parseCluster reads one option of the last cluster match (at most 32
+// nodes).
+func (r *Rule) parseCluster(opt, val string, neg bool) error {
+	if len(r.clusters) == 0 {
+		return fmt.Errorf("%w: %s without -m cluster", ErrBadRule, opt)
+	}
+	c := &r.clusters[len(r.clusters)-1]
+	n, err := strconv.ParseUint(val, 0, 32)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q", ErrBadRule, opt, val)
+	}
+	switch opt {
+	case "--cluster-total-nodes":
+		if n < 1 || n > 32 {
+			return fmt.Errorf("%w: --cluster-total-nodes %d is outside 1..32", ErrBadRule, n)
+		}
+		c.total = int(n)
+	case "--cluster-local-node":
+		if n < 1 {
+			return fmt.Errorf("%w: --cluster-local-node %d", ErrBadRule, n)
+		}
+		c.node, c.neg = int(n), neg
+	case "--cluster-hash-seed":
+		c.seed = uint32(n)
+	}
+	return nil
 }
 
 // parseTarget reads the target's options.

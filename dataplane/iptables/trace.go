@@ -14,6 +14,10 @@ package iptables
 //     INPUT if the (possibly DNATed) destination is local, else filter
 //     FORWARD and nat POSTROUTING.
 //
+// The cluster match (xt_cluster, which the affinity-leak and
+// affinity-overstay faults use) is evaluated on the packet's source with the
+// kernel's hash (dataplane.JHashBucket).
+//
 // Not modelled: conntrack beyond the NEW state and the DNAT pseudo-state,
 // recording into lists and sets (--set, -j SET), interfaces, the
 // ip_list_tot eviction of recent lists (the history says what is in them).
@@ -25,6 +29,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kpsim/kpsim/dataplane"
 )
 
 // Outcomes of a trace besides an endpoint "ip:port".
@@ -170,7 +176,9 @@ func (f *Fake) TracePacket(pkt Packet, h History) (Result, error) {
 	for _, tb := range f.Tables {
 		for _, c := range tb.Chains {
 			for _, r := range c.Rules {
-				if r.addSet != "" && r.addTimeout >= 0 {
+				// A rule that adds only other clients (the cluster
+				// match of affinity-overstay) does not set this one's.
+				if r.addSet != "" && r.addTimeout >= 0 && r.clusterMatch(pkt.Src) {
 					t.setTimeout[r.addSet] = r.addTimeout
 				}
 			}
@@ -406,6 +414,9 @@ func (t *tracer) matchP(r *Rule, fl flow) float64 {
 			return 0
 		}
 	}
+	if !r.clusterMatch(t.pkt.Src) {
+		return 0
+	}
 	if r.recentCheck && !t.remembered(r.recentName, r.recentSeconds) {
 		return 0
 	}
@@ -416,6 +427,19 @@ func (t *tracer) matchP(r *Rule, fl flow) float64 {
 		return r.prob
 	}
 	return 1
+}
+
+// clusterMatch reports whether the rule's cluster matches (if any) hold for
+// a connection from src: xt_cluster hashes the original source address, so
+// DNAT does not change it.
+func (r *Rule) clusterMatch(src netip.Addr) bool {
+	for _, c := range r.clusters {
+		in := dataplane.JHashBucket(src, uint32(c.total), c.seed) == uint32(c.node-1)
+		if in == c.neg {
+			return false
+		}
+	}
+	return true
 }
 
 // remembered reports whether the history holds the client in the list or

@@ -137,16 +137,39 @@ func (c *Config) defaults() error {
 	if c.StatsWait == 0 {
 		c.StatsWait = 2200 * time.Millisecond
 	}
+	return c.buildableFaults()
+}
+
+// hashSchedulers give each client address a fixed real server from a table
+// (ip_vs_sh.c: 256 slots in blocks of each weight; ip_vs_dh.c: slots by
+// destination address, weights ignored; ip_vs_mh.c: a permutation table of
+// 251 or more slots), so a weight sets a share of client addresses, rounded
+// to the table, not of connections.
+var hashSchedulers = []string{"sh", "dh", "mh"}
+
+// buildableFaults refuses the faults IPVS cannot build: per-client
+// affinity faults (dataplane metadata) and skew-at-mde with a hash
+// scheduler.
+func (c *Config) buildableFaults() error {
+	if err := c.Faults.CheckModes(dataplane.ModeIPVS); err != nil {
+		return err
+	}
+	if c.Faults.Has(dataplane.FaultSkewAtMDE) && slices.Contains(hashSchedulers, c.Scheduler) {
+		return dataplane.NotBuiltError(dataplane.FaultSkewAtMDE, dataplane.ModeIPVS, fmt.Sprintf(
+			"scheduler %s maps each client address to a real server through a hash table, so weights cannot raise one share by exactly %g (use rr, wrr, lc, wlc, sed or nq)",
+			c.Scheduler, dataplane.SkewMDE))
+	}
 	return nil
 }
 
 // schedulerFor is the scheduler a virtual server is programmed with. The
-// uniform-probability fault gives the last real server weight 2; rr and lc
-// ignore weights (ip_vs_rr.c and ip_vs_lc.c only skip weight 0), so the
-// fault also swaps them for their weighted twins, wrr and wlc, to make the
-// weight count.
+// uniform-probability fault gives the last real server weight 2, and
+// skew-at-mde weights the first one up (dataplane.MDESkewWeights); rr and lc
+// ignore weights (ip_vs_rr.c and ip_vs_lc.c only skip weight 0), so these
+// faults also swap them for their weighted twins, wrr and wlc, to make the
+// weights count.
 func (c *Config) schedulerFor() string {
-	if c.Faults.Has(dataplane.FaultUniformProbability) {
+	if c.Faults.Has(dataplane.FaultUniformProbability) || c.Faults.Has(dataplane.FaultSkewAtMDE) {
 		switch c.Scheduler {
 		case "rr":
 			return "wrr"

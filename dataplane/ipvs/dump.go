@@ -139,6 +139,10 @@ func FaultMapping() []string {
 		dataplane.FaultAffinityNoTimeout:   fmt.Sprintf("ClientIP persistence timeout %d s (180 days) instead of timeoutSeconds", noTimeout),
 		dataplane.FaultKeepDeletedEndpoint: "endpoints removed from the slices stay real servers (weight 1)",
 		dataplane.FaultDropLastEndpoint:    "the last endpoint (by address) is never added as a real server; a lone endpoint leaves the virtual server empty (rejects)",
+		dataplane.FaultSkewAtMDE:           "with k real servers the first (by address) gets weight 11(k-1) and the others 10k-11 (rr and lc become wrr and wlc): wrr gives the first exactly 1.1/k of each rotation, wlc, sed and nq on average; refused with sh, dh and mh",
+	}
+	for _, f := range []dataplane.Fault{dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay} {
+		m[f] = "not built (the backend refuses it): " + f.NotBuilt(dataplane.ModeIPVS)
 	}
 	var out []string
 	for _, f := range dataplane.AllFaults() {

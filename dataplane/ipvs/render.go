@@ -230,7 +230,10 @@ func (r *Renderer) endpointsFor(spn cluster.ServicePortName, sp *cluster.Service
 
 // dests turns endpoints into real servers of weight 1, sorted, with the
 // faults that act here: drop-last-endpoint leaves the last one out;
-// uniform-probability gives the last one weight 2.
+// uniform-probability gives the last one weight 2; skew-at-mde (unless
+// uniform-probability is on too) weights the first 11(k-1) and the others
+// 10k-11, so that wrr gives the first exactly 1.1/k of the connections of a
+// rotation (a single real server keeps weight 1).
 func (r *Renderer) dests(eps []*cluster.Endpoint) []Dest {
 	seen := map[netip.AddrPort]bool{}
 	out := make([]Dest, 0, len(eps))
@@ -246,8 +249,13 @@ func (r *Renderer) dests(eps []*cluster.Endpoint) []Dest {
 	if r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint) && len(out) > 0 {
 		out = out[:len(out)-1]
 	}
-	if r.cfg.Faults.Has(dataplane.FaultUniformProbability) && len(out) > 1 {
+	switch {
+	case r.cfg.Faults.Has(dataplane.FaultUniformProbability) && len(out) > 1:
 		out[len(out)-1].Weight = 2
+	case r.cfg.Faults.Has(dataplane.FaultSkewAtMDE) && len(out) > 1:
+		for i, w := range dataplane.MDESkewWeights(len(out)) {
+			out[i].Weight = int(w)
+		}
 	}
 	return out
 }

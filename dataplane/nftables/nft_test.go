@@ -59,7 +59,8 @@ func nftRunner(t *testing.T) func(txs []string, after string) (string, error) {
 func TestNFTAcceptsFullSync(t *testing.T) {
 	run := nftRunner(t)
 	for _, layout := range layouts {
-		for _, faults := range [][]string{nil, {"uniform-probability"}, {"affinity-no-timeout"}, {"drop-last-endpoint"}} {
+		for _, faults := range [][]string{nil, {"uniform-probability"}, {"affinity-no-timeout"}, {"drop-last-endpoint"},
+			{"skew-at-mde"}, {"affinity-leak"}, {"affinity-overstay"}, {"skew-at-mde", "affinity-leak", "affinity-overstay"}} {
 			t.Run(fmt.Sprintf("%s/%v", layout, faults), func(t *testing.T) {
 				cfg := testConfig(layout)
 				for _, f := range faults {
@@ -67,6 +68,7 @@ func TestNFTAcceptsFullSync(t *testing.T) {
 				}
 				st := overallState()
 				addWide(st, 12)
+				addWide(st, 50)
 				b, _ := newFakeBackend(t, cfg)
 				tx, _ := sync(t, b, st, nil, true)
 				out, err := run([]string{tx}, "nft list table ip kube-proxy > /dev/null\n")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/knftables"
@@ -235,7 +236,7 @@ func (r *Renderer) policyRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
 func (r *Renderer) kubeProxyPolicyRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
 	if v.sp.ClientIPAffinity {
 		for _, ep := range eps {
-			c.addRule(fmt.Sprintf("ip saddr @%s goto %s", v.affinitySet(ep), v.endpointChain(ep)), "")
+			c.addRule(fmt.Sprintf("%sip saddr @%s goto %s", r.leakMatch(), v.affinitySet(ep), v.endpointChain(ep)), "")
 		}
 	}
 	sel := r.selection(eps)
@@ -261,7 +262,9 @@ func (r *Renderer) endpointRules(c *chainRec, v *view, ep *cluster.Endpoint) {
 	k := ep.String()
 	c.addRule(fmt.Sprintf("ip saddr %s jump %s", ep.IP, ChainMarkForMasquerade), "")
 	if v.sp.ClientIPAffinity {
-		c.addRule(fmt.Sprintf("update @%s { ip saddr }", v.affinitySet(ep)), "")
+		for _, u := range r.updates(v, ep) {
+			c.addRule(u.match+strings.TrimPrefix(u.update, " "), "")
+		}
 	}
 	c.addRule(fmt.Sprintf("meta l4proto %s %sdnat to %s", v.proto, r.counter(), k), "")
 }
@@ -280,7 +283,8 @@ func (r *Renderer) counter() string {
 // under the faults that change the spread (a cascade is how they are
 // written in iptables, and they are test-only).
 func (r *Renderer) cascade(v *view) bool {
-	return v.sp.ClientIPAffinity || r.cfg.Faults.Has(dataplane.FaultUniformProbability) || r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint)
+	return v.sp.ClientIPAffinity || r.cfg.Faults.Has(dataplane.FaultUniformProbability) || r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint) ||
+		r.cfg.Faults.Has(dataplane.FaultSkewAtMDE)
 }
 
 // fastCascadeRules are the fast layout's per-service-port endpoint
@@ -288,19 +292,17 @@ func (r *Renderer) cascade(v *view) bool {
 // endpoint's set goes to that endpoint. Otherwise a cascade of
 // `numgen random mod k == 0` rules (probability 1/k each, the last one
 // unconditional) picks one; with affinity each rule refreshes the chosen
-// endpoint's set before its DNAT. Every rule counts what it sends.
+// endpoint's set before its DNAT. Every rule counts what it sends. Under
+// the affinity-overstay fault each rule that refreshes a set is written
+// twice, once per half of the clients (see updates).
 func (r *Renderer) fastCascadeRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
 	cnt := r.counter()
-	update := func(ep *cluster.Endpoint) string {
-		if !v.sp.ClientIPAffinity {
-			return ""
-		}
-		return fmt.Sprintf(" update @%s { ip saddr }", v.affinitySet(ep))
-	}
 	if v.sp.ClientIPAffinity {
 		for _, ep := range eps {
 			set := v.affinitySet(ep)
-			c.addRule(fmt.Sprintf("ip saddr @%s meta l4proto %s%s %sdnat to %s", set, v.proto, update(ep), cnt, ep), "")
+			for _, u := range r.updates(v, ep) {
+				c.addRule(fmt.Sprintf("%s%sip saddr @%s meta l4proto %s%s %sdnat to %s", r.leakMatch(), u.match, set, v.proto, u.update, cnt, ep), "")
+			}
 		}
 	}
 	sel := r.selection(eps)
@@ -313,8 +315,73 @@ func (r *Renderer) fastCascadeRules(c *chainRec, v *view, eps []*cluster.Endpoin
 				p = n
 			}
 			stat = fmt.Sprintf(" numgen random mod %d == 0", p)
+			if i == 0 && r.skew() {
+				stat = skewMatch(n)
+			}
 		}
-		c.addRule(fmt.Sprintf("meta l4proto %s%s%s %sdnat to %s", v.proto, stat, update(ep), cnt, ep), "")
+		for _, u := range r.updates(v, ep) {
+			c.addRule(fmt.Sprintf("%smeta l4proto %s%s%s %sdnat to %s", u.match, v.proto, stat, u.update, cnt, ep), "")
+		}
+	}
+}
+
+// skewMatch is the first cascade rule's match under skew-at-mde: the first
+// endpoint's weight out of the total (dataplane.MDESkewWeights), reduced
+// (11 values out of 10n), as `numgen random mod M < W`; the later rules keep
+// 1/(n-i), which splits the rest evenly.
+func skewMatch(n int) string {
+	w := dataplane.MDESkewWeights(n)
+	var sum uint64
+	for _, x := range w {
+		sum += x
+	}
+	g := w[0]
+	for b := sum; b != 0; {
+		g, b = b, g%b
+	}
+	return fmt.Sprintf(" numgen random mod %d < %d", sum/g, w[0]/g)
+}
+
+// skew reports the skew-at-mde fault (the uniform-probability fault, which
+// also reshapes the cascade, wins when both are set).
+func (r *Renderer) skew() bool {
+	return r.cfg.Faults.Has(dataplane.FaultSkewAtMDE) && !r.cfg.Faults.Has(dataplane.FaultUniformProbability)
+}
+
+// leakMatch is the prefix of an affinity check under the affinity-leak
+// fault: only clients outside bucket 0 of dataplane.LeakBuckets (the same
+// kernel hash as iptables' cluster match, dataplane.ClientBucket) are
+// checked; the others fall through to a fresh choice.
+func (r *Renderer) leakMatch() string {
+	if !r.cfg.Faults.Has(dataplane.FaultAffinityLeak) {
+		return ""
+	}
+	return fmt.Sprintf("jhash ip saddr mod %d seed %#x != 0 ", dataplane.LeakBuckets, dataplane.ClientHashSeed)
+}
+
+// affUpdate is one way a rule records the client in an affinity set: match is
+// a prefix for the rule ("" or a jhash match and a space), update the
+// statement with a leading space ("" without affinity).
+type affUpdate struct{ match, update string }
+
+// updates are the ways to record the client in ep's affinity set: one
+// `update @set { ip saddr }` (the set's timeout), or under the
+// affinity-overstay fault two, for the clients in bucket 0 of
+// dataplane.OverstayBuckets (timeout twice the Service's) and the others.
+// Without affinity, one empty update.
+func (r *Renderer) updates(v *view, ep *cluster.Endpoint) []affUpdate {
+	if !v.sp.ClientIPAffinity {
+		return []affUpdate{{}}
+	}
+	set := v.affinitySet(ep)
+	plain := fmt.Sprintf(" update @%s { ip saddr }", set)
+	if !r.cfg.Faults.Has(dataplane.FaultAffinityOverstay) || r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout) {
+		return []affUpdate{{update: plain}}
+	}
+	hash := fmt.Sprintf("jhash ip saddr mod %d seed %#x", dataplane.OverstayBuckets, dataplane.ClientHashSeed)
+	return []affUpdate{
+		{match: hash + " == 0 ", update: fmt.Sprintf(" update @%s { ip saddr timeout %ds }", set, 2*v.sp.AffinityTimeout)},
+		{match: hash + " != 0 ", update: plain},
 	}
 }
 
@@ -457,6 +524,9 @@ func (r *Renderer) hairpinElements(rec *svcRecord, v *view) {
 // exact while n^(n-1) fits in 31 bits (n <= 10) and rounded to 2^-31 beyond,
 // the resolution of iptables' statistic match.
 func (r *Renderer) buckets(n int) (mod uint64, keys []string) {
+	if r.skew() && n > 1 {
+		return weightedBuckets(dataplane.MDESkewWeights(n))
+	}
 	if !r.cfg.Faults.Has(dataplane.FaultUniformProbability) || n <= 2 {
 		keys = make([]string, n)
 		for i := range keys {
@@ -464,7 +534,13 @@ func (r *Renderer) buckets(n int) (mod uint64, keys []string) {
 		}
 		return uint64(n), keys
 	}
-	w := SkewWeights(n)
+	return weightedBuckets(SkewWeights(n))
+}
+
+// weightedBuckets gives endpoint i a range of w[i] numgen values, in order;
+// the modulus is the sum. Ranges keep the vmap at one element per endpoint
+// (the skew-at-mde fault has 24,500 values for 50 endpoints).
+func weightedBuckets(w []uint64) (mod uint64, keys []string) {
 	var start uint64
 	for _, x := range w {
 		mod += x

@@ -14,7 +14,11 @@ package nftables
 //     destination is local, else forward, then postrouting.
 //
 // It understands the rules this package writes, not arbitrary nftables: an
-// unknown expression is an error. Not modelled: conntrack beyond the NEW
+// unknown expression is an error. `jhash ip saddr mod N seed S` (the
+// affinity-leak and affinity-overstay faults) is evaluated with the
+// kernel's hash (dataplane.JHashBucket), and an update's own element
+// timeout sets how long the clients it refreshes are remembered. Not
+// modelled: conntrack beyond the NEW
 // state (`ct state new` and `ct status dnat` are evaluated for the first
 // packet), recording into affinity sets (`update` has no effect on the
 // history), reject types, interfaces.
@@ -28,6 +32,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/kpsim/kpsim/dataplane"
 )
 
 // Outcomes of a trace besides an endpoint "ip:port".
@@ -109,6 +115,9 @@ type Tracer struct {
 	rules map[*knftables.Rule][]expr
 	maps  map[string]map[string][]string // map -> key -> value
 	sets  map[string]map[string]bool
+	// timeouts are, per affinity set, the element timeouts of the rules
+	// that refresh it with one of their own (affinity-overstay).
+	timeouts map[string][]elementTimeout
 }
 
 // NewTracer snapshots f's table. local are the node's own addresses (the
@@ -120,7 +129,7 @@ func NewTracer(f *knftables.Fake, local ...netip.Addr) (*Tracer, error) {
 		return nil, fmt.Errorf("could not trace: the fake has no table")
 	}
 	t := &Tracer{table: f.Table, local: local, rules: map[*knftables.Rule][]expr{},
-		maps: map[string]map[string][]string{}, sets: map[string]map[string]bool{}}
+		maps: map[string]map[string][]string{}, sets: map[string]map[string]bool{}, timeouts: map[string][]elementTimeout{}}
 	for name, m := range f.Table.Maps {
 		idx := map[string][]string{}
 		for _, e := range m.Elements {
@@ -142,6 +151,7 @@ func NewTracer(f *knftables.Fake, local ...netip.Addr) (*Tracer, error) {
 				return nil, fmt.Errorf("could not parse rule %q in chain %s: %w", rl.Rule, c.Name, err)
 			}
 			t.rules[rl] = ex
+			t.recordTimeouts(ex)
 		}
 	}
 	return t, nil
@@ -461,6 +471,7 @@ type numgenExpr struct {
 	mod     uint64
 	kind    byte // 'm'atch, 'v'map, 'd'nat
 	k       uint64
+	lt      bool // match: < k rather than == k
 	buckets []bucket
 	mapName string // named DNAT map, resolved at evaluation
 	// key, for a map keyed by the packet and the bucket (the fast
@@ -475,7 +486,11 @@ func (n *numgenExpr) eval(t *Tracer, f flow, _ History) ([]exprResult, error) {
 	share := func(lo, hi uint64) float64 { return float64(hi-lo+1) / float64(n.mod) }
 	if n.kind == 'm' {
 		in, out := f, f
-		in.p *= share(n.k, n.k)
+		if n.lt {
+			in.p *= float64(min(n.k, n.mod)) / float64(n.mod)
+		} else {
+			in.p *= share(n.k, n.k)
+		}
 		out.p -= in.p
 		return []exprResult{{match: true, f: in}, {match: false, f: out}}, nil
 	}
@@ -758,13 +773,21 @@ func parseOne(t []string) (expr, int, error) {
 			return nil, 0, err
 		}
 		return &numgenExpr{mod: mod, kind: 'v', buckets: b}, 6, nil
-	case hasPrefix(t, "numgen", "random", "mod", "*", "==", "*"):
+	case hasPrefix(t, "numgen", "random", "mod", "*", "*", "*") && (t[4] == "==" || t[4] == "<"):
 		mod, err1 := strconv.ParseUint(t[3], 10, 64)
 		k, err2 := strconv.ParseUint(t[5], 10, 64)
 		if err1 != nil || err2 != nil {
 			return nil, 0, fmt.Errorf("bad numgen match %q", strings.Join(t[:6], " "))
 		}
-		return &numgenExpr{mod: mod, kind: 'm', k: k}, 6, nil
+		return &numgenExpr{mod: mod, kind: 'm', k: k, lt: t[4] == "<"}, 6, nil
+	case hasPrefix(t, "jhash", "ip", "saddr", "mod", "*", "seed", "*", "*", "*") && (t[7] == "==" || t[7] == "!="):
+		mod, err1 := strconv.ParseUint(t[4], 10, 32)
+		seed, err2 := strconv.ParseUint(t[6], 0, 32)
+		k, err3 := strconv.ParseUint(t[8], 10, 32)
+		if err1 != nil || err2 != nil || err3 != nil || mod == 0 {
+			return nil, 0, fmt.Errorf("bad jhash match %q", strings.Join(t[:9], " "))
+		}
+		return &jhashExpr{mod: uint32(mod), seed: uint32(seed), k: uint32(k), neg: t[7] == "!="}, 9, nil
 	case hasPrefix(t, "dnat", "ip", "to", "numgen", "random", "mod", "*", "map", "*"):
 		mod, err := strconv.ParseUint(t[6], 10, 64)
 		if err != nil {
@@ -804,8 +827,9 @@ func parseOne(t []string) (expr, int, error) {
 		}), 3, nil
 	case hasPrefix(t, "update", "*", "{") || (len(t) >= 3 && t[0] == "update" && strings.HasPrefix(t[2], "{")):
 		// Recording into an affinity set: the history is the trace's
-		// input, so it has no effect here.
-		return always, 3, nil
+		// input, so it has no effect on this trace, but an element
+		// timeout of its own sets how long the client is remembered.
+		return parseUpdate(t)
 	case t[0] == "counter":
 		return always, 1, nil
 	case len(t) >= 2 && (t[0] == "jump" || t[0] == "goto"):
@@ -828,6 +852,81 @@ func parseOne(t []string) (expr, int, error) {
 		}), n, nil
 	}
 	return nil, 0, fmt.Errorf("unknown expression at %q", strings.Join(t, " "))
+}
+
+// jhashExpr is `jhash ip saddr mod N seed S ==|!= K`: the kernel's jhash
+// of the source address, scaled into N buckets (dataplane.JHashBucket).
+type jhashExpr struct {
+	mod, seed, k uint32
+	neg          bool
+}
+
+func (j *jhashExpr) eval(_ *Tracer, f flow, _ History) ([]exprResult, error) {
+	return one(j.holds(f.src), f)
+}
+
+func (j *jhashExpr) holds(src netip.Addr) bool {
+	return (dataplane.JHashBucket(src, j.mod, j.seed) == j.k) != j.neg
+}
+
+// updateExpr is `update @set { ip saddr [timeout D] }`.
+type updateExpr struct {
+	set     string
+	timeout time.Duration // 0: the set's
+}
+
+func (u *updateExpr) eval(_ *Tracer, f flow, _ History) ([]exprResult, error) { return one(true, f) }
+
+func parseUpdate(t []string) (expr, int, error) {
+	u := &updateExpr{set: strings.TrimPrefix(t[1], "@")}
+	w := strings.Fields(strings.Trim(t[2], "{}"))
+	switch {
+	case len(w) == 2 && w[0] == "ip" && w[1] == "saddr":
+	case len(w) == 4 && w[0] == "ip" && w[1] == "saddr" && w[2] == "timeout":
+		d, err := time.ParseDuration(w[3])
+		if err != nil || d <= 0 {
+			return nil, 0, fmt.Errorf("bad update timeout %q", w[3])
+		}
+		u.timeout = d
+	default:
+		return nil, 0, fmt.Errorf("unknown update %q", t[2])
+	}
+	return u, 3, nil
+}
+
+// elementTimeout is one rule's own timeout for a set's elements, for the
+// clients its jhash matches select.
+type elementTimeout struct {
+	timeout time.Duration
+	when    []*jhashExpr
+}
+
+// recordTimeouts notes the element timeouts of a rule's updates, with the
+// jhash matches before them.
+func (t *Tracer) recordTimeouts(exprs []expr) {
+	var when []*jhashExpr
+	for _, e := range exprs {
+		switch x := e.(type) {
+		case *jhashExpr:
+			when = append(when, x)
+		case *updateExpr:
+			if x.timeout > 0 {
+				t.timeouts[x.set] = append(t.timeouts[x.set], elementTimeout{x.timeout, slices.Clone(when)})
+			}
+		}
+	}
+}
+
+// setTimeout is how long the set remembers src: the timeout of the rule
+// that refreshes it for src, if it has its own, else the set's (nil: no
+// timeout).
+func (t *Tracer) setTimeout(set *knftables.FakeSet, src netip.Addr) *time.Duration {
+	for _, et := range t.timeouts[set.Name] {
+		if !slices.ContainsFunc(et.when, func(j *jhashExpr) bool { return !j.holds(src) }) {
+			return &et.timeout
+		}
+	}
+	return set.Timeout
 }
 
 // parseAddrMatch reads `ip saddr|daddr [!=] VALUE` with VALUE an address,
@@ -860,7 +959,8 @@ func parseAddrMatch(t []string) (expr, int, error) {
 					return false, fmt.Errorf("no set %q", set)
 				}
 				age, ok := h[set]
-				in = ok && (s.Timeout == nil || age < *s.Timeout)
+				timeout := tr.setTimeout(s, f.src)
+				in = ok && (timeout == nil || age < *timeout)
 			} else {
 				s, ok := tr.sets[set]
 				if !ok {

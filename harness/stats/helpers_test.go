@@ -20,3 +20,13 @@ func checkRel(t *testing.T, name string, got, want, tol float64) {
 		t.Errorf("%s = %.17g, want %.17g (relative tolerance %g)", name, got, want, tol)
 	}
 }
+
+// mcReps returns reps, or a quarter of it under the race detector (which
+// slows these Monte Carlo loops some tenfold and finds nothing more in them
+// after the first few hundred).
+func mcReps(reps int) int {
+	if raceDetector {
+		return reps / 4
+	}
+	return reps
+}

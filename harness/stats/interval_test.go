@@ -35,7 +35,8 @@ func TestSimultaneousIntervals(t *testing.T) {
 	r := newCalibrationRand(t, 900)
 	counts := make([]int, len(p))
 	covered := 0
-	for range calibrationReps {
+	reps := mcReps(calibrationReps)
+	for range reps {
 		SampleMultinomial(r, 200, p, counts)
 		lo, hi := SimultaneousIntervals(floatCounts(counts), 0.95)
 		all := true
@@ -46,17 +47,17 @@ func TestSimultaneousIntervals(t *testing.T) {
 			covered++
 		}
 	}
-	expectAtLeast(t, "simultaneous coverage, k=5, n=200, conf 0.95", covered, calibrationReps, 0.95)
+	expectAtLeast(t, "simultaneous coverage, k=5, n=200, conf 0.95", covered, reps, 0.95)
 }
 
-// equivalenceRate runs Equivalence on reps samples of n from truth and
+// equivalenceRate runs Equivalence on mcReps(calibrationReps) samples of n from truth and
 // returns how often it held; it also checks on the first 2,000 samples that
 // Holds is exactly "every (1-2α) interval lies inside its margin".
 func equivalenceRate(t *testing.T, r *rand.Rand, n int, truth, p0 []float64, delta, alpha float64) int {
 	t.Helper()
 	counts := make([]int, len(truth))
 	holds := 0
-	for rep := range calibrationReps {
+	for rep := range mcReps(calibrationReps) {
 		SampleMultinomial(r, n, truth, counts)
 		res, err := Equivalence(floatCounts(counts), p0, delta, alpha)
 		if err != nil {
@@ -92,7 +93,7 @@ func TestEquivalence(t *testing.T) {
 			n := EquivalenceSampleSize(p0, delta, alpha, power)
 			t.Logf("n = %d", n)
 			r := newCalibrationRand(t, uint64(910+ci))
-			expectAtLeast(t, "equivalence shown at p0", equivalenceRate(t, r, n, p0, p0, delta, alpha), calibrationReps, power)
+			expectAtLeast(t, "equivalence shown at p0", equivalenceRate(t, r, n, p0, p0, delta, alpha), mcReps(calibrationReps), power)
 			for _, j := range []int{0, len(p0) - 1} {
 				for _, s := range []float64{1, -1} {
 					edge := make([]float64, len(p0))
@@ -101,7 +102,7 @@ func TestEquivalence(t *testing.T) {
 						edge[i] = p0[i] * (1 - pj) / (1 - p0[j])
 					}
 					edge[j] = pj
-					expectAtMost(t, fmt.Sprintf("equivalence shown, endpoint %d at %+g", j, s*delta), equivalenceRate(t, r, n, edge, p0, delta, alpha), calibrationReps, alpha)
+					expectAtMost(t, fmt.Sprintf("equivalence shown, endpoint %d at %+g", j, s*delta), equivalenceRate(t, r, n, edge, p0, delta, alpha), mcReps(calibrationReps), alpha)
 				}
 			}
 		})

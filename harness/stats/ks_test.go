@@ -70,9 +70,9 @@ func TestCalibrationKSUniform(t *testing.T) {
 	for ci, n := range []int{20, 100, 101, 500} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			r := newCalibrationRand(t, uint64(800+ci))
-			reps := calibrationReps
+			reps := mcReps(calibrationReps)
 			if n > 100 {
-				reps = calibrationReps / 2
+				reps /= 2
 			}
 			ps := make([]float64, n)
 			rej := map[float64]int{}

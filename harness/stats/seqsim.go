@@ -32,13 +32,14 @@ func (d *SeqDesign) simulate(r *rand.Rand, truth []float64, reps int) seqTally {
 				counts[c] += float64(x)
 			}
 			n := float64(look)
-			switch d.fastBoundary(counts, n) {
+			x2 := d.pearsonX2(counts, n)
+			switch d.fastBoundary(i, counts, n, x2) {
 			case SeqReject:
 				t.rej[i]++
 			case SeqAccept:
 				t.acc[i]++
 			default:
-				if d.pearsonX2(counts, n) >= d.critical {
+				if x2 >= d.critical {
 					t.chiRej[i]++
 				}
 				continue
@@ -112,7 +113,7 @@ func (d *SeqDesign) chooseTruncation(alts []seqTally, kmax int, target float64) 
 
 // seqDesignString is a one-line summary for logs and notes.
 func (d *SeqDesign) String() string {
-	return fmt.Sprintf("sequential LR: k=%d MDE=%g alpha=%.3g power=%g looks=%d first=%d NMax=%d B=%.4g A=%d FixedN=%d E0[N]=%.0f E1[N]=%.0f achieved=%.4f±%.4f capped=%v",
+	return fmt.Sprintf("sequential LR: k=%d MDE=%g alpha=%.3g power=%g looks=%d first=%d NMax=%d B=%.4g A=%d FixedN=%d E0[N]=%.0f E1[N]=%.0f achieved=%.4f±%.4f capped=%v omnibus=%v",
 		len(d.P0), d.MDE, d.Alpha, d.Power, len(d.Looks), d.Looks[0], d.Looks[len(d.Looks)-1], math.Exp(d.LogAccept),
-		len(d.Alternatives), d.FixedN, d.ExpectedN0, d.ExpectedN1, d.Achieved, d.AchievedSE, d.Capped)
+		len(d.Alternatives), d.FixedN, d.ExpectedN0, d.ExpectedN1, d.Achieved, d.AchievedSE, d.Capped, d.Omnibus)
 }

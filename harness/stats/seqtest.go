@@ -58,7 +58,7 @@ func (t *SeqTest) Look(counts []float64) (SeqDecision, error) {
 	t.maxL = d.maxLogLR(counts, n)
 	t.logM = d.logMixture(counts, n, t.maxL)
 	t.maxLogM = max(t.maxLogM, t.logM)
-	t.decision = d.boundary(t.logM, t.maxL)
+	t.decision = d.boundary(t.look-1, t.logM, t.maxL, d.pearsonX2(counts, n))
 	if t.decision != SeqContinue || t.look < len(d.Looks) {
 		return t.decision, nil
 	}
@@ -93,6 +93,16 @@ func (t *SeqTest) checkCounts(counts []float64) error {
 		return fmt.Errorf("counts sum to %g, the look is at %g: %w", sum, want, ErrInvalidArgument)
 	}
 	return nil
+}
+
+// Final returns the chi-square goodness-of-fit result at NMax, or nil if
+// the test stopped earlier (or has not reached it yet).
+func (t *SeqTest) Final() *Result {
+	if t.final == nil {
+		return nil
+	}
+	r := *t.final
+	return &r
 }
 
 // Decision returns the decision so far (SeqContinue before the first look).

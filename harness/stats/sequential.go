@@ -30,8 +30,9 @@ package stats
 // so P_a(LR_a ever <= B) <= B. The test accepts only when every LR_a <= B, so
 // P_a(accept before NMax) <= B. The rest of the power (reaching the
 // rejection boundary before NMax, or the final chi-square) is measured by a
-// seeded Monte Carlo, and NMax is the smallest multiple of the look step at
-// which that power reaches the target.
+// seeded Monte Carlo at the least favourable alternatives, and NMax is the
+// smallest look from which on that power stays at or above the target plus
+// two Monte Carlo standard errors.
 
 import (
 	"fmt"
@@ -44,7 +45,7 @@ import (
 )
 
 // seqTuning holds the design choices of DesignSequential that are not part
-// of its contract; defaultSeqTuning was chosen by TestSequentialTuning.
+// of its contract; defaultSeqTuning was chosen with BenchmarkSequentialTuning.
 type seqTuning struct {
 	lookDiv    float64 // the look step is ceil(FixedN / lookDiv)
 	firstFrac  float64 // the first look is the first multiple of the step at or above firstFrac · FixedN
@@ -54,9 +55,17 @@ type seqTuning struct {
 	reps0      int     // Monte Carlo replications under P0 (for E0[N] only)
 	horizon    float64 // simulated looks reach horizon · FixedN (before maxN), or 4 times that if needed
 	marginSE   float64 // NMax must reach the power plus marginSE Monte Carlo standard errors
+	gateBeta   float64 // omnibus designs only: per-look quantile of the MDE's noncentral χ² below which X² must lie to accept
 }
 
 var defaultSeqTuning = seqTuning{lookDiv: 60, firstFrac: 0.25, acceptFrac: 0.9, seqShare: 0.5, reps: 4000, reps0: 2000, horizon: 2, marginSE: 2}
+
+// omnibusSeqTuning is defaultSeqTuning with the omnibus acceptance gate.
+var omnibusSeqTuning = func() seqTuning {
+	t := defaultSeqTuning
+	t.gateBeta = 0.0001
+	return t
+}()
 
 // seqSeed seeds the design's Monte Carlo; designs are deterministic.
 const seqSeed = 0x6b70_7369_6d00_5351
@@ -104,6 +113,9 @@ type SeqDesign struct {
 	// Capped is set when maxN stopped NMax short of the target power;
 	// Achieved then says how much power the design has.
 	Capped bool
+	// Omnibus is set for DesignSequentialOmnibus designs: the test accepts
+	// only when X² is also implausible under the MDE's noncentral χ².
+	Omnibus bool
 	// Notes says how the design was made (least favourable alternative,
 	// cap, dropped alternatives).
 	Notes []string
@@ -112,6 +124,8 @@ type SeqDesign struct {
 	positive []int // cells with p0 > 0
 	zero     []int // cells with p0 = 0
 	critical float64
+	minW2    float64   // of the least favourable one-off alternative
+	gate     []float64 // omnibus: the largest X² at each look at which the test may accept
 }
 
 // oneOffAlt is an alternative in the form its log likelihood ratio takes:
@@ -163,19 +177,39 @@ var seqCache = struct {
 //
 // Cost: three Monte Carlo passes (2,000 runs under P0, 4,000 under each of
 // the ±MDE alternatives on the smallest share), in chunks of 1,000 runs on
-// as many goroutines as there are chunks; a run costs O(k)
-// per look (a multinomial draw by conditional binomials, the 2k likelihood
-// ratios in closed form) and takes some 15-30 looks. Measured on this
-// 2-core machine (BenchmarkDesignSequential): about 0.05 s for k = 5,
-// 0.3 s for k = 50 and 1 s for k = 200; a design is cached afterwards.
+// as many goroutines as there are chunks; a run costs O(k) per look (a
+// multinomial draw by conditional binomials, the 2k likelihood ratios in
+// closed form) and takes about ten looks. Measured on this 2-core machine
+// with other jobs running (BenchmarkDesignSequential): 0.12 s wall for
+// k = 5, 0.39 s for k = 50, 0.53 s for k = 200 (CPU about 0.14, 0.5 and
+// 0.7 s). The cache keeps every design made (a handful per run).
 func DesignSequential(p0 []float64, mde, alpha, power float64, maxN int) (*SeqDesign, error) {
-	key := seqKey(p0, mde, alpha, power, maxN)
+	return cachedDesign(p0, mde, alpha, power, maxN, defaultSeqTuning)
+}
+
+// DesignSequentialOmnibus is DesignSequential for a test that keeps its
+// power at every alternative as far from p0 as the MDE (in w²), not only at
+// the one-off ones, as the fixed chi-square does: the test accepts only
+// when, besides every one-off likelihood ratio being at most B, Pearson's
+// X² lies below the 0.01 % quantile of the noncentral χ²(k-1, n·w²) of the
+// MDE at that look, and the Monte Carlo that sets NMax also simulates an
+// alternative that moves every share ("spread", see spreadAlternative).
+// The rejection rule, and so the level and the p-value, are unchanged. It
+// saves fewer probes than DesignSequential and costs more to design (the
+// runs at the spread alternative go to NMax): about 3 s for k = 50 (see
+// README.md).
+func DesignSequentialOmnibus(p0 []float64, mde, alpha, power float64, maxN int) (*SeqDesign, error) {
+	return cachedDesign(p0, mde, alpha, power, maxN, omnibusSeqTuning)
+}
+
+func cachedDesign(p0 []float64, mde, alpha, power float64, maxN int, tune seqTuning) (*SeqDesign, error) {
+	key := fmt.Sprintf("%s|%+v", seqKey(p0, mde, alpha, power, maxN), tune)
 	seqCache.Lock()
 	d, ok := seqCache.m[key]
 	seqCache.Unlock()
 	if !ok {
 		var err error
-		d, err = designSequential(p0, mde, alpha, power, maxN, defaultSeqTuning)
+		d, err = designSequential(p0, mde, alpha, power, maxN, tune)
 		if err != nil {
 			return nil, err
 		}
@@ -205,6 +239,7 @@ func (d *SeqDesign) clone() *SeqDesign {
 		c.Alternatives[i] = slices.Clone(a)
 	}
 	c.Notes = slices.Clone(d.Notes)
+	c.gate = slices.Clone(d.gate)
 	return &c
 }
 
@@ -222,19 +257,28 @@ func designSequential(p0 []float64, mde, alpha, power float64, maxN int, tune se
 	for _, a := range worst {
 		truths = append(truths, d.Alternatives[a])
 	}
+	var spread []float64
+	if tune.gateBeta > 0 {
+		d.Omnibus = true
+		spread = d.spreadAlternative()
+		truths = append(truths, spread)
+	}
 	// Runs that wander undecided are simulated up to the horizon, which
 	// is most of the cost; a short horizon is tried first and a longer one
 	// only if the power is not reached within it.
 	for _, horizon := range []float64{tune.horizon, 4 * tune.horizon} {
 		looks, limited := d.lookSchedule(tune, horizon, maxN)
 		d.Looks = looks
+		if d.Omnibus {
+			d.gate = d.acceptGates(looks, tune.gateBeta)
+		}
 		tallies := d.simulateAll(truths, tune)
 		target := power + tune.marginSE*math.Sqrt(power*(1-power)/float64(tune.reps))
 		k, capped := d.chooseTruncation(tallies[1:], len(looks), target)
 		if capped && !limited && horizon == tune.horizon {
 			continue
 		}
-		d.finish(tallies, looks, k, worst, tune)
+		d.finish(tallies, looks, k, worst, spread, tune)
 		if capped {
 			why := fmt.Sprintf("maxN %d", maxN)
 			if !limited {
@@ -251,8 +295,9 @@ func designSequential(p0 []float64, mde, alpha, power float64, maxN int, tune se
 
 // lookSchedule returns the looks up to horizon·FixedN or maxN, and whether
 // maxN limited them: equal steps of FixedN/lookDiv from the first multiple
-// of the step at or above firstFrac·FixedN (no earlier look could stop a
-// run under P0, which needs the likelihood ratios to fall to B).
+// of the step at or above firstFrac·FixedN: fewer looks (round trips for
+// the harness, time for the Monte Carlo) for about 1 % more E0[N], since
+// under P0 few runs could stop earlier (README.md has the figures).
 func (d *SeqDesign) lookSchedule(tune seqTuning, horizon float64, maxN int) (looks []int, limited bool) {
 	step := max(1, int(math.Ceil(float64(d.FixedN)/tune.lookDiv)))
 	first := max(1, int(math.Ceil(tune.firstFrac*float64(d.FixedN)/float64(step)))) * step
@@ -267,23 +312,86 @@ func (d *SeqDesign) lookSchedule(tune seqTuning, horizon float64, maxN int) (loo
 }
 
 // finish truncates the design after k looks and records its Monte Carlo
-// operating characteristics.
-func (d *SeqDesign) finish(tallies []seqTally, looks []int, k int, worst []int, tune seqTuning) {
+// operating characteristics; tallies are P0's, then those of the one-off
+// alternatives in worst, then (omnibus) the spread alternative's.
+func (d *SeqDesign) finish(tallies []seqTally, looks []int, k int, worst []int, spread []float64, tune seqTuning) {
 	d.Looks = looks[:k]
+	if d.gate != nil {
+		d.gate = d.gate[:k]
+	}
 	d.ExpectedN0 = tallies[0].expectedN(looks, k)
 	d.Achieved = 1
-	least := worst[0]
+	what := ""
 	for i, t := range tallies[1:] {
 		if pw := t.power(k); pw <= d.Achieved {
 			d.Achieved = pw
 			d.ExpectedN1 = t.expectedN(looks, k)
-			least = worst[i]
+			if i < len(worst) {
+				j := d.alts[worst[i]].j
+				what = fmt.Sprintf("endpoint %d's share times %g", j, d.Alternatives[worst[i]][j]/d.P0[j])
+			} else {
+				what = fmt.Sprintf("every share moved (spread, w² %.4g)", EffectW2(d.P0, spread))
+			}
 		}
 	}
 	d.AchievedSE = math.Sqrt(d.Achieved * (1 - d.Achieved) / float64(tune.reps))
-	j := d.alts[least].j
-	d.Notes = append(d.Notes, fmt.Sprintf("least favourable alternative simulated: endpoint %d's share times %g (power %.4f ± %.4f, %d runs)",
-		j, d.Alternatives[least][j]/d.P0[j], d.Achieved, d.AchievedSE, tune.reps))
+	d.Notes = append(d.Notes, fmt.Sprintf("least favourable alternative simulated: %s (power %.4f ± %.4f, %d runs)",
+		what, d.Achieved, d.AchievedSE, tune.reps))
+}
+
+// spreadAlternative returns the alternative that moves every share of
+// positive probability (in index order, alternately up and down by the same
+// relative amount, the last left alone if their number is odd), renormalised,
+// with the w² of the least favourable one-off alternative.
+func (d *SeqDesign) spreadAlternative() []float64 {
+	at := func(e float64) []float64 {
+		p1 := make([]float64, len(d.P0))
+		var sum float64
+		for n, i := range d.positive {
+			s := 0.0
+			if n < len(d.positive)/2*2 {
+				s = float64(1 - 2*(n%2))
+			}
+			p1[i] = d.P0[i] * (1 + s*e)
+			sum += p1[i]
+		}
+		for i := range p1 {
+			p1[i] /= sum
+		}
+		return p1
+	}
+	lo, hi := 0.0, 1.0
+	for range 60 {
+		mid := (lo + hi) / 2
+		if EffectW2(d.P0, at(mid)) < d.minW2 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return at(hi)
+}
+
+// acceptGates returns, for each look, the beta-quantile of the noncentral
+// χ²(k-1, n·minW2): below it X² is implausible under an alternative as far
+// as the MDE, and the omnibus test may accept.
+func (d *SeqDesign) acceptGates(looks []int, beta float64) []float64 {
+	df := float64(len(d.positive) - 1)
+	gates := make([]float64, len(looks))
+	for i, n := range looks {
+		lambda := float64(n) * d.minW2
+		lo, hi := 0.0, df+lambda+10*math.Sqrt(2*(df+2*lambda))+10
+		for hi-lo > 1e-6*hi {
+			mid := (lo + hi) / 2
+			if NoncentralChiSquareCDF(mid, df, lambda) < beta {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		gates[i] = lo
+	}
+	return gates
 }
 
 // newSeqDesign validates the arguments and builds the alternatives,
@@ -329,6 +437,7 @@ func newSeqDesign(p0 []float64, mde, alpha, power float64, tune seqTuning) (*Seq
 	for _, a := range d.alts {
 		minW2 = min(minW2, a.w2)
 	}
+	d.minW2 = minW2
 	d.FixedN = ChiSquareSampleSize(minW2, len(d.positive)-1, alpha, power)
 	if d.FixedN < 1 {
 		return nil, fmt.Errorf("could not design sequential test: no fixed sample size reaches power %g at w² = %g: %w", power, minW2, ErrInvalidArgument)
@@ -414,12 +523,14 @@ func (d *SeqDesign) logMixture(counts []float64, n, maxL float64) float64 {
 	return maxL + math.Log(s/float64(len(d.alts)))
 }
 
-// boundary is the decision of the sequential boundaries alone.
-func (d *SeqDesign) boundary(logM, maxL float64) SeqDecision {
+// boundary is the decision of the sequential boundaries alone at look
+// (0-based), from the log mixture and largest likelihood ratios and
+// Pearson's X² (used only by omnibus designs).
+func (d *SeqDesign) boundary(look int, logM, maxL, x2 float64) SeqDecision {
 	switch {
 	case logM >= d.LogReject:
 		return SeqReject
-	case maxL <= d.LogAccept:
+	case maxL <= d.LogAccept && (d.gate == nil || x2 <= d.gate[look]):
 		return SeqAccept
 	}
 	return SeqContinue
@@ -427,12 +538,12 @@ func (d *SeqDesign) boundary(logM, maxL float64) SeqDecision {
 
 // fastBoundary is boundary without the mixture when the maximum already
 // decides (log M lies in [maxL - log A, maxL]); the Monte Carlo uses it.
-func (d *SeqDesign) fastBoundary(counts []float64, n float64) SeqDecision {
+func (d *SeqDesign) fastBoundary(look int, counts []float64, n, x2 float64) SeqDecision {
 	maxL := d.maxLogLR(counts, n)
 	if maxL < d.LogReject {
-		return d.boundary(maxL, maxL) // log M <= maxL < LogReject
+		return d.boundary(look, maxL, maxL, x2) // log M <= maxL < LogReject
 	}
-	return d.boundary(d.logMixture(counts, n, maxL), maxL)
+	return d.boundary(look, d.logMixture(counts, n, maxL), maxL, x2)
 }
 
 // pearsonX2 is Pearson's statistic over the positive cells (no merging: at

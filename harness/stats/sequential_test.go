@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -19,6 +20,13 @@ const operatingAlpha = DefaultFamilyAlpha / 40
 // result and decision.
 func runSeq(t *testing.T, d *SeqDesign, r *rand.Rand, truth []float64) (Result, SeqDecision) {
 	t.Helper()
+	res, dec, _ := runSeqTest(t, d, r, truth)
+	return res, dec
+}
+
+// runSeqTest is runSeq that also says whether the final chi-square decided.
+func runSeqTest(t *testing.T, d *SeqDesign, r *rand.Rand, truth []float64) (Result, SeqDecision, bool) {
+	t.Helper()
 	st := d.Start()
 	inc := make([]int, len(truth))
 	counts := make([]float64, len(truth))
@@ -34,11 +42,11 @@ func runSeq(t *testing.T, d *SeqDesign, r *rand.Rand, truth []float64) (Result, 
 			t.Fatal(err)
 		}
 		if dec != SeqContinue {
-			return st.Result(), dec
+			return st.Result(), dec, st.Final() != nil
 		}
 	}
 	t.Fatalf("no decision after the last look %d", prev)
-	return Result{}, SeqContinue
+	return Result{}, SeqContinue, false
 }
 
 // expectAtLeast fails the test if the whole 99.9 % interval lies below limit.
@@ -64,27 +72,36 @@ func mustDesign(t *testing.T, p0 []float64, mde, alpha, power float64, maxN int)
 }
 
 // TestSequentialSize: on a correct subject the test rejects at most α of
-// the time, and its p-value is valid at every level: P(p <= u) <= u.
-// Decision and p-value agree (reject exactly when P <= α).
+// the time, the sequential boundary alone at most AlphaSeq (Ville's bound),
+// and its p-value is valid at every level: P(p <= u) <= u. Decision and
+// p-value agree (reject exactly when P <= α).
 func TestSequentialSize(t *testing.T) {
 	const alpha = 0.01
 	for ci, p0 := range [][]float64{Uniform(3), {0.1, 0.2, 0.3, 0.4}} {
 		t.Run(fmt.Sprintf("k=%d", len(p0)), func(t *testing.T) {
 			d := mustDesign(t, p0, 0.1, alpha, 0.99, 0)
 			r := newCalibrationRand(t, uint64(500+ci))
-			ps := make([]float64, calibrationReps)
-			rejections := 0
+			ps := make([]float64, mcReps(calibrationReps))
+			rejections, boundary, final := 0, 0, 0
 			for rep := range ps {
-				res, dec := runSeq(t, d, r, p0)
+				res, dec, atNMax := runSeqTest(t, d, r, p0)
 				ps[rep] = res.P
 				if (dec == SeqReject) != res.Rejects(alpha) {
 					t.Fatalf("decision %s but P = %g at alpha %g", dec, res.P, alpha)
 				}
+				if atNMax {
+					final++
+				}
 				if dec == SeqReject {
 					rejections++
+					if !atNMax {
+						boundary++
+					}
 				}
 			}
 			expectAtMost(t, fmt.Sprintf("rejections at alpha %g", alpha), rejections, len(ps), alpha)
+			expectAtMost(t, fmt.Sprintf("by the boundary, AlphaSeq %g", d.AlphaSeq), boundary, len(ps), d.AlphaSeq)
+			t.Logf("%d of %d runs reached NMax", final, len(ps))
 			for _, u := range []float64{0.001, 0.01, 0.05, 0.2, 0.5, 0.9} {
 				below := 0
 				for _, p := range ps {
@@ -110,7 +127,8 @@ func TestSequentialPower(t *testing.T) {
 				truth := d.Alternatives[a]
 				rejections := 0
 				var nsum float64
-				for range calibrationReps {
+				reps := mcReps(calibrationReps)
+				for range reps {
 					res, dec := runSeq(t, d, r, truth)
 					nsum += res.N
 					if dec == SeqReject {
@@ -118,8 +136,8 @@ func TestSequentialPower(t *testing.T) {
 					}
 				}
 				j := d.alts[a].j
-				expectAtLeast(t, fmt.Sprintf("power, endpoint %d times %.2f", j, truth[j]/p0[j]), rejections, calibrationReps, d.Power)
-				t.Logf("mean n under it %.0f (design E1[N] %.0f, FixedN %d)", nsum/calibrationReps, d.ExpectedN1, d.FixedN)
+				expectAtLeast(t, fmt.Sprintf("power, endpoint %d times %.2f", j, truth[j]/p0[j]), rejections, reps, d.Power)
+				t.Logf("mean n under it %.0f (design E1[N] %.0f, FixedN %d)", nsum/float64(reps), d.ExpectedN1, d.FixedN)
 			}
 		})
 	}
@@ -135,9 +153,9 @@ func TestSequentialExpectedN(t *testing.T) {
 		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
 			p0 := Uniform(k)
 			d := mustDesign(t, p0, 0.1, operatingAlpha, DefaultPower, 0)
-			reps := 4000
+			reps := mcReps(4000)
 			if k > 5 {
-				reps = 500
+				reps = mcReps(500)
 			}
 			r := newCalibrationRand(t, uint64(700+ci))
 			var sum, sum2 float64
@@ -311,9 +329,9 @@ func TestSequentialDenseAlternatives(t *testing.T) {
 			p0 := Uniform(k)
 			d := mustDesign(t, p0, 0.1, operatingAlpha, DefaultPower, 0)
 			w2 := EffectW2(p0, d.Alternatives[0])
-			reps := calibrationReps
+			reps := mcReps(calibrationReps)
 			if k > 3 {
-				reps = 4000
+				reps = mcReps(4000)
 			}
 			r := newCalibrationRand(t, uint64(750+ci))
 			for _, name := range []string{"swap", "spread"} {
@@ -336,6 +354,108 @@ func TestSequentialDenseAlternatives(t *testing.T) {
 				}
 				t.Logf("mean n %.0f; fixed chi-square at FixedN %d: power %.4f", nsum/float64(reps), d.FixedN,
 					ChiSquarePower(d.FixedN, EffectW2(p0, truth), k-1, operatingAlpha))
+			}
+		})
+	}
+}
+
+// TestSequentialResultJSON: every outcome's Result encodes as JSON (all
+// numbers finite), and a probability-0 endpoint without traffic does not
+// disturb the test.
+func TestSequentialResultJSON(t *testing.T) {
+	p0 := []float64{0.25, 0, 0.75}
+	d := mustDesign(t, p0, 0.1, operatingAlpha, DefaultPower, 0)
+	r := newCalibrationRand(t, 780)
+	for _, c := range []struct {
+		name  string
+		truth []float64
+	}{{"null", p0}, {"alternative", d.Alternatives[0]}} {
+		name := c.name
+		res, dec := runSeq(t, d, r, c.truth)
+		if _, err := json.Marshal(res); err != nil {
+			t.Errorf("%s (%s): %v", name, dec, err)
+		}
+		t.Logf("%s: %s at n = %g, P = %.3g", name, dec, res.N, res.P)
+	}
+	st := d.Start()
+	if _, err := json.Marshal(st.Result()); err != nil {
+		t.Errorf("before a look: %v", err)
+	}
+	if _, err := st.Look([]float64{float64(d.Looks[0]) - 1, 1, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if res := st.Result(); res.P != 0 {
+		t.Errorf("impossible outcome: P = %g", res.P)
+	} else if _, err := json.Marshal(res); err != nil {
+		t.Errorf("impossible outcome: %v", err)
+	}
+}
+
+// TestSequentialOmnibus: DesignSequentialOmnibus keeps the power at the
+// dense alternatives of the MDE's w² ("swap", "spread") as well as at the
+// one-off ones, its level is the same rule's (at most α at α = 0.01), and
+// its E0[N] agrees with an independent simulation; the saving against the
+// fixed chi-square is printed.
+func TestSequentialOmnibus(t *testing.T) {
+	testenv.SkipIfShort(t, "designs omnibus sequential tests up to k = 20 and runs 4,000 tests at each of their alternatives")
+	t.Run("size", func(t *testing.T) {
+		d, err := DesignSequentialOmnibus(Uniform(5), 0.1, 0.01, 0.99, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(d)
+		r := newCalibrationRand(t, 790)
+		reps, rejections := mcReps(calibrationReps), 0
+		for range reps {
+			if _, dec := runSeq(t, d, r, d.P0); dec == SeqReject {
+				rejections++
+			}
+		}
+		expectAtMost(t, "omnibus rejections at alpha 0.01", rejections, reps, 0.01)
+	})
+	for ci, k := range []int{3, 5, 20} {
+		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) {
+			p0 := Uniform(k)
+			d, err := DesignSequentialOmnibus(p0, 0.1, operatingAlpha, DefaultPower, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(d)
+			if !d.Omnibus || d.Capped {
+				t.Fatalf("omnibus %v, capped %v", d.Omnibus, d.Capped)
+			}
+			r := newCalibrationRand(t, uint64(795+ci))
+			reps := mcReps(4000)
+			truths := denseAlternatives(k, EffectW2(p0, d.Alternatives[0]))
+			for _, name := range []string{"null", "one-off", "swap", "spread"} {
+				truth := truths[name]
+				switch name {
+				case "null":
+					truth = p0
+				case "one-off":
+					truth = d.Alternatives[0]
+				}
+				rejections := 0
+				var sum, sum2 float64
+				for range reps {
+					res, dec := runSeq(t, d, r, truth)
+					sum += res.N
+					sum2 += res.N * res.N
+					if dec == SeqReject {
+						rejections++
+					}
+				}
+				mean := sum / float64(reps)
+				se := math.Sqrt((sum2/float64(reps) - mean*mean) / float64(reps))
+				if name == "null" {
+					t.Logf("E0[N] simulated %.0f ± %.0f, design %.0f; FixedN %d, ratio %.2f", mean, se, d.ExpectedN0, d.FixedN, float64(d.FixedN)/mean)
+					if math.Abs(mean-d.ExpectedN0) > 4*se*math.Sqrt(1+float64(reps)/float64(d.Reps0)) {
+						t.Errorf("simulated E0[N] %.0f ± %.0f, design says %.0f", mean, se, d.ExpectedN0)
+					}
+					continue
+				}
+				expectAtLeast(t, "omnibus power at "+name, rejections, reps, d.Power)
+				t.Logf("mean n at %s %.0f", name, mean)
 			}
 		})
 	}
