@@ -45,6 +45,13 @@ type Uniformity struct {
 	PPlus  float64   `json:"pPlus"`
 	Below5 int       `json:"pBelow0.05"`
 	PS     []float64 `json:"pValues,omitempty"`
+	// Failed counts the runs in which the verdict failed; with a fault
+	// injected it is the catch count, to hold against Power (the verdict's
+	// mean achieved power at its MDE) with the Clopper-Pearson interval
+	// CatchLow-CatchHigh (99 %).
+	Failed              int     `json:"failed"`
+	Power               float64 `json:"power"`
+	CatchLow, CatchHigh float64
 }
 
 // Repeat runs the scenarios n times on this machine's kernel with seeds
@@ -53,6 +60,8 @@ func Repeat(ctx context.Context, files []string, o Options, n int, seed uint64) 
 	start := time.Now()
 	rep := &Repetition{Mode: o.Mode, Runs: n, Fixed: o.FixedSize}
 	byName := map[string][]float64{}
+	failed := map[string]int{}
+	power := map[string]float64{}
 	var runs []*report.Run
 	log := o.Log
 	if log == nil {
@@ -74,8 +83,18 @@ func Repeat(ctx context.Context, files []string, o Options, n int, seed uint64) 
 			errored = errored || s.SetupError != ""
 			for _, c := range s.Checks {
 				errored = errored || c.Verdict == report.Error
-				if c.Verdict != report.Error && statistical(c) {
-					byName[s.Scenario+"/"+c.Name] = append(byName[s.Scenario+"/"+c.Name], c.P)
+				key := s.Scenario + "/" + c.Name
+				if c.Verdict == report.Fail {
+					failed[key]++
+				}
+				if c.Verdict != report.Error && c.Verdict != report.NotRun && c.Type != typeEquivalence {
+					if _, ok := byName[key]; !ok {
+						byName[key] = nil
+					}
+					power[key] += c.AchievedPower / float64(n)
+					if statistical(c) {
+						byName[key] = append(byName[key], c.P)
+					}
 				}
 			}
 		}
@@ -91,7 +110,10 @@ func Repeat(ctx context.Context, files []string, o Options, n int, seed uint64) 
 	sort.Strings(names)
 	var all []float64
 	for _, k := range names {
-		rep.Verdicts = append(rep.Verdicts, uniformity(k, byName[k]))
+		u := uniformity(k, byName[k])
+		u.Failed, u.Power = failed[k], power[k]
+		u.CatchLow, u.CatchHigh = stats.ClopperPearson(u.Failed, n, 0.99)
+		rep.Verdicts = append(rep.Verdicts, u)
 		all = append(all, byName[k]...)
 	}
 	rep.Pooled = uniformity("pooled", all)
@@ -131,7 +153,8 @@ func (r *Repetition) String() string {
 	fmt.Fprintf(&b, "%s, %d runs (%s tests): %d failed, %d with errors; pooled p-values of %d verdicts x runs: KS D = %.4f, p = %.3g; D+ = %.4f, p = %.3g; %d of %d at p <= 0.05\n",
 		r.Mode, r.Runs, mode, r.FailedRuns, r.ErroredRuns, len(r.Verdicts), r.Pooled.D, r.Pooled.P, r.Pooled.DPlus, r.Pooled.PPlus, r.Pooled.Below5, r.Pooled.N)
 	for _, v := range r.Verdicts {
-		fmt.Fprintf(&b, "  %-90s n %3d  KS p %.3g  D+ p %.3g  p<=0.05: %d\n", v.Name, v.N, v.P, v.PPlus, v.Below5)
+		fmt.Fprintf(&b, "  %-90s n %3d  KS p %.3g  D+ p %.3g  p<=0.05: %2d  failed %3d of %d (99%% CI %.3f-%.3f), power %.4f\n",
+			v.Name, v.N, v.P, v.PPlus, v.Below5, v.Failed, r.Runs, v.CatchLow, v.CatchHigh, v.Power)
 	}
 	return b.String()
 }

@@ -84,6 +84,9 @@ var FaultCatches = map[dataplane.Fault]string{
 	dataplane.FaultAffinityNoTimeout:   "affinity",
 	dataplane.FaultKeepDeletedEndpoint: "terminating",
 	dataplane.FaultDropLastEndpoint:    "distribution",
+	dataplane.FaultSkewAtMDE:           "distribution",
+	dataplane.FaultAffinityLeak:        "affinity",
+	dataplane.FaultAffinityOverstay:    "affinity",
 }
 
 // Timing bounds.
@@ -163,6 +166,11 @@ func load(files []string, o Options) (Options, dataplane.Faults, []*scenario.Loa
 	faults, err := dataplane.ParseFaults(o.Faults)
 	if err != nil {
 		return o, nil, nil, err
+	}
+	for _, f := range faults.Names() {
+		if why := dataplane.Fault(f).NotBuilt(o.Mode); why != "" {
+			return o, nil, nil, dataplane.NotBuiltError(dataplane.Fault(f), o.Mode, why)
+		}
 	}
 	var loaded []*scenario.Loaded
 	for _, f := range files {
