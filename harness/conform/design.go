@@ -32,7 +32,7 @@ func designFor(p0 []float64, mde, alpha, power float64, fixed bool) (distributio
 		return distributionDesign{looks: []int{n}, fixedN: n, achieved: stats.ChiSquarePower(n, w2, len(p0)-1, alpha), expected: float64(n),
 			newTest: func() tester { return &fixedTest{p0: p0, alpha: alpha} }}, nil
 	}
-	d, err := stats.DesignSequential(p0, mde, alpha, power, maxProbesPerCheck)
+	d, err := stats.DesignSequentialOmnibus(p0, mde, alpha, power, maxProbesPerCheck)
 	if err != nil {
 		return distributionDesign{}, err
 	}
