@@ -34,6 +34,20 @@ func (e *IPVSEngine) schedule(c *Conn) *ipvsDest {
 	return nil
 }
 
+// stalled is FaultRotationStall: every rotationStallEvery-th call, the
+// dest at the rotation's mark (the last chosen) again, when it is still
+// available; nil otherwise and without the fault.
+func (e *IPVSEngine) stalled(mark int) *ipvsDest {
+	if e.cfg.Fault != FaultRotationStall {
+		return nil
+	}
+	e.stall++
+	if e.stall%rotationStallEvery != 0 || mark < 0 || mark >= len(e.dests) {
+		return nil
+	}
+	return available(e.dests[mark])
+}
+
 func available(d *ipvsDest) *ipvsDest {
 	if d == nil || d.weight <= 0 {
 		return nil
@@ -46,6 +60,9 @@ func available(d *ipvsDest) *ipvsDest {
 // first with a positive weight.
 func (e *IPVSEngine) rr() *ipvsDest {
 	n := len(e.dests)
+	if d := e.stalled(e.rrCur); d != nil {
+		return d
+	}
 	for k := 0; k < n; k++ {
 		i := (e.rrCur + 1 + k) % n
 		if e.dests[i].weight > 0 {
@@ -96,6 +113,9 @@ func gcd32(a, b int32) int32 {
 func (e *IPVSEngine) wrr() *ipvsDest {
 	if e.wrrMw == 0 {
 		return nil
+	}
+	if d := e.stalled(e.wrrCl); d != nil {
+		return d
 	}
 	n := len(e.dests)
 	dest := e.wrrCl
