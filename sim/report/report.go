@@ -245,11 +245,12 @@ type Rotation struct {
 	// Strata are the (node, version) samples with at least two eligible
 	// endpoints and two connections.
 	Strata int `json:"strata"`
-	// Bound is the largest bound used; MaxSpread the largest max − min
-	// count seen, in MaxSpreadServicePort.
-	Bound                int    `json:"bound"`
-	MaxSpread            int    `json:"maxSpread"`
-	MaxSpreadServicePort string `json:"maxSpreadServicePort,omitempty"`
+	// Spread is the max − min count of the stratum that exceeds its bound
+	// the most (or comes closest to it), Bound that stratum's bound and
+	// ServicePort its service port.
+	Spread      int    `json:"spread"`
+	Bound       int    `json:"bound"`
+	ServicePort string `json:"servicePort,omitempty"`
 	// Forbidden counts fresh connections to endpoints the oracle excludes.
 	Forbidden int64 `json:"forbidden"`
 }

@@ -318,7 +318,7 @@ func (r *Report) writeSelfCheck(p func(string, ...any)) {
 	p("## %s\n\n", upperFirst(SelfCheckWhat))
 	p("This section tests the simulator, not a dataplane: each mode's engine (sim/engine) draws the endpoint of every new connection, and the draws are held against the shares the oracle (sim/oracle) expects. A correct engine passes by construction, except with probability about α; a failure here is a bug in the simulator's engine or oracle and says nothing about any kernel. ")
 	p("Random modes get a chi-square per service port, summed over its strata (one per version of the service port, per node where the expectation differs between nodes), and the per-port p-values are tested for uniformity (Kolmogorov-Smirnov against U(0,1)): too many small p-values mean the draws differ from the oracle, too many large ones a test that is too lenient. ")
-	p("ipvs rr and wrr rotate deterministically, so a chi-square would pass by construction; they get a rotation check instead: in each (node, version) the eligible endpoints' counts may differ by at most the bound the scheduler allows.\n\n")
+	p("ipvs rr and wrr rotate deterministically, so a chi-square would pass by construction; they get a rotation check instead: in each (node, version) the eligible endpoints' counts may differ by at most the bound the scheduler allows (so their strata are per node, where the chi-square's are merged over the nodes that expect the same shares).\n\n")
 	p("| mode | method | service ports checked / skipped | strata | rejected | p-values: KS D, p | p ≤ 0.05 / p ≥ 0.95 (expected each) | worst p | verdict |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range r.Modes {
 		d := m.SelfCheck
@@ -335,7 +335,7 @@ func (r *Report) writeSelfCheck(p func(string, ...any)) {
 			worst = fmt.Sprintf("%.3g (%s)", d.WorstP, d.WorstPServicePort)
 		}
 		if rt := d.Rotation; rt != nil {
-			tails = fmt.Sprintf("largest max − min %d (bound %d) in %s", rt.MaxSpread, rt.Bound, rt.MaxSpreadServicePort)
+			tails = fmt.Sprintf("closest to its bound: max − min %d, bound %d, in %s", rt.Spread, rt.Bound, rt.ServicePort)
 		}
 		p("| %s | %s | %d / %d | %d | %d | %s | %s | %s | %s |\n", m.Mode, method, d.ServicePorts, d.Skipped, d.Strata, d.Rejected, ks, strings.ReplaceAll(tails, "|", "\\|"), worst, d.Verdict)
 	}

@@ -47,13 +47,13 @@ func (w *world) testMethod(mode engine.Mode) (method, reason string) {
 	}
 	switch s {
 	case "rr", "wrr":
-		return report.MethodRotation, "ipvs " + s + ": a deterministic rotation, not a random draw"
+		return report.MethodRotation, s + " is a deterministic rotation, not a random draw"
 	case "sh":
-		return report.MethodNone, "ipvs sh hashes the client address: shares are uniform only over many clients"
+		return report.MethodNone, "sh hashes the client address: shares are uniform only over many clients"
 	case "dh":
-		return report.MethodNone, "ipvs dh hashes the ClusterIP: one endpoint takes every connection"
+		return report.MethodNone, "dh hashes the ClusterIP: one endpoint takes every connection"
 	case "lc", "wlc", "sed", "nq":
-		return report.MethodNone, "ipvs " + s + " follows the connections each endpoint holds, not a draw"
+		return report.MethodNone, s + " follows the connections each endpoint holds, not a draw"
 	}
 	return report.MethodChiSquare, "" // mh: a hash of the source address and port, random source ports
 }
@@ -144,10 +144,7 @@ func testStrata(strata []*sample, mde float64) (st stratified, tested bool, err 
 			st.impossible = true
 		}
 		if r.DF == 0 {
-			if len(r.Impossible) == 0 {
-				st.leftOut += sm.n
-			}
-			continue
+			continue // one eligible endpoint: nothing to fit
 		}
 		cells := 0
 		for _, e := range sm.exp {
@@ -215,14 +212,27 @@ func (w *world) rotationStats(md *modeData, ni int, r *nodeResult) []rotStat {
 // in one (node, version) stratum of version g: 1 for rr, whose mark
 // survives the deletion of a drained real server (ip_vs_del_dest moves it
 // to the previous dest); for wrr one more per such deletion, which
-// restarts it from the head (ip_vs_wrr_dest_changed), at most the
-// endpoints the service port had before that version does not.
+// restarts it from the head (ip_vs_wrr_dest_changed): at most the real
+// servers of the service port's earlier versions on the node that version
+// g does not have (each is deleted once, when it has drained).
 func (w *world) rotationBound(md *modeData, g int32, ni int) int32 {
 	if w.sc.Proxy.IPVSScheduler != "wrr" {
 		return 1
 	}
-	o := &md.outs[md.out[int(g)*len(w.nodes)+ni]]
-	return 1 + int32(len(w.svcs[w.gvs[g].svc].eps)) - o.n
+	nn := len(w.nodes)
+	cur := md.rules[int(g)*nn+ni]
+	gone := map[int32]bool{}
+	for _, e := range w.svcs[w.gvs[g].svc].gvs {
+		if e == g {
+			break
+		}
+		for _, b := range md.rules[int(e)*nn+ni].Backends {
+			if !hasBackend(cur, b.ID) {
+				gone[b.ID] = true
+			}
+		}
+	}
+	return 1 + int32(len(gone))
 }
 
 // rotationCheck is the rotation check of one service port over the given
@@ -355,9 +365,8 @@ func (w *world) noteRotation(sc *report.SelfCheck, rc rotationCheck, label strin
 	}
 	rt.Strata += rc.strata
 	rt.Forbidden += rc.forbidden
-	rt.Bound = max(rt.Bound, int(rc.bound))
-	if int(rc.spread) > rt.MaxSpread || rt.MaxSpreadServicePort == "" {
-		rt.MaxSpread, rt.MaxSpreadServicePort = int(rc.spread), label
+	if rt.ServicePort == "" || int(rc.spread-rc.bound) > rt.Spread-rt.Bound {
+		rt.Spread, rt.Bound, rt.ServicePort = int(rc.spread), int(rc.bound), label
 	}
 	if rc.broken {
 		sc.Rejected++
@@ -403,12 +412,12 @@ func finishSelfCheck(mode string, sc *report.SelfCheck) {
 	case sc.Method == report.MethodRotation:
 		if sc.Rejected > 0 {
 			sc.Verdict = report.Fail
-			sc.Findings = append(sc.Findings, fmt.Sprintf("%s: the rotation is broken in %d of %d service ports (largest max − min count %d against a bound of %d, in %s; %d connection(s) to excluded endpoints): the simulator's ipvs engine does not rotate as ip_vs_%s does. This is a bug in the simulator, not a finding about a kernel.",
-				mode, sc.Rejected, sc.ServicePorts, rt.MaxSpread, rt.Bound, rt.MaxSpreadServicePort, rt.Forbidden, rt.Scheduler))
+			sc.Findings = append(sc.Findings, fmt.Sprintf("%s: the rotation is broken in %d of %d service ports (worst: max − min count %d against a bound of %d, in %s; %d connection(s) to excluded endpoints): the simulator's ipvs engine does not rotate as ip_vs_%s does. This is a bug in the simulator, not a finding about a kernel.",
+				mode, sc.Rejected, sc.ServicePorts, rt.Spread, rt.Bound, rt.ServicePort, rt.Forbidden, rt.Scheduler))
 			return
 		}
-		sc.Findings = append(sc.Findings, fmt.Sprintf("%s: %s, so no chi-square (its p-values would sit near 1: a pass by construction); instead, in each of %d (node, version) strata of %d service ports, the eligible endpoints' counts differ by at most %d (largest max − min %d): the engine rotates as ip_vs_%s does.",
-			mode, sc.Reason, rt.Strata, sc.ServicePorts, rt.Bound, rt.MaxSpread, rt.Scheduler))
+		sc.Findings = append(sc.Findings, fmt.Sprintf("%s: %s, so no chi-square (its p-values would sit near 1: a pass by construction); instead, in each of %d (node, version) strata of %d service ports, the eligible endpoints' counts differ by at most the rotation's bound (1, plus one per restart wrr can make; closest: max − min %d against %d): the engine rotates as ip_vs_%s does.",
+			mode, sc.Reason, rt.Strata, sc.ServicePorts, rt.Spread, rt.Bound, rt.Scheduler))
 		return
 	}
 	tails := fmt.Sprintf("%d at p ≤ 0.05 and %d at p ≥ 0.95, %.1f expected each", u.AtMost05, u.AtLeast95, u.Expected)
