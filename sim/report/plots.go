@@ -266,7 +266,7 @@ func (r *Report) hasPValues() bool {
 // expects when they are uniform (dashed).
 func (r *Report) pValuePlot(w io.Writer) error {
 	p := newPlot("Engine self-check: per-service-port p-values (uniform when the engines draw as the oracle says)", "p-value", "service ports per bin")
-	p.Legend.Left = false
+	p.Legend.Left, p.Legend.Top = false, false
 	for i, m := range r.Modes {
 		u := m.SelfCheck.Uniformity
 		if u == nil || len(u.Histogram) == 0 || u.N == 0 {
