@@ -11,8 +11,18 @@ package engine
 func (e *IPVSEngine) schedule(c *Conn) *ipvsDest {
 	switch e.sched {
 	case RR:
+		if e.cfg.Fault == FaultRotationStall {
+			if d := e.stalled(e.rrCur); d != nil {
+				return d
+			}
+		}
 		return e.rr()
 	case WRR:
+		if e.cfg.Fault == FaultRotationStall {
+			if d := e.stalled(e.wrrCl); d != nil {
+				return d
+			}
+		}
 		return e.wrr()
 	case LC:
 		return e.lc()
@@ -34,13 +44,10 @@ func (e *IPVSEngine) schedule(c *Conn) *ipvsDest {
 	return nil
 }
 
-// stalled is FaultRotationStall: every rotationStallEvery-th call, the
-// dest at the rotation's mark (the last chosen) again, when it is still
-// available; nil otherwise and without the fault.
+// stalled is FaultRotationStall (schedule calls it only then): every
+// rotationStallEvery-th call, the dest at the rotation's mark (the last
+// chosen) again, when it is still available; nil otherwise.
 func (e *IPVSEngine) stalled(mark int) *ipvsDest {
-	if e.cfg.Fault != FaultRotationStall {
-		return nil
-	}
 	e.stall++
 	if e.stall%rotationStallEvery != 0 || mark < 0 || mark >= len(e.dests) {
 		return nil
@@ -60,9 +67,6 @@ func available(d *ipvsDest) *ipvsDest {
 // first with a positive weight.
 func (e *IPVSEngine) rr() *ipvsDest {
 	n := len(e.dests)
-	if d := e.stalled(e.rrCur); d != nil {
-		return d
-	}
 	for k := 0; k < n; k++ {
 		i := (e.rrCur + 1 + k) % n
 		if e.dests[i].weight > 0 {
@@ -113,9 +117,6 @@ func gcd32(a, b int32) int32 {
 func (e *IPVSEngine) wrr() *ipvsDest {
 	if e.wrrMw == 0 {
 		return nil
-	}
-	if d := e.stalled(e.wrrCl); d != nil {
-		return d
 	}
 	n := len(e.dests)
 	dest := e.wrrCl
