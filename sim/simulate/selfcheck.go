@@ -237,20 +237,23 @@ func (w *world) rotationBound(md *modeData, g int32, ni int) int32 {
 
 // rotationCheck is the rotation check of one service port over the given
 // nodes' strata: the strata checked (two or more eligible endpoints, two
-// or more connections), the largest spread and its bound's excess, and
-// the connections to excluded endpoints.
+// or more connections) and their connections, the spread and bound of the
+// stratum that exceeds its bound the most (or comes closest), the fresh
+// connections to excluded endpoints, and whether any stratum broke the
+// rotation.
 type rotationCheck struct {
-	strata            int
-	spread, bound     int32
-	forbidden         int64
-	n                 int64
-	broken            bool
-	worstG, worstNode int
+	strata        int
+	n             int64
+	spread, bound int32
+	forbidden     int64
+	broken        bool
 }
 
+// checkRotation runs the rotation check of service port s on the given
+// nodes.
 func (w *world) checkRotation(mi int, res []*nodeResult, nodes []int, s int32) rotationCheck {
 	md := w.modes[mi]
-	rc := rotationCheck{worstNode: -1}
+	var rc rotationCheck
 	for _, g := range w.svcs[s].gvs {
 		for _, ni := range nodes {
 			rs := res[ni].rot[g]
@@ -267,8 +270,8 @@ func (w *world) checkRotation(mi int, res []*nodeResult, nodes []int, s int32) r
 			if rs.spread > b {
 				rc.broken = true
 			}
-			if rc.worstNode < 0 || rs.spread-b > rc.spread-rc.bound {
-				rc.spread, rc.bound, rc.worstG, rc.worstNode = rs.spread, b, int(g), ni
+			if rc.strata == 1 || rs.spread-b > rc.spread-rc.bound {
+				rc.spread, rc.bound = rs.spread, b
 			}
 		}
 	}
