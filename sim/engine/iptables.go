@@ -115,6 +115,9 @@ func CascadeProbabilities(n int) []float64 {
 type IPTablesConfig struct {
 	// RecentCapacity is ip_list_tot; 0 means RecentListCapacity (100).
 	RecentCapacity int
+	// Fault, when FaultUniformProbability, injects that bug (tests of the
+	// checks only); other faults do not apply to this engine.
+	Fault Fault
 }
 
 // IPTablesStats counts what the iptables engine did.
@@ -162,7 +165,11 @@ func (e *IPTablesEngine) Program(r Rules, now int64) {
 	for i, b := range r.Backends {
 		e.ids = append(e.ids, b.ID)
 		if i < n-1 {
-			e.q = append(e.q, CascadeThreshold(n-i))
+			left := n - i
+			if e.cfg.Fault == FaultUniformProbability {
+				left = n
+			}
+			e.q = append(e.q, CascadeThreshold(left))
 		}
 	}
 	if r.AffinityTimeout <= 0 || e.verdict != Accept {

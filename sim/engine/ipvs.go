@@ -101,6 +101,9 @@ type IPVSConfig struct {
 	TCPTimeWait   time.Duration
 	UDPTimeout    time.Duration
 	GracefulCheck time.Duration
+	// Fault, when FaultRotationStall, injects that bug (tests of the
+	// checks only); other faults do not apply to this engine.
+	Fault Fault
 }
 
 // IPVSStats counts what the IPVS engine did.
@@ -164,6 +167,7 @@ type IPVSEngine struct {
 	wrrCw int32
 	wrrMw int32
 	wrrDi int32
+	stall int // FaultRotationStall: scheduled connections counted
 
 	shTab [ipvsSHTableSize]*ipvsDest
 	dhTab [ipvsSHTableSize]*ipvsDest

@@ -11,8 +11,18 @@ package engine
 func (e *IPVSEngine) schedule(c *Conn) *ipvsDest {
 	switch e.sched {
 	case RR:
+		if e.cfg.Fault == FaultRotationStall {
+			if d := e.stalled(e.rrCur); d != nil {
+				return d
+			}
+		}
 		return e.rr()
 	case WRR:
+		if e.cfg.Fault == FaultRotationStall {
+			if d := e.stalled(e.wrrCl); d != nil {
+				return d
+			}
+		}
 		return e.wrr()
 	case LC:
 		return e.lc()
@@ -32,6 +42,17 @@ func (e *IPVSEngine) schedule(c *Conn) *ipvsDest {
 		return available(e.mhTab[MHBucket(c.SrcIP, c.SrcPort, len(e.mhTab))])
 	}
 	return nil
+}
+
+// stalled is FaultRotationStall (schedule calls it only then): every
+// rotationStallEvery-th call, the dest at the rotation's mark (the last
+// chosen) again, when it is still available; nil otherwise.
+func (e *IPVSEngine) stalled(mark int) *ipvsDest {
+	e.stall++
+	if e.stall%rotationStallEvery != 0 || mark < 0 || mark >= len(e.dests) {
+		return nil
+	}
+	return available(e.dests[mark])
 }
 
 func available(d *ipvsDest) *ipvsDest {

@@ -19,6 +19,9 @@ type NFTablesConfig struct {
 	// declares no size; when a dynamic set is full, `update` adds nothing
 	// and the dnat still happens.
 	AffinitySetSize int
+	// Fault, when FaultMovedBucket, injects that bug (tests of the checks
+	// only); other faults do not apply to this engine.
+	Fault Fault
 }
 
 // NFTablesStats counts what the nftables engine did.
@@ -83,6 +86,9 @@ func (e *NFTablesEngine) Choose(c *Conn, now int64) (int32, Verdict) {
 		}
 	}
 	i := (uint64(uint32(e.rng.src.Uint64()>>32)) * e.n) >> 32
+	if e.cfg.Fault == FaultMovedBucket && e.n > 1 && i == e.n-1 {
+		i = 0
+	}
 	e.Stats.NumgenDecisions++
 	if e.sets != nil {
 		e.sets.update(int32(i), c.SrcIP, now, &e.Stats)

@@ -34,6 +34,9 @@ func (r *Report) plots() []plotFile {
 		{Files.SyncTime, r.syncPlot},
 		{Files.Deviation, r.deviationPlot},
 	}
+	if r.hasPValues() {
+		out = append(out, plotFile{Files.PValues, r.pValuePlot})
+	}
 	for _, m := range r.Modes {
 		if m.Timeline != nil {
 			out = append(out, plotFile{Files.Flapping, r.flappingPlot})
@@ -215,10 +218,10 @@ func (r *Report) syncPlot(w io.Writer) error {
 // deviationPlot: the histogram of each tested service port's largest
 // |observed − expected| endpoint share, per mode.
 func (r *Report) deviationPlot(w io.Writer) error {
-	p := newPlot("Per service port: largest |observed − expected| endpoint share", "|observed − expected| share (log scale; the first bin holds everything below it)", "service ports")
+	p := newPlot("Engine self-check, per service port: largest |observed − expected| endpoint share", "|observed − expected| share (log scale; the first bin holds everything below it)", "service ports")
 	p.Legend.Left = false
 	for i, m := range r.Modes {
-		h := m.Distribution.Histogram
+		h := m.SelfCheck.Histogram
 		if len(h) == 0 {
 			continue
 		}
@@ -240,10 +243,56 @@ func (r *Report) deviationPlot(w io.Writer) error {
 		l.Color = plotutil.Color(i)
 		l.Width = vg.Points(1.5)
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("%s (%d tested, %d failed)", m.Mode, m.Distribution.Tested, m.Distribution.Failed), l)
+		p.Legend.Add(fmt.Sprintf("%s (%s, %d checked, %d rejected)", m.Mode, m.SelfCheck.Method, m.SelfCheck.ServicePorts, m.SelfCheck.Rejected), l)
 	}
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min = 0
+	return save(p, w)
+}
+
+// hasPValues reports whether a mode's self-check has p-values to plot.
+func (r *Report) hasPValues() bool {
+	for _, m := range r.Modes {
+		if u := m.SelfCheck.Uniformity; u != nil && u.N > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// pValuePlot: the histogram of the engine self-check's per-service-port
+// p-values in each mode tested by chi-square, with the count every bin
+// expects when they are uniform (dashed).
+func (r *Report) pValuePlot(w io.Writer) error {
+	p := newPlot("Engine self-check: per-service-port p-values (uniform when the engines draw as the oracle says)", "p-value", "service ports per bin")
+	p.Legend.Left, p.Legend.Top = false, false
+	for i, m := range r.Modes {
+		u := m.SelfCheck.Uniformity
+		if u == nil || len(u.Histogram) == 0 || u.N == 0 {
+			continue
+		}
+		var xys plotter.XYs
+		for _, b := range u.Histogram {
+			xys = append(xys, plotter.XY{X: b.Lo, Y: float64(b.Count)})
+		}
+		last := u.Histogram[len(u.Histogram)-1]
+		xys = append(xys, plotter.XY{X: last.Hi, Y: float64(last.Count)})
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return fmt.Errorf("could not plot the p-value histogram: %w", err)
+		}
+		l.StepStyle = plotter.PostStep
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s (%d ports, KS D %.3f, p %.3g)", m.Mode, u.N, u.D, u.P), l)
+		each := float64(u.N) / float64(len(u.Histogram))
+		if err := addLine(p, i, "", plotter.XYs{{X: 0, Y: each}, {X: 1, Y: each}}, true); err != nil {
+			return err
+		}
+	}
+	p.X.Min, p.X.Max = 0, 1
 	p.Y.Min = 0
 	return save(p, w)
 }

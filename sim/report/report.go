@@ -25,6 +25,9 @@ const (
 	Pass  = "pass"
 	Fail  = "fail"
 	Error = "error" // the check could not be evaluated (no traffic reached it, too few connections)
+	// NotTested: the engine self-check does not test the mode (its
+	// choice is not a draw from the oracle's shares); Reason says why.
+	NotTested = "not tested"
 )
 
 // Report is one simulation of a scenario in one or more modes.
@@ -41,8 +44,11 @@ type Report struct {
 	Modes []Mode `json:"modes"`
 	// Checks are the scenario's checks, one entry per mode and check.
 	Checks []Check `json:"checks"`
-	// Failed names the failed checks as "mode/check".
+	// Failed names the failed checks as "mode/check" ("mode/engine-self-check"
+	// for the engine self-check).
 	Failed []string `json:"failed"`
+	// Family is the one Holm family of the report's statistical tests.
+	Family Family `json:"holmFamily"`
 	// Calibrations are the sync-time models used, with their sources.
 	Calibrations []cost.Calibration `json:"calibrations"`
 	// Model states what is modelled and how, in sentences.
@@ -73,17 +79,17 @@ type Step struct {
 
 // Mode is everything simulated for one kube-proxy mode.
 type Mode struct {
-	Mode         string        `json:"mode"`
-	Connections  Connections   `json:"connections"`
-	Rules        Rules         `json:"rules"`
-	Sync         Sync          `json:"sync"`
-	FirstPacket  FirstPacket   `json:"firstPacket"`
-	Conntrack    Conntrack     `json:"conntrack"`
-	Distribution Distribution  `json:"distribution"`
-	Affinity     Affinity      `json:"affinity"`
-	Local        InternalLocal `json:"internalTrafficPolicyLocal"`
-	Flapping     Flapping      `json:"flapping"`
-	Timeline     *Timeline     `json:"timeline,omitempty"`
+	Mode        string        `json:"mode"`
+	Connections Connections   `json:"connections"`
+	Rules       Rules         `json:"rules"`
+	Sync        Sync          `json:"sync"`
+	FirstPacket FirstPacket   `json:"firstPacket"`
+	Conntrack   Conntrack     `json:"conntrack"`
+	SelfCheck   SelfCheck     `json:"engineSelfCheck"`
+	Affinity    Affinity      `json:"affinity"`
+	Local       InternalLocal `json:"internalTrafficPolicyLocal"`
+	Flapping    Flapping      `json:"flapping"`
+	Timeline    *Timeline     `json:"timeline,omitempty"`
 }
 
 // Connections counts new connections by outcome.
@@ -143,26 +149,126 @@ type Conntrack struct {
 	EntryBytes  int    `json:"entryBytes"`
 }
 
-// Distribution is the chi-square verdict of every service port with at
-// least two eligible endpoints and enough connections.
-type Distribution struct {
-	Tested  int `json:"tested"`
-	Skipped int `json:"skipped"`
-	// Failed is the number rejected at FamilyAlpha with Holm's correction
-	// over the tested service ports.
-	Failed      int     `json:"failed"`
-	FamilyAlpha float64 `json:"familyAlpha"`
-	// WorstP is the smallest p-value and WorstPServicePort its service port.
-	WorstP            float64 `json:"worstP"`
+// SelfCheckWhat is what the engine self-check is, as every writer labels it.
+const SelfCheckWhat = "engine self-check: the simulator's engines' draws against the oracle"
+
+// Self-check methods.
+const (
+	// MethodChiSquare: the mode draws at random (iptables statistic
+	// cascade, nftables numgen, ipvs mh): a stratified chi-square per
+	// service port, and the uniformity of the p-values.
+	MethodChiSquare = "chi-square"
+	// MethodRotation: ipvs rr and wrr rotate deterministically; a
+	// chi-square against uniform shares would pass by construction.
+	MethodRotation = "rotation"
+	// MethodNone: the mode's choice is not a draw from the oracle's shares
+	// (ipvs sh, dh: hashes; lc, wlc, sed, nq: held connections).
+	MethodNone = "not tested"
+)
+
+// SelfCheck is the engine self-check of one mode: the simulator's engines
+// (sim/engine) held against the oracle's shares (sim/oracle) on the
+// connections they decided afresh. It tests the simulator's code, not a
+// dataplane: a correct engine passes it by construction, except with
+// probability about the family's α; it exists to catch a bug in an engine
+// (or the oracle), and says nothing about any kernel.
+type SelfCheck struct {
+	// What is SelfCheckWhat.
+	What string `json:"what"`
+	// Method is MethodChiSquare, MethodRotation or MethodNone; Reason says
+	// why for the last two.
+	Method string `json:"method"`
+	Reason string `json:"reason,omitempty"`
+	// Verdict is Pass or Fail (a port rejected, a rotation broken, or
+	// p-values that are not uniform).
+	Verdict string `json:"verdict"`
+	// ServicePorts were checked; Skipped were not (fewer than two eligible
+	// endpoints or too few connections in every stratum, or MethodNone).
+	ServicePorts int `json:"servicePorts"`
+	Skipped      int `json:"skipped"`
+	// Strata are the (node, version) samples tested, merged over the nodes
+	// where every node has the same expectation (a sum of multinomials
+	// with the same shares is one multinomial); LeftOut counts the
+	// connections of strata too small for a chi-square.
+	Strata  int   `json:"strata"`
+	LeftOut int64 `json:"connectionsLeftOut,omitempty"`
+	// Rejected counts the service ports that failed: rejected by Holm in
+	// the report's family (chi-square) or outside the rotation's bound.
+	Rejected             int      `json:"rejected"`
+	RejectedServicePorts []string `json:"rejectedServicePorts,omitempty"`
+	// WorstP is the smallest p-value (chi-square) and WorstPServicePort its
+	// service port.
+	WorstP            float64 `json:"worstP,omitempty"`
 	WorstPServicePort string  `json:"worstPServicePort,omitempty"`
 	// WorstDeviation is the largest |observed − expected| share of one
-	// endpoint, over every tested service port.
-	WorstDeviation            float64  `json:"worstDeviation"`
-	WorstDeviationServicePort string   `json:"worstDeviationServicePort,omitempty"`
-	FailedServicePorts        []string `json:"failedServicePorts,omitempty"`
+	// endpoint in one stratum, over every checked service port.
+	WorstDeviation            float64 `json:"worstDeviation"`
+	WorstDeviationServicePort string  `json:"worstDeviationServicePort,omitempty"`
+	// Uniformity is the p-values' uniformity test (chi-square only).
+	Uniformity *Uniformity `json:"pValueUniformity,omitempty"`
+	// Rotation is the rotation check (rr, wrr only).
+	Rotation *Rotation `json:"rotation,omitempty"`
 	// Histogram bins the per-service-port largest deviation.
-	Histogram []Bin  `json:"histogram"`
-	Note      string `json:"note,omitempty"`
+	Histogram []Bin `json:"deviationHistogram"`
+	// Findings say in plain words what the self-check found.
+	Findings []string `json:"findings"`
+	Note     string   `json:"note,omitempty"`
+}
+
+// Uniformity tests that a mode's per-service-port p-values are uniform on
+// (0, 1), as they are when every engine draws from the oracle's shares:
+// too many small ones say the draws differ, too many large ones that the
+// test is conservative (or the draws too even).
+type Uniformity struct {
+	Test string `json:"test"`
+	N    int    `json:"n"`
+	// D is the Kolmogorov-Smirnov distance, P its p-value.
+	D float64 `json:"d"`
+	P float64 `json:"p"`
+	// AtMost05 and AtLeast95 count p ≤ 0.05 and p ≥ 0.95; Expected is
+	// 0.05·N, the count of each under uniformity.
+	AtMost05  int     `json:"atMost05"`
+	AtLeast95 int     `json:"atLeast95"`
+	Expected  float64 `json:"expectedEach"`
+	// Rejected: Holm rejects uniformity in the report's family.
+	Rejected bool `json:"rejected"`
+	// Histogram bins the p-values in 20 bins of 0.05.
+	Histogram []Bin `json:"histogram"`
+}
+
+// Rotation checks ipvs rr and wrr: in each (node, version) stratum the
+// counts of the eligible endpoints differ by at most Bound (1 for a strict
+// rotation; wrr adds one per restart the engine can make inside a
+// stratum).
+type Rotation struct {
+	Scheduler string `json:"scheduler"`
+	// Strata are the (node, version) samples with at least two eligible
+	// endpoints and two connections.
+	Strata int `json:"strata"`
+	// Spread is the max − min count of the stratum that exceeds its bound
+	// the most (or comes closest to it), Bound that stratum's bound and
+	// ServicePort its service port.
+	Spread      int    `json:"spread"`
+	Bound       int    `json:"bound"`
+	ServicePort string `json:"servicePort,omitempty"`
+	// Forbidden counts fresh connections to endpoints the oracle excludes.
+	Forbidden int64 `json:"forbidden"`
+}
+
+// Family is the report's one Holm family: every chi-square unit of the
+// distribution checks, every service port the engine self-check tests by
+// chi-square and each mode's p-value uniformity test, in every mode, at
+// Alpha. The rotation checks and the exact checks have no α to spend.
+type Family struct {
+	Alpha float64 `json:"alpha"`
+	// Size is m; CheckUnits, SelfCheckPorts and UniformityTests break it
+	// down.
+	Size            int `json:"size"`
+	CheckUnits      int `json:"checkUnits"`
+	SelfCheckPorts  int `json:"selfCheckServicePorts"`
+	UniformityTests int `json:"uniformityTests"`
+	// Rejected counts the members Holm rejected.
+	Rejected int `json:"rejected"`
 }
 
 // Bin is one histogram bin [Lo, Hi).
@@ -269,7 +375,8 @@ type Check struct {
 	ServicePort string `json:"servicePort"`
 	Verdict     string `json:"verdict"`
 	Message     string `json:"message,omitempty"`
-	// Alpha is the family-wise level of the mode's statistical units.
+	// Alpha is the family-wise level of the report's Holm family, which
+	// holds the check's chi-square units (distribution checks).
 	Alpha      float64  `json:"alpha,omitempty"`
 	Units      []Unit   `json:"units"`
 	Deviations []string `json:"knownDeviations,omitempty"`
@@ -290,15 +397,20 @@ type Unit struct {
 	// In-window figures (flapping).
 	InWindow  int64 `json:"inWindow,omitempty"`
 	Misrouted int64 `json:"misrouted,omitempty"`
-	// Chi-square (distribution).
+	// Chi-square (distribution): the sum of one chi-square per version of
+	// the service port (Strata), with their summed df; in ipvs rr and wrr
+	// the rotation check instead (Test "rotation", Statistic the largest
+	// max − min count of a version, no p-value).
 	Test            string  `json:"test,omitempty"`
+	Strata          int     `json:"strata,omitempty"`
 	Statistic       float64 `json:"statistic,omitempty"`
 	DF              int     `json:"df,omitempty"`
 	P               float64 `json:"p,omitempty"`
 	N               int64   `json:"n,omitempty"`
 	MaxAbsDeviation float64 `json:"maxAbsDeviation,omitempty"`
-	// Power is the power at the check's minimum detectable effect, and
-	// RequiredN the sample it would need for the check's power.
+	// Power is the power at the check's minimum detectable effect at Holm's
+	// first step (α/m, m the report's family size), and RequiredN the
+	// sample it would need for the check's power.
 	Power     float64 `json:"power,omitempty"`
 	RequiredN int     `json:"requiredN,omitempty"`
 	// Affinity.
@@ -318,9 +430,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 // Files names what WriteFiles writes in the output folder.
-var Files = struct{ JSON, Markdown, Rules, SyncTime, Deviation, Flapping string }{
+var Files = struct{ JSON, Markdown, Rules, SyncTime, Deviation, PValues, Flapping string }{
 	JSON: "report.json", Markdown: "report.md", Rules: "rules.png", SyncTime: "sync-time.png",
-	Deviation: "deviation.png", Flapping: "flapping.png",
+	Deviation: "deviation.png", PValues: "p-values.png", Flapping: "flapping.png",
 }
 
 // WriteFiles writes report.json, report.md and the plots into dir, creating

@@ -21,8 +21,9 @@ func sample() *Report {
 		Connections: Connections{Total: 1234567, Accepted: 1234000, Dropped: 500, Rejected: 67},
 		Rules:       Rules{Measure: "objects", ObjectsMax: 100, ObjectsTotal: 200},
 		Sync:        Sync{Variant: "kube-proxy", P50Seconds: 1.5, P99Seconds: 2, FullSeconds: 2},
-		Distribution: Distribution{Tested: 3, FamilyAlpha: 0.001, WorstP: 0.01, WorstPServicePort: "a/b",
-			Histogram: hist},
+		SelfCheck: SelfCheck{What: SelfCheckWhat, Method: MethodChiSquare, Verdict: Pass, ServicePorts: 3, WorstP: 0.01, WorstPServicePort: "a/b",
+			Histogram: hist, Uniformity: &Uniformity{N: 3, D: 0.2, P: 0.9, Expected: 0.15, Histogram: hist},
+			Findings: []string{"nftables: the p-values are uniform"}},
 		Flapping: Flapping{Steps: []StepWindow{{Step: 1, AtSeconds: 1, WindowP50Seconds: 0.5, WindowMaxSeconds: 0.9}}},
 		Timeline: &Timeline{ServicePort: "a/b", BinSeconds: 0.5, Eligible: []int{3, 2, 3}, Connections: []int64{5, 5, 5}, Misrouted: []int64{0, 2, 0}},
 	}
@@ -33,6 +34,7 @@ func sample() *Report {
 		Modes:        []Mode{m},
 		Checks:       []Check{{Mode: "nftables", Name: "flapping:a/b", Type: "flapping", Verdict: Fail, Message: "fail on 1 of 1 client node(s): n1"}},
 		Failed:       []string{"nftables/flapping:a/b"},
+		Family:       Family{Alpha: 0.001, Size: 4, SelfCheckPorts: 3, UniformityTests: 1},
 		Calibrations: cost.Defaults(),
 	}
 }
@@ -43,7 +45,7 @@ func TestWriters(t *testing.T) {
 	if err := r.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1,234,567", "1.50 s / 2.00 s", "flapping:a/b", "fail"} {
+	for _, want := range []string{"1,234,567", "1.50 s / 2.00 s", "flapping:a/b", "fail", "Engine self-check: the simulator's engines' draws against the oracle", "pass: chi-square, 3 ports, 0 rejected", "m = 4 tests"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -51,7 +53,8 @@ func TestWriters(t *testing.T) {
 	if err := r.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Simulation: x", "**1 check(s) failed:**", "| 1 | 1.00 s |", "![flapping](flapping.png)"} {
+	for _, want := range []string{"# Simulation: x", "**1 check(s) failed:**", "| 1 | 1.00 s |", "![flapping](flapping.png)",
+		"## Engine self-check: the simulator's engines' draws against the oracle", "![p-values](p-values.png)", "- nftables: the p-values are uniform"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q", want)
 		}
@@ -61,7 +64,7 @@ func TestWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 6 {
+	if len(files) != 7 {
 		t.Errorf("wrote %v", files)
 	}
 	for _, f := range files {

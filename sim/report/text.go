@@ -38,20 +38,31 @@ func (r *Report) rows() []row {
 		{"conntrack peak (busiest node)", func(m *Mode) string {
 			return fmt.Sprintf("%s entries, %s", count(m.Conntrack.PeakEntries), byteSize(m.Conntrack.Bytes))
 		}},
-		{"distribution: tested / failed", func(m *Mode) string {
-			d := m.Distribution
-			return fmt.Sprintf("%d / %d (Holm α %g)", d.Tested, d.Failed, d.FamilyAlpha)
+		{"engine self-check (simulator, not dataplane)", func(m *Mode) string { return selfCheckCell(&m.SelfCheck) }},
+		{"self-check p-values: KS D / p", func(m *Mode) string {
+			u := m.SelfCheck.Uniformity
+			if u == nil || u.N == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.3f / %.3g", u.D, u.P)
 		}},
-		{"distribution: worst p", func(m *Mode) string {
-			d := m.Distribution
-			if d.Tested == 0 {
+		{"self-check p ≤ .05 / p ≥ .95 (expected)", func(m *Mode) string {
+			u := m.SelfCheck.Uniformity
+			if u == nil || u.N == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%d / %d (%.1f each)", u.AtMost05, u.AtLeast95, u.Expected)
+		}},
+		{"self-check worst p", func(m *Mode) string {
+			d := m.SelfCheck
+			if d.Method != MethodChiSquare || d.ServicePorts == 0 {
 				return "-"
 			}
 			return fmt.Sprintf("%.3g %s", d.WorstP, d.WorstPServicePort)
 		}},
-		{"distribution: worst |obs−exp|", func(m *Mode) string {
-			d := m.Distribution
-			if d.Tested == 0 {
+		{"self-check worst |obs−exp| share", func(m *Mode) string {
+			d := m.SelfCheck
+			if d.ServicePorts == 0 {
 				return "-"
 			}
 			return fmt.Sprintf("%.4f %s", d.WorstDeviation, d.WorstDeviationServicePort)
@@ -86,6 +97,30 @@ func (r *Report) rows() []row {
 	}
 }
 
+// selfCheckCell is the self-check's verdict in a few words.
+func selfCheckCell(d *SelfCheck) string {
+	switch {
+	case d.Method == MethodNone:
+		return "not tested (" + d.Reason + ")"
+	case d.ServicePorts == 0:
+		return "nothing to test"
+	case d.Method == MethodRotation:
+		return fmt.Sprintf("%s: rotation, %d ports, %d broken", d.Verdict, d.ServicePorts, d.Rejected)
+	}
+	s := fmt.Sprintf("%s: chi-square, %d ports, %d rejected", d.Verdict, d.ServicePorts, d.Rejected)
+	if u := d.Uniformity; u != nil && u.Rejected {
+		s += ", p-values not uniform"
+	}
+	return s
+}
+
+// familyLine describes the report's Holm family in one sentence.
+func (r *Report) familyLine() string {
+	f := r.Family
+	return fmt.Sprintf("One Holm family for the whole report: m = %d tests (%d chi-square units of the distribution checks, %d service ports of the engine self-check, %d p-value uniformity tests) at family α %g; %d rejected. Rotation and exact checks spend no α.",
+		f.Size, f.CheckUnits, f.SelfCheckPorts, f.UniformityTests, f.Alpha, f.Rejected)
+}
+
 // WriteTable prints the per-mode summary and the checks for people.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -103,6 +138,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	fmt.Fprintf(w, "\n%s (it tests the simulator's code, not any dataplane).\n%s\n", upperFirst(SelfCheckWhat), r.familyLine())
+	for _, m := range r.Modes {
+		for _, f := range m.SelfCheck.Findings {
+			fmt.Fprintf(w, "  %s\n", f)
+		}
 	}
 	if len(r.Checks) > 0 {
 		fmt.Fprintln(w)
@@ -125,7 +166,7 @@ func checkDetail(c *Check) string {
 	}
 	var dec, mis, inWin, misr, bound, viol, known int64
 	minP := math.Inf(1)
-	tests := 0
+	tests, rotations, spread := 0, 0, 0.0
 	for _, u := range c.Units {
 		dec += u.Decisions
 		mis += u.Mismatched
@@ -134,7 +175,12 @@ func checkDetail(c *Check) string {
 		bound += u.Bound
 		viol += u.Violations
 		known += u.Known
-		if u.Test != "" {
+		switch u.Test {
+		case "":
+		case "rotation":
+			rotations++
+			spread = math.Max(spread, u.Statistic)
+		default:
 			tests++
 			minP = math.Min(minP, u.P)
 		}
@@ -143,7 +189,10 @@ func checkDetail(c *Check) string {
 	switch c.Type {
 	case "distribution":
 		if tests > 0 {
-			s += fmt.Sprintf("; %d chi-square(s), min p %.3g", tests, minP)
+			s += fmt.Sprintf("; %d stratified chi-square(s), min p %.3g", tests, minP)
+		}
+		if rotations > 0 {
+			s += fmt.Sprintf("; %d rotation check(s), largest max − min count %g", rotations, spread)
 		}
 	case "affinity":
 		s += fmt.Sprintf("; %s bound, %d violation(s)", count(bound), viol)
@@ -216,23 +265,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("\n")
 	}
 
-	p("## Distribution\n\nA chi-square test per service port with at least two eligible endpoints and enough connections, against the oracle's shares, Holm-corrected over the tested service ports.\n\n")
-	for _, m := range r.Modes {
-		d := m.Distribution
-		p("- %s: %d tested, %d skipped, %d failed at family α %g", m.Mode, d.Tested, d.Skipped, d.Failed, d.FamilyAlpha)
-		if d.Tested > 0 {
-			p("; worst p %.3g (%s), worst |observed − expected| share %.4f (%s)", d.WorstP, d.WorstPServicePort, d.WorstDeviation, d.WorstDeviationServicePort)
-		}
-		if len(d.FailedServicePorts) > 0 {
-			p("; failed: %s", strings.Join(d.FailedServicePorts, ", "))
-		}
-		p(".\n")
-	}
-	if len(r.Modes) > 0 && r.Modes[0].Distribution.Note != "" {
-		p("\n%s.\n", r.Modes[0].Distribution.Note)
-	}
-	p("\n![deviation](%s)\n\n", Files.Deviation)
-
+	r.writeSelfCheck(p)
 	p("## Affinity and internalTrafficPolicy Local\n\n")
 	for _, m := range r.Modes {
 		a := m.Affinity
@@ -278,6 +311,59 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("- %s/%s: %s (%d points)\n", c.Mode, c.Variant, c.Source, len(c.Points))
 	}
 	return nil
+}
+
+// writeSelfCheck writes the engine self-check section of report.md.
+func (r *Report) writeSelfCheck(p func(string, ...any)) {
+	p("## %s\n\n", upperFirst(SelfCheckWhat))
+	p("This section tests the simulator, not a dataplane: each mode's engine (sim/engine) draws the endpoint of every new connection, and the draws are held against the shares the oracle (sim/oracle) expects. A correct engine passes by construction, except with probability about α; a failure here is a bug in the simulator's engine or oracle and says nothing about any kernel. ")
+	p("Random modes get a chi-square per service port, summed over its strata (one per version of the service port, per node where the expectation differs between nodes), and the per-port p-values are tested for uniformity (Kolmogorov-Smirnov against U(0,1)): too many small p-values mean the draws differ from the oracle, too many large ones a test that is too lenient. ")
+	p("ipvs rr and wrr rotate deterministically, so a chi-square would pass by construction; they get a rotation check instead: in each (node, version) the eligible endpoints' counts may differ by at most the bound the scheduler allows (so their strata are per node, where the chi-square's are merged over the nodes that expect the same shares).\n\n")
+	p("| mode | method | service ports checked / skipped | strata | rejected | p-values: KS D, p | p ≤ 0.05 / p ≥ 0.95 (expected each) | worst p | verdict |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, m := range r.Modes {
+		d := m.SelfCheck
+		method := d.Method
+		if d.Reason != "" {
+			method += " (" + d.Reason + ")"
+		}
+		ks, tails, worst := "-", "-", "-"
+		if u := d.Uniformity; u != nil && u.N > 0 {
+			ks = fmt.Sprintf("%.3f, %.3g", u.D, u.P)
+			tails = fmt.Sprintf("%d / %d (%.1f)", u.AtMost05, u.AtLeast95, u.Expected)
+		}
+		if d.Method == MethodChiSquare && d.ServicePorts > 0 {
+			worst = fmt.Sprintf("%.3g (%s)", d.WorstP, d.WorstPServicePort)
+		}
+		if rt := d.Rotation; rt != nil {
+			tails = fmt.Sprintf("closest to its bound: max − min %d, bound %d, in %s", rt.Spread, rt.Bound, rt.ServicePort)
+		}
+		p("| %s | %s | %d / %d | %d | %d | %s | %s | %s | %s |\n", m.Mode, method, d.ServicePorts, d.Skipped, d.Strata, d.Rejected, ks, strings.ReplaceAll(tails, "|", "\\|"), worst, d.Verdict)
+	}
+	p("\n")
+	for _, m := range r.Modes {
+		for _, f := range m.SelfCheck.Findings {
+			p("- %s\n", f)
+		}
+		if len(m.SelfCheck.RejectedServicePorts) > 0 {
+			p("- %s: rejected: %s\n", m.Mode, strings.Join(m.SelfCheck.RejectedServicePorts, ", "))
+		}
+	}
+	p("\n%s\n\n", r.familyLine())
+	if len(r.Modes) > 0 && r.Modes[0].SelfCheck.Note != "" {
+		p("%s.\n\n", r.Modes[0].SelfCheck.Note)
+	}
+	if r.hasPValues() {
+		p("![p-values](%s) ", Files.PValues)
+	}
+	p("![deviation](%s)\n\n", Files.Deviation)
+}
+
+// upperFirst capitalises the first letter.
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // count prints an integer with thousands separators.

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -73,7 +74,7 @@ func (w *world) sends(ni int, s int32) bool {
 	return false
 }
 
-// familyAlpha is the family-wise level of a mode's statistical units: the
+// familyAlpha is the family-wise level of the report's Holm family: the
 // smallest alpha of the scenario's distribution checks, else the default.
 func (w *world) familyAlpha() float64 {
 	a := 0.0
@@ -155,71 +156,46 @@ func (sm *sample) add(fresh int64, cell func(id int) float64, o *outcome) {
 	sm.n += float64(fresh)
 }
 
-// test runs the chi-square. tested is false when there are fewer than two
-// eligible endpoints or fewer than MinExpected connections per endpoint;
 // cells is the number of endpoints with an expectation.
-func (sm *sample) test() (r stats.Result, tested bool, cells int, err error) {
+func (sm *sample) cells() int {
+	n := 0
 	for _, e := range sm.exp {
 		if e > 0 {
-			cells++
+			n++
 		}
 	}
-	if cells < 2 || sm.n < stats.MinExpected*float64(cells) {
-		return stats.Result{N: sm.n}, false, cells, nil
-	}
-	r, err = stats.ChiSquareGOF(sm.obs, sm.exp)
-	if err != nil {
-		if stats.IsTooFewObservations(err) {
-			return stats.Result{N: sm.n}, false, cells, nil
-		}
-		return r, false, cells, err
-	}
-	return r, true, cells, nil
+	return n
 }
 
-// chiSquareNode tests one node's fresh connections to a checked service
-// port against the oracle, over every version.
-func (w *world) chiSquareNode(mi int, nr *nodeResult, ni int, s int32) (stats.Result, bool, int, error) {
-	md := w.modes[mi]
-	nn := len(w.nodes)
-	sm := newSample(len(w.svcs[s].eps))
-	for _, g := range w.svcs[s].gvs {
-		k := nr.perNode[g]
-		sm.add(k.c.Fresh, func(id int) float64 { return float64(k.cells[id]) }, &md.outs[md.out[int(g)*nn+ni]])
+// maxAbsDeviation is the largest |observed − expected| share of one
+// endpoint.
+func (sm *sample) maxAbsDeviation() float64 {
+	if sm.n == 0 {
+		return 0
 	}
-	return sm.test()
+	d := 0.0
+	for i := range sm.obs {
+		d = max(d, math.Abs(sm.obs[i]-sm.exp[i])/sm.n)
+	}
+	return d
 }
 
-// chiSquareAll tests the fresh connections to a service port from every
-// node: expected Σ n·p over nodes and versions (from the mode's totals
-// where the expectation is the same on every node).
-func (w *world) chiSquareAll(mi int, res []*nodeResult, acc *modeAcc, s int32) (stats.Result, bool, int, error) {
-	md := w.modes[mi]
-	nn := len(w.nodes)
-	sm := newSample(len(w.svcs[s].eps))
-	for _, g := range w.svcs[s].gvs {
-		if !w.gvs[g].nodeDep {
-			off := w.gvs[g].cellOff
-			sm.add(acc.gv[g].Fresh, func(id int) float64 { return float64(acc.cells[off+int32(id)]) }, &md.outs[md.out[int(g)*nn]])
-			continue
-		}
-		for ni, nr := range res {
-			k := nr.perNode[g]
-			sm.add(k.c.Fresh, func(id int) float64 { return float64(k.cells[id]) }, &md.outs[md.out[int(g)*nn+ni]])
-		}
-	}
-	return sm.test()
+// pendingUnit is a distribution check's chi-square unit waiting for the
+// report's Holm family: where it is in the mode's checks, and what its
+// power needs once m is known.
+type pendingUnit struct {
+	c, u  int
+	w2    float64 // Σ n_s·w²_s / n over its strata, at the check's MDE
+	power float64 // the check's target power
 }
 
 // evalChecks applies the scenario's checks to one mode's simulated
-// traffic. Every statistical unit (a chi-square per check and client node)
-// is one member of the mode's Holm family; the other checks are exact.
-func (w *world) evalChecks(mi int, res []*nodeResult) []report.Check {
+// traffic. Every chi-square unit (a distribution check on one client node)
+// is returned pending, to be decided in the report's Holm family; the
+// other checks, and the rotation checks of ipvs rr and wrr, are exact.
+func (w *world) evalChecks(mi int, res []*nodeResult) ([]report.Check, []pendingUnit) {
 	md := w.modes[mi]
-	alphaF := w.familyAlpha()
-	type ref struct{ c, u int }
-	var ps []float64
-	var refs []ref
+	var pend []pendingUnit
 	var out []report.Check
 	for i := range w.sc.Checks {
 		c := &w.sc.Checks[i]
@@ -243,97 +219,148 @@ func (w *world) evalChecks(mi int, res []*nodeResult) []report.Check {
 			continue
 		}
 		if c.Type == scenario.CheckDistribution {
-			rc.Alpha = alphaF
+			rc.Alpha = w.familyAlpha()
 		}
 		for _, ni := range nodes {
-			nr := res[ni]
-			uc := w.unitCounts(mi, nr, ni, s)
-			u := report.Unit{ClientNode: w.nodes[ni].name, Verdict: report.Pass, Expected: kindsString(uc.kinds),
-				Decisions: uc.decisions, Mismatched: uc.mismatched, InWindow: uc.inWindow, Misrouted: uc.misrouted}
-			for _, d := range uc.devs {
-				if !slices.Contains(rc.Deviations, d) {
-					rc.Deviations = append(rc.Deviations, d)
-				}
-			}
-			exact := func(what string) {
-				if uc.mismatched > 0 {
-					u.Verdict = report.Fail
-					u.Message = fmt.Sprintf("%d of %d connections decided by up-to-date rules disagreed with the oracle (%s)", uc.mismatched, uc.decisions, what)
-				}
-			}
-			switch {
-			case uc.decisions == 0:
-				u.Verdict, u.Message = report.Error, "no connection from this node was decided by up-to-date rules"
-			case c.Type == scenario.CheckDistribution:
-				r, tested, cells, err := w.chiSquareNode(mi, nr, ni, s)
-				exact("a DROP or REJECT, or an endpoint the oracle excludes")
-				if u.Verdict != report.Pass {
-					break
-				}
-				switch {
-				case err != nil:
-					u.Verdict, u.Message = report.Error, err.Error()
-				case !tested && cells == 1:
-					u.Message = "one eligible endpoint: every connection must reach it, and did"
-				case !tested && cells == 0:
-					u.Message = "the oracle expects no endpoint: outcomes checked exactly"
-				case !tested:
-					u.Verdict = report.Error
-					u.Message = fmt.Sprintf("too few connections for a chi-square: %g over %d endpoints (need %g)", r.N, cells, stats.MinExpected*float64(cells))
-				default:
-					u.Test, u.Statistic, u.DF, u.P, u.N, u.MaxAbsDeviation = r.Test, r.Statistic, r.DF, r.P, int64(r.N), r.MaxAbsDeviation
-					w2 := stats.EffectW2(stats.Uniform(cells), stats.OneOffAlternative(cells, c.MDE))
-					m := max(1, w.distributionUnits())
-					u.Power = stats.ChiSquarePower(int(r.N), w2, cells-1, alphaF/float64(m))
-					u.RequiredN = stats.ChiSquareSampleSize(w2, cells-1, alphaF/float64(m), c.Power)
-					ps = append(ps, r.P)
-					refs = append(refs, ref{len(out), len(rc.Units)})
-				}
-			case c.Type == scenario.CheckAffinity:
-				ac := nr.aff[s]
-				if ac == nil {
-					ac = &affCount{}
-				}
-				u.Bound, u.Violations, u.Known = ac.bound, ac.violations, ac.known
-				switch {
-				case ac.violations > 0:
-					u.Verdict = report.Fail
-					u.Message = fmt.Sprintf("%d of %d connections of bound clients reached another endpoint", ac.violations, ac.bound)
-				case ac.bound == 0:
-					u.Verdict, u.Message = report.Error, "no client reconnected inside the affinity timeout: stickiness was not exercised"
-				case ac.known > 0:
-					u.Message = fmt.Sprintf("%d connection(s) lost their endpoint to a documented limit (known deviation)", ac.known)
-				}
-			case c.Type == scenario.CheckNoEndpoints:
-				exact("REJECT expected")
-				if u.Verdict == report.Pass && (len(uc.kinds) != 1 || uc.kinds[0] != oracle.Reject) {
-					u.Verdict = report.Fail
-					u.Message = "the service port has usable endpoints: the oracle expects " + kindsString(uc.kinds) + ", not REJECT"
-				}
-			case c.Type == scenario.CheckInternalTrafficLocal:
-				exact("DROP where the oracle says DROP, local endpoints otherwise")
-			case c.Type == scenario.CheckFlapping:
-				exact("misrouted after the sync completed")
-				if u.Verdict == report.Pass && uc.inWindow > 0 {
-					u.Message = fmt.Sprintf("%d connection(s) decided by stale rules inside the exposure window, %d of them misrouted (expected there)", uc.inWindow, uc.misrouted)
-				}
-			case c.Type == scenario.CheckTerminating:
-				exact("the terminating-endpoint fallback")
+			u, pu, ok := w.evalUnit(mi, res, ni, s, c, &rc)
+			if ok {
+				pu.c, pu.u = len(out), len(rc.Units)
+				pend = append(pend, pu)
 			}
 			rc.Units = append(rc.Units, u)
 		}
 		out = append(out, rc)
 	}
-	if len(ps) > 0 {
-		rej := stats.Holm(ps, alphaF)
-		for i, r := range refs {
-			if rej[i] {
-				u := &out[r.c].Units[r.u]
-				u.Verdict = report.Fail
-				u.Message = fmt.Sprintf("chi-square p = %.3g rejects the oracle's distribution (Holm, family α = %g over %d units)", u.P, alphaF, len(ps))
-			}
+	return out, pend
+}
+
+// evalUnit is one check on one client node. ok is true when the unit is a
+// chi-square that waits for the family (pu tells how).
+func (w *world) evalUnit(mi int, res []*nodeResult, ni int, s int32, c *scenario.Check, rc *report.Check) (u report.Unit, pu pendingUnit, ok bool) {
+	nr := res[ni]
+	uc := w.unitCounts(mi, nr, ni, s)
+	u = report.Unit{ClientNode: w.nodes[ni].name, Verdict: report.Pass, Expected: kindsString(uc.kinds),
+		Decisions: uc.decisions, Mismatched: uc.mismatched, InWindow: uc.inWindow, Misrouted: uc.misrouted}
+	for _, d := range uc.devs {
+		if !slices.Contains(rc.Deviations, d) {
+			rc.Deviations = append(rc.Deviations, d)
 		}
 	}
+	exact := func(what string) {
+		if uc.mismatched > 0 {
+			u.Verdict = report.Fail
+			u.Message = fmt.Sprintf("%d of %d connections decided by up-to-date rules disagreed with the oracle (%s)", uc.mismatched, uc.decisions, what)
+		}
+	}
+	switch {
+	case uc.decisions == 0:
+		u.Verdict, u.Message = report.Error, "no connection from this node was decided by up-to-date rules"
+	case c.Type == scenario.CheckDistribution:
+		exact("a DROP or REJECT, or an endpoint the oracle excludes")
+		if u.Verdict != report.Pass {
+			break
+		}
+		pu, ok = w.distributionUnit(mi, res, ni, s, c, &u)
+	case c.Type == scenario.CheckAffinity:
+		ac := nr.aff[s]
+		if ac == nil {
+			ac = &affCount{}
+		}
+		u.Bound, u.Violations, u.Known = ac.bound, ac.violations, ac.known
+		switch {
+		case ac.violations > 0:
+			u.Verdict = report.Fail
+			u.Message = fmt.Sprintf("%d of %d connections of bound clients reached another endpoint", ac.violations, ac.bound)
+		case ac.bound == 0:
+			u.Verdict, u.Message = report.Error, "no client reconnected inside the affinity timeout: stickiness was not exercised"
+		case ac.known > 0:
+			u.Message = fmt.Sprintf("%d connection(s) lost their endpoint to a documented limit (known deviation)", ac.known)
+		}
+	case c.Type == scenario.CheckNoEndpoints:
+		exact("REJECT expected")
+		if u.Verdict == report.Pass && (len(uc.kinds) != 1 || uc.kinds[0] != oracle.Reject) {
+			u.Verdict = report.Fail
+			u.Message = "the service port has usable endpoints: the oracle expects " + kindsString(uc.kinds) + ", not REJECT"
+		}
+	case c.Type == scenario.CheckInternalTrafficLocal:
+		exact("DROP where the oracle says DROP, local endpoints otherwise")
+	case c.Type == scenario.CheckFlapping:
+		exact("misrouted after the sync completed")
+		if u.Verdict == report.Pass && uc.inWindow > 0 {
+			u.Message = fmt.Sprintf("%d connection(s) decided by stale rules inside the exposure window, %d of them misrouted (expected there)", uc.inWindow, uc.misrouted)
+		}
+	case c.Type == scenario.CheckTerminating:
+		exact("the terminating-endpoint fallback")
+	}
+	return u, pu, ok
+}
+
+// distributionUnit tests one node's fresh connections to a checked service
+// port the mode's way: a chi-square per version summed (pending for the
+// family), the rotation bound (ipvs rr, wrr), or nothing beyond the exact
+// check (the other ipvs schedulers).
+func (w *world) distributionUnit(mi int, res []*nodeResult, ni int, s int32, c *scenario.Check, u *report.Unit) (pendingUnit, bool) {
+	md := w.modes[mi]
+	strata := w.nodeStrata(mi, res[ni], ni, s)
+	eligible := 0
+	var n float64
+	for _, sm := range strata {
+		eligible = max(eligible, sm.cells())
+		n += sm.n
+	}
+	method, reason := w.testMethod(md.mode)
+	switch {
+	case eligible == 1:
+		u.Message = "one eligible endpoint: every connection must reach it, and did"
+		return pendingUnit{}, false
+	case eligible == 0:
+		u.Message = "the oracle expects no endpoint: outcomes checked exactly"
+		return pendingUnit{}, false
+	case method == report.MethodNone:
+		u.Message = "no chi-square: " + reason + "; outcomes checked exactly"
+		return pendingUnit{}, false
+	case method == report.MethodRotation:
+		rc := w.checkRotation(mi, res, []int{ni}, s)
+		u.Test, u.Statistic, u.N, u.Strata = "rotation", float64(rc.spread), rc.n, rc.strata
+		switch {
+		case rc.broken:
+			u.Verdict = report.Fail
+			u.Message = fmt.Sprintf("%s, yet one version's eligible endpoints' counts differ by %d (bound %d), %d connection(s) to excluded endpoints", reason, rc.spread, rc.bound, rc.forbidden)
+		case rc.strata == 0:
+			u.Verdict, u.Message = report.Error, fmt.Sprintf("too few connections for the rotation check: %g over its versions (need two in one version)", n)
+		default:
+			u.Message = fmt.Sprintf("%s: no chi-square (it would pass by construction); in each of %d version(s) the eligible endpoints' counts differ by at most %d (largest %d)", reason, rc.strata, rc.bound, rc.spread)
+		}
+		return pendingUnit{}, false
+	}
+	st, tested, err := testStrata(strata, c.MDE)
+	switch {
+	case err != nil:
+		u.Verdict, u.Message = report.Error, err.Error()
+		return pendingUnit{}, false
+	case !tested:
+		u.Verdict = report.Error
+		u.Message = fmt.Sprintf("too few connections for a chi-square: %g over %d eligible endpoints in %d version(s) (need %g per endpoint in one version)", n, eligible, len(strata), stats.MinExpected)
+		return pendingUnit{}, false
+	}
+	u.Test, u.Statistic, u.DF, u.P, u.N, u.MaxAbsDeviation, u.Strata = "chi-square goodness of fit, summed over versions", st.stat, st.df, st.p, int64(st.n), st.maxDev, st.strata
+	return pendingUnit{w2: st.w2n / st.n, power: c.Power}, true
+}
+
+// decideUnit applies the family's decision and m to a pending unit.
+func decideUnit(u *report.Unit, pu pendingUnit, rejected bool, alpha float64, m int) {
+	a := alpha / float64(max(1, m))
+	u.Power = stats.ChiSquarePower(int(u.N), pu.w2, u.DF, a)
+	u.RequiredN = stats.ChiSquareSampleSize(pu.w2, u.DF, a, pu.power)
+	if rejected {
+		u.Verdict = report.Fail
+		u.Message = fmt.Sprintf("chi-square p = %.3g rejects the oracle's distribution (Holm, family α = %g over the report's %d tests)", u.P, alpha, m)
+	}
+}
+
+// finishChecks sets each check's verdict from its units, after the
+// family's decision.
+func finishChecks(out []report.Check) {
 	for i := range out {
 		rc := &out[i]
 		if rc.Verdict != report.Pass {
@@ -356,21 +383,4 @@ func (w *world) evalChecks(mi int, res []*nodeResult) []report.Check {
 			rc.Message = fmt.Sprintf("%s on %d of %d client node(s): %s", rc.Verdict, len(bad), len(rc.Units), strings.Join(bad, ", "))
 		}
 	}
-	return out
-}
-
-// distributionUnits is the number of chi-square units the checks can give:
-// the Holm family's size, for the power of each.
-func (w *world) distributionUnits() int {
-	n := 0
-	for i := range w.sc.Checks {
-		c := &w.sc.Checks[i]
-		if c.Type != scenario.CheckDistribution {
-			continue
-		}
-		if s, err := w.checkService(c); err == nil {
-			n += len(w.clientNodes(c, s))
-		}
-	}
-	return n
 }

@@ -64,6 +64,9 @@ type nodeResult struct {
 	perNode map[int32]*keptGV
 	// fp is the node's first-packet figures (iptables).
 	fp report.FirstPacket
+	// rot is the rotation figures per version (ipvs rr and wrr only),
+	// computed before shrink.
+	rot []rotStat
 }
 
 // keptGV is one version's counts on one node.

@@ -48,6 +48,11 @@ type Options struct {
 	// Progress, when set, is called (from worker goroutines, serialised)
 	// each time a node's run in one mode completes.
 	Progress func(done, total int)
+	// Fault, when set, injects an engine fault (engine.ParseFault's names)
+	// into the engines of the mode it belongs to, so that the engine
+	// self-check can be shown to catch it. For tests of the checks; a
+	// report made with a fault says so in its model notes.
+	Fault string
 }
 
 // IPVSVariant names the ipvs calibration the simulator falls back to when
@@ -113,6 +118,9 @@ func Run(ctx context.Context, m *cluster.Model, o Options) (*report.Report, erro
 		if _, err := engine.ParseMode(md); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := engine.ParseFault(o.Fault); err != nil {
+		return nil, err
 	}
 	if o.Calibrations == nil {
 		cs, err := Calibrations("")
@@ -181,6 +189,9 @@ func (w *world) runAll(ctx context.Context, seed uint64, o Options) ([][]*nodeRe
 				}
 				mu.Unlock()
 				for mi, r := range rs {
+					if w.modes[mi].method == report.MethodRotation {
+						r.rot = w.rotationStats(w.modes[mi], ni, r)
+					}
 					r.shrink(w)
 					results[mi][ni] = r
 				}

@@ -174,8 +174,8 @@ func TestMediumChecks(t *testing.T) {
 		}
 	}
 	for _, m := range r.Modes {
-		if m.Distribution.Tested == 0 || m.Distribution.Failed > 0 {
-			t.Errorf("%s: distribution %d tested, %d failed (%v)", m.Mode, m.Distribution.Tested, m.Distribution.Failed, m.Distribution.FailedServicePorts)
+		if sc := m.SelfCheck; sc.ServicePorts == 0 || sc.Rejected > 0 || sc.Verdict != report.Pass {
+			t.Errorf("%s: engine self-check %s, %d service ports checked, %d rejected (%v): %v", m.Mode, sc.Verdict, sc.ServicePorts, sc.Rejected, sc.RejectedServicePorts, sc.Findings)
 		}
 		if m.Flapping.MismatchedAfterSync != 0 {
 			t.Errorf("%s: %d mismatched after sync", m.Mode, m.Flapping.MismatchedAfterSync)

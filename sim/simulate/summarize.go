@@ -46,30 +46,55 @@ func (w *world) report(sum *cluster.Summary, seed uint64, results [][]*nodeResul
 		}
 		r.Steps = append(r.Steps, rs)
 	}
-	devs := make([][]float64, len(w.modes))
+	// One Holm family for the whole report: the checks' chi-square units
+	// and the engine self-check's tests, from every mode.
+	fam := &family{alpha: w.familyAlpha()}
+	type pendingAt struct {
+		pendingUnit
+		base int
+	}
+	var pend []pendingAt
 	for mi := range w.modes {
-		mr, d := w.modeReport(mi, results[mi], accs[mi])
-		devs[mi] = d
-		r.Modes = append(r.Modes, mr)
-		for _, c := range w.evalChecks(mi, results[mi]) {
-			r.Checks = append(r.Checks, c)
-			if c.Verdict != report.Pass {
+		r.Modes = append(r.Modes, w.modeReport(mi, results[mi], accs[mi]))
+		cs, ps := w.evalChecks(mi, results[mi])
+		for _, pu := range ps {
+			pend = append(pend, pendingAt{pu, len(r.Checks)})
+		}
+		r.Checks = append(r.Checks, cs...)
+	}
+	// r.Checks and r.Modes are complete: the members may point into them.
+	for _, pa := range pend {
+		u := &r.Checks[pa.base+pa.c].Units[pa.u]
+		pu := pa.pendingUnit
+		fam.add(checkUnit, u.P, func(rej bool) { decideUnit(u, pu, rej, fam.alpha, fam.size()) })
+	}
+	for mi := range w.modes {
+		w.selfCheck(mi, results[mi], accs[mi], &r.Modes[mi].SelfCheck, fam)
+	}
+	fam.decide()
+	finishChecks(r.Checks)
+	for mi := range r.Modes {
+		m := &r.Modes[mi]
+		finishSelfCheck(m.Mode, &m.SelfCheck)
+		for _, c := range r.Checks {
+			if c.Mode == m.Mode && c.Verdict != report.Pass {
 				r.Failed = append(r.Failed, c.Mode+"/"+c.Name)
 			}
 		}
+		if m.SelfCheck.Verdict == report.Fail {
+			r.Failed = append(r.Failed, m.Mode+"/engine-self-check")
+		}
 	}
-	for mi := range r.Modes {
-		r.Modes[mi].Distribution.Histogram = histogram(devs[mi])
-	}
+	r.Family = report.Family{Alpha: fam.alpha, Size: fam.size(), CheckUnits: fam.counts[checkUnit],
+		SelfCheckPorts: fam.counts[selfCheckPort], UniformityTests: fam.counts[uniformityTest], Rejected: fam.rejected}
 	r.Model = w.modelNotes()
 	return r
 }
 
 func secs(ns int64) float64 { return float64(ns) / 1e9 }
 
-// modeReport computes one mode's figures; it also returns the per service
-// port deviations of the distribution verdicts, for the histogram.
-func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) (report.Mode, []float64) {
+// modeReport computes one mode's figures (the engine self-check apart).
+func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) report.Mode {
 	md := w.modes[mi]
 	mr := report.Mode{Mode: md.name}
 	// Connections.
@@ -122,9 +147,6 @@ func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) (report.Mode
 			mr.Conntrack = report.Conntrack{PeakEntries: ct.PeakEntries, Bytes: ct.Bytes, Node: w.nodes[ni].name, EntryBytes: cost.ConntrackEntryBytes}
 		}
 	}
-	// Distribution.
-	dist, devs := w.distribution(mi, res, acc)
-	mr.Distribution = dist
 	// Affinity.
 	aff := report.Affinity{}
 	for _, g := range w.svcs {
@@ -203,7 +225,7 @@ func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) (report.Mode
 		}
 		mr.Timeline = tl
 	}
-	return mr, devs
+	return mr
 }
 
 // quantile of sorted values, as cluster.Summary computes them.
@@ -261,57 +283,6 @@ func (w *world) firstPacketNode(mi, ni int, nr *nodeResult) report.FirstPacket {
 	f := cost.IPTablesFirstPacket(in, weights)
 	return report.FirstPacket{RulesP50: f.RulesP50, RulesP99: f.RulesP99,
 		Note: f.Note + "; KUBE-SERVICES in service-port name order; the worst node's quantiles over its new connections"}
-}
-
-// distribution runs the chi-square of every service port with at least
-// two eligible endpoints and enough fresh connections against the oracle's
-// expectation summed over client nodes and versions, and Holm-corrects the
-// family.
-func (w *world) distribution(mi int, res []*nodeResult, acc *modeAcc) (report.Distribution, []float64) {
-	md := w.modes[mi]
-	alpha := w.familyAlpha()
-	d := report.Distribution{FamilyAlpha: alpha, WorstP: 1}
-	if md.mode == engine.IPVS && (w.sc.Proxy.IPVSScheduler == "sh" || w.sc.Proxy.IPVSScheduler == "dh") {
-		d.Note = "ipvs " + w.sc.Proxy.IPVSScheduler + " hashes the client (sh) or the ClusterIP (dh): shares are not uniform per connection (a documented deviation); not tested"
-		d.Skipped = len(w.svcs)
-		return d, nil
-	}
-	var ps, devs []float64
-	var names []string
-	for s := range w.svcs {
-		sv := &w.svcs[s]
-		r, tested, _, err := w.chiSquareAll(mi, res, acc, int32(s))
-		if !tested || err != nil {
-			d.Skipped++
-			continue
-		}
-		d.Tested++
-		ps = append(ps, r.P)
-		devs = append(devs, r.MaxAbsDeviation)
-		names = append(names, sv.label)
-		if r.P < d.WorstP || d.WorstPServicePort == "" {
-			d.WorstP, d.WorstPServicePort = r.P, sv.label
-		}
-		if r.MaxAbsDeviation > d.WorstDeviation || d.WorstDeviationServicePort == "" {
-			d.WorstDeviation, d.WorstDeviationServicePort = r.MaxAbsDeviation, sv.label
-		}
-	}
-	if len(ps) > 0 {
-		for i, rej := range stats.Holm(ps, alpha) {
-			if rej {
-				d.Failed++
-				if len(d.FailedServicePorts) < maxListed {
-					d.FailedServicePorts = append(d.FailedServicePorts, names[i])
-				}
-			}
-		}
-	}
-	if d.Tested == 0 {
-		d.Note = "no service port had two eligible endpoints and enough connections"
-	} else {
-		d.Note = "sample: connections decided afresh by up-to-date rules (not conntrack, not affinity), per service port over every client node; expected Σ n·p over nodes and versions (conservative where shares differ between nodes)"
-	}
-	return d, devs
 }
 
 // flapping measures the exposure window of every timeline step on every
@@ -384,7 +355,7 @@ func (w *world) modelNotes() []string {
 	if p.MinSyncPeriod != nil {
 		minSync = p.MinSyncPeriod.Duration
 	}
-	return []string{
+	notes := []string{
 		fmt.Sprintf("traffic: %d connections over %s of virtual time, one arrival per equal slot at a uniform offset inside it (stratified, so counts per interval are exact); client addresses are synthetic (100.64.0.0/10); source ports from 32768-60999", w.tr.total, time.Duration(w.tr.span)),
 		"events are written through the cluster model's clientset at their time; the oracle follows the API state at once, a node's rules only when a sync that started after the write ends",
 		fmt.Sprintf("sync runner per node: kube-proxy's BoundedFrequencyRunner (minSyncPeriod %s, burst 2, one run at a time); the initial full sync ends before traffic starts; sync times from the cost model at the node's size", minSync),
@@ -392,4 +363,10 @@ func (w *world) modelNotes() []string {
 		"misrouted: a connection decided by stale rules that reached an endpoint the API state no longer allowed (not ready, terminating with ready peers, removed); mismatchedAfterSync: any outcome different from the oracle's while the node's rules were up to date",
 		"conntrack peak: live entries counted from each new flow's start to its end plus TIME_WAIT (120 s) or the UDP timeout (30 s), at about 1/4096 of the run; kernel memory at cost.ConntrackEntryBytes per entry",
 	}
+	for _, md := range w.modes {
+		if md.fault != engine.NoFault {
+			notes = append(notes, fmt.Sprintf("engine fault injected in %s: %s (a test of the engine self-check): this is a report of a deliberately broken engine", md.name, md.fault))
+		}
+	}
+	return notes
 }

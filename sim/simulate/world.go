@@ -115,6 +115,11 @@ type modeData struct {
 	partSync []int64       // per node, ns
 	cal      string        // calibration used, for the report
 	variant  string
+	// method is how the engine self-check and the distribution checks
+	// test the mode's draws (report.Method*).
+	method string
+	// fault is the engine fault injected into this mode (Options.Fault).
+	fault engine.Fault
 }
 
 // apiTimeout bounds the wait for the informers after an API write.
@@ -283,7 +288,14 @@ func (w *world) buildMode(name string, o Options) (*modeData, error) {
 	}
 	p := w.sc.Proxy
 	md := &modeData{name: name, mode: mode}
+	md.method, _ = w.testMethod(mode)
 	md.ncfg = engine.NodeConfig{Mode: mode, IPVS: engine.IPVSConfig{Scheduler: p.IPVSScheduler}}
+	if f, err := engine.ParseFault(o.Fault); err != nil {
+		return nil, err
+	} else if f.Mode() == mode {
+		md.fault = f
+		md.ncfg.IPTables.Fault, md.ncfg.NFTables.Fault, md.ncfg.IPVS.Fault = f, f, f
+	}
 	if p.IPTablesAffinity == "ipset" {
 		// An ipset hash:ip holds 65536 elements by default (maxelem).
 		md.ncfg.IPTables.RecentCapacity = 65536
