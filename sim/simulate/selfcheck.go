@@ -383,7 +383,7 @@ func (w *world) noteRotation(sc *report.SelfCheck, rc rotationCheck, label strin
 // the tails.
 func uniformity(ps []float64) *report.Uniformity {
 	u := &report.Uniformity{Test: "Kolmogorov-Smirnov against U(0,1)", N: len(ps), Expected: 0.05 * float64(len(ps)), P: 1}
-	u.D, u.P = ksUniform(ps) // replace with stats.KSUniform when i11-stats lands
+	u.D, u.P = stats.KSUniform(ps)
 	u.Histogram = make([]report.Bin, pValueBins)
 	for i := range u.Histogram {
 		u.Histogram[i].Lo = float64(i) / pValueBins

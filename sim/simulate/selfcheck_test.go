@@ -144,12 +144,12 @@ func TestStratifiedPValuesUniform(t *testing.T) {
 		}
 		pooled = append(pooled, pr.P)
 	}
-	d, p := ksUniform(strat)
+	d, p := stats.KSUniform(strat)
 	t.Logf("stratified: KS D %.3f, p %.3g", d, p)
 	if p < 0.001 {
 		t.Errorf("stratified p-values are not uniform: KS D %.3f, p %.3g", d, p)
 	}
-	d, p = ksUniform(pooled)
+	d, p = stats.KSUniform(pooled)
 	t.Logf("pooled: KS D %.3f, p %.3g", d, p)
 	if p > 1e-6 {
 		t.Errorf("pooled p-values look uniform (KS D %.3f, p %.3g): the test cannot tell the two apart", d, p)
