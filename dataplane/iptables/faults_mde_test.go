@@ -210,3 +210,26 @@ func TestGoldenMDEFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestParseClusterMatch: the fake takes the cluster match as libxt_cluster
+// does, several per rule, and refuses what it refuses.
+func TestParseClusterMatch(t *testing.T) {
+	r, err := ParseRule(strings.Fields("-m cluster --cluster-total-nodes 10 ! --cluster-local-node 1 --cluster-hash-seed 0x6b707369 -m cluster --cluster-total-nodes 2 --cluster-local-node 2 -j ACCEPT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.clusters) != 2 || r.clusters[0] != (clusterMatch{total: 10, node: 1, seed: 0x6b707369, neg: true}) || r.clusters[1] != (clusterMatch{total: 2, node: 2}) {
+		t.Errorf("parsed %+v", r.clusters)
+	}
+	for _, bad := range []string{
+		"--cluster-total-nodes 2 -j ACCEPT",
+		"-m cluster --cluster-total-nodes 2 -j ACCEPT",
+		"-m cluster --cluster-total-nodes 2 --cluster-local-node 3 -j ACCEPT",
+		"-m cluster --cluster-total-nodes 33 --cluster-local-node 1 -j ACCEPT",
+		"-m cluster --cluster-total-nodes 2 --cluster-local-node 1 --cluster-hash-seed x -j ACCEPT",
+	} {
+		if _, err := ParseRule(strings.Fields(bad)); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

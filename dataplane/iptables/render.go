@@ -1201,7 +1201,7 @@ func (r *Renderer) cascadeRules(w *lines, v *svc, chain string, eps []*cluster.E
 				p = n
 			}
 			prob := r.probability(p)
-			if r.fSkew && i == 0 {
+			if r.fSkew && !r.fUniform && i == 0 {
 				prob = SkewProbability(n)
 			}
 			b = append(append(b, " -m statistic --mode random --probability "...), prob...)
@@ -1296,7 +1296,8 @@ func (r *Renderer) probability(n int) string {
 }
 
 // SkewProbability is the first cascade rule's probability of n endpoints
-// under the skew-at-mde fault, the first endpoint's target share
+// under the skew-at-mde fault (uniform-probability, which also sets it, wins
+// when both are on, as in the other modes), the first endpoint's target share
 // (dataplane.MDESkewWeights), printed as Probability prints: the others'
 // rules keep 1/(n-i), which splits the rest evenly.
 func SkewProbability(n int) string {

@@ -256,12 +256,8 @@ func ParseRule(args []string) (*Rule, error) {
 	if modules["recent"] && (r.recentName == "" || r.recentCheck == r.recentSet) {
 		return nil, fmt.Errorf("%w: -m recent needs --name and one of --rcheck or --set", ErrBadRule)
 	}
-	for _, c := range r.clusters {
-		if c.total == 0 || c.node == 0 || c.node > c.total {
-			// libxt_cluster: both are required, and the node within the
-			// total.
-			return nil, fmt.Errorf("%w: -m cluster needs --cluster-total-nodes and a --cluster-local-node within it", ErrBadRule)
-		}
+	if err := r.checkClusters(); err != nil {
+		return nil, err
 	}
 	if r.proto != "" && (modules["tcp"] && r.proto != "tcp" || modules["udp"] && r.proto != "udp") {
 		return nil, fmt.Errorf("%w: -m tcp/udp does not match -p %s", ErrBadRule, r.proto)
@@ -276,6 +272,17 @@ type clusterMatch struct {
 	total, node int
 	seed        uint32
 	neg         bool
+}
+
+// checkClusters applies libxt_cluster's final check to each cluster match:
+// both numbers are required, and the node is within the total.
+func (r *Rule) checkClusters() error {
+	for _, c := range r.clusters {
+		if c.total == 0 || c.node == 0 || c.node > c.total {
+			return fmt.Errorf("%w: -m cluster needs --cluster-total-nodes and a --cluster-local-node within it", ErrBadRule)
+		}
+	}
+	return nil
 }
 
 // parseCluster reads one option of the last cluster match (at most 32

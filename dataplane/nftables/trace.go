@@ -781,13 +781,7 @@ func parseOne(t []string) (expr, int, error) {
 		}
 		return &numgenExpr{mod: mod, kind: 'm', k: k, lt: t[4] == "<"}, 6, nil
 	case hasPrefix(t, "jhash", "ip", "saddr", "mod", "*", "seed", "*", "*", "*") && (t[7] == "==" || t[7] == "!="):
-		mod, err1 := strconv.ParseUint(t[4], 10, 32)
-		seed, err2 := strconv.ParseUint(t[6], 0, 32)
-		k, err3 := strconv.ParseUint(t[8], 10, 32)
-		if err1 != nil || err2 != nil || err3 != nil || mod == 0 {
-			return nil, 0, fmt.Errorf("bad jhash match %q", strings.Join(t[:9], " "))
-		}
-		return &jhashExpr{mod: uint32(mod), seed: uint32(seed), k: uint32(k), neg: t[7] == "!="}, 9, nil
+		return parseJHash(t)
 	case hasPrefix(t, "dnat", "ip", "to", "numgen", "random", "mod", "*", "map", "*"):
 		mod, err := strconv.ParseUint(t[6], 10, 64)
 		if err != nil {
@@ -859,6 +853,17 @@ func parseOne(t []string) (expr, int, error) {
 type jhashExpr struct {
 	mod, seed, k uint32
 	neg          bool
+}
+
+// parseJHash reads `jhash ip saddr mod N seed S ==|!= K`.
+func parseJHash(t []string) (expr, int, error) {
+	mod, err1 := strconv.ParseUint(t[4], 10, 32)
+	seed, err2 := strconv.ParseUint(t[6], 0, 32)
+	k, err3 := strconv.ParseUint(t[8], 10, 32)
+	if err1 != nil || err2 != nil || err3 != nil || mod == 0 {
+		return nil, 0, fmt.Errorf("bad jhash match %q", strings.Join(t[:9], " "))
+	}
+	return &jhashExpr{mod: uint32(mod), seed: uint32(seed), k: uint32(k), neg: t[7] == "!="}, 9, nil
 }
 
 func (j *jhashExpr) eval(_ *Tracer, f flow, _ History) ([]exprResult, error) {
