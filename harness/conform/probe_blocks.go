@@ -1,10 +1,6 @@
 package conform
 
-import (
-	"fmt"
-	"math/rand/v2"
-	"net/netip"
-)
+import "math/rand/v2"
 
 // Source ports of probes: the walk covers 16384-65535 (the ephemeral range
 // of Linux' ip_local_port_range default and IANA's, 49,152 ports).
@@ -59,20 +55,3 @@ func planBlocks(n int, r *rand.Rand) []block {
 
 // port is the source port of the block's j-th probe.
 func (b block) port(j int) uint16 { return uint16(portLo + (b.Start+j*b.Step)%portSpan) }
-
-// checkBlock verifies the construction: every probe of the block has a
-// distinct source port from src (so a distinct 5-tuple to one VIP).
-func checkBlock(b block, src netip.Addr) error {
-	if b.N > MaxBlockProbes {
-		return fmt.Errorf("block of %d probes exceeds %d", b.N, MaxBlockProbes)
-	}
-	seen := make(map[netip.AddrPort]bool, b.N)
-	for j := range b.N {
-		ap := netip.AddrPortFrom(src, b.port(j))
-		if seen[ap] {
-			return fmt.Errorf("block repeats %s at probe %d", ap, j)
-		}
-		seen[ap] = true
-	}
-	return nil
-}
