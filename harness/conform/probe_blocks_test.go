@@ -5,7 +5,14 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
+
+var spnWeb20 = cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "web20"}, Port: "http", Protocol: "TCP"}
 
 // TestPlanBlocksNeverRepeatsATuple: for batch sizes around and far past the
 // walk's period, every block has at most MaxBlockProbes probes, the blocks
@@ -116,5 +123,20 @@ func TestClassifyLoss(t *testing.T) {
 		if r := l.Report(3); r.Sent != c.sent || r.Missed != c.missed || r.SendErrors != 3 || r.Decided != c.decided {
 			t.Errorf("%s: report %+v", c.name, r)
 		}
+	}
+}
+
+func TestDecided(t *testing.T) {
+	web := spnWeb20
+	other := web
+	other.Name = "web50"
+	before := []dataplane.Counter{{ServicePort: web, Endpoint: "10.244.0.10:8080", Packets: 5}, {ServicePort: web, Endpoint: "REJECT", Packets: 1}}
+	after := []dataplane.Counter{{ServicePort: web, Endpoint: "10.244.0.10:8080", Packets: 105}, {ServicePort: web, Endpoint: "10.244.1.10:8080", Packets: 50},
+		{ServicePort: web, Endpoint: "REJECT", Packets: 9}, {ServicePort: other, Endpoint: "10.244.0.100:8080", Packets: 1000}}
+	if got := Decided(web, before, after); got != 150 {
+		t.Errorf("Decided = %d, want 150 (endpoint rules of the port only)", got)
+	}
+	if got := Decided(web, before, nil); got != -1 {
+		t.Errorf("Decided without counters = %d, want -1", got)
 	}
 }

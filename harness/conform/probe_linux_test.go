@@ -62,17 +62,7 @@ func TestProbeBlocksIndependent(t *testing.T) {
 			if arrived != n || counts.ObserverDrops != 0 {
 				t.Errorf("arrived %d of %d, observer drops %d", arrived, n, counts.ObserverDrops)
 			}
-			var decided int64
-			for _, a := range after {
-				if a.ServicePort.Name == "web20" && isEndpoint(a.Endpoint) {
-					decided += int64(a.Packets)
-				}
-			}
-			for _, b := range before {
-				if b.ServicePort.Name == "web20" && isEndpoint(b.Endpoint) {
-					decided -= int64(b.Packets)
-				}
-			}
+			decided := Decided(spnWeb20, before, after)
 			if l := ClassifyLoss(sent, arrived, counts.Rejected(), counts.OtherICMP, decided, counts.ObserverDrops); l.Lost != 0 || l.Environment() {
 				t.Errorf("loss: %s", l.Text)
 			} else {
@@ -93,5 +83,3 @@ func TestProbeBlocksIndependent(t *testing.T) {
 		})
 	}
 }
-
-func isEndpoint(e string) bool { _, err := netip.ParseAddrPort(e); return err == nil }

@@ -2,8 +2,11 @@ package conform
 
 import (
 	"fmt"
+	"net/netip"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // LossReport accounts for the probes of a phase that nobody saw end: neither
@@ -69,4 +72,33 @@ func ClassifyLoss(sent, arrived, rejected, otherICMP int, decided int64, observe
 func (l LossReport) Report(sendErrors int) *report.Loss {
 	return &report.Loss{Sent: l.Sent, Arrived: l.Arrived, Rejected: l.Rejected, OtherICMP: l.OtherICMP, Lost: l.Lost,
 		Decided: l.Decided, ObserverDrops: l.ObserverDrops, SendErrors: sendErrors, Missed: l.Missed, Text: l.Text}
+}
+
+// Decided is the NAT decisions the client node's rule counters record for
+// one Service port over a phase: the delta of its endpoint rules (DNAT
+// counts a connection's first packet only), REJECT and DROP rules left out.
+// -1 when the counters are unavailable (after is nil), for ClassifyLoss.
+func Decided(spn cluster.ServicePortName, before, after []dataplane.Counter) int64 {
+	if after == nil {
+		return -1
+	}
+	var d int64
+	for _, c := range after {
+		if c.ServicePort == spn && isEndpointRule(c.Endpoint) {
+			d += int64(c.Packets)
+		}
+	}
+	for _, c := range before {
+		if c.ServicePort == spn && isEndpointRule(c.Endpoint) {
+			d -= int64(c.Packets)
+		}
+	}
+	return d
+}
+
+// isEndpointRule reports whether a counter's Endpoint is an endpoint
+// (ip:port), not "REJECT" or "DROP".
+func isEndpointRule(e string) bool {
+	_, err := netip.ParseAddrPort(e)
+	return err == nil
 }
