@@ -287,12 +287,13 @@ type Probe struct {
 // Send writes a batch and returns the number sent. The batch is split into
 // blocks of at most MaxBlockProbes probes (planBlocks), each a walk of its
 // own through the source ports with a random start and stride, so no port
-// repeats inside a block. Before every block after the first, Send waits
-// until the earlier probes are accounted for (as Collect does) and empties
-// the nodes' conntrack tables (Flush): no probe meets a live entry of an
-// earlier one. After each block of a batch of more than one probe it counts
-// the new entries on the client's node (Entries) against the block's
-// probes; Collect returns the proof (Counts.Independence). A block that
+// repeats inside a block. A batch of more than one probe is counted: before
+// each of its blocks Send empties the nodes' conntrack tables (Flush; the
+// earlier probes were accounted for, as Collect waits for them), so no probe
+// meets a live entry of an earlier one, and after each block it counts the
+// new entries on the client's node (Entries) against the block's probes and
+// arrivals; Collect returns the proof (Counts.Independence). A batch of one
+// probe (affinity rounds) is neither flushed nor counted. A block that
 // disproves independence, or a batch whose blocks could not fit in the
 // kernel's conntrack table, is an *EnvironmentError. Large blocks are
 // written by two goroutines, each on a socket of its own, interleaving the
@@ -311,6 +312,13 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 			return 0, err
 		}
 	}
+	if counted {
+		restore, err := p.holdEntries()
+		defer restore()
+		if err != nil {
+			return 0, err
+		}
+	}
 	p.mu.Lock()
 	tag := p.tag
 	p.mu.Unlock()
@@ -319,9 +327,13 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 	total := 0
 	var err error
 	for i, bl := range blocks {
-		if i > 0 {
+		// Every counted block starts from empty tables: it then meets no
+		// entry of an earlier block or batch, and its count is its own
+		// (in IPVS mode an entry of an earlier batch could otherwise
+		// expire from CLOSE during the block and hide a new one).
+		if counted {
 			if err = p.Flush(); err != nil {
-				err = &EnvironmentError{fmt.Errorf("between probe blocks: %w", err)}
+				err = &EnvironmentError{fmt.Errorf("before probe block %d: %w", i+1, err)}
 				break
 			}
 		}
@@ -372,6 +384,52 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 	return total, err
 }
 
+// entryTimeouts are the conntrack timeouts (seconds) that could end a
+// probe's entry before its block is counted: a TCP connection the backend
+// reset (CLOSE, 10 s; IPVS mode lets the resets through) and an unanswered
+// UDP probe (30 s). In the microVM a block takes some 20 s. SYN_SENT (120
+// s) outlasts any block.
+var entryTimeouts = []string{"net.netfilter.nf_conntrack_tcp_timeout_close", "net.netfilter.nf_conntrack_udp_timeout"}
+
+// holdTimeout is what holdEntries raises them to.
+const holdTimeout = 600
+
+// holdEntries raises entryTimeouts in every node namespace (per-namespace
+// sysctls) to holdTimeout while a batch is sent and counted, so that the
+// count is not shortened by entries that expire during a block, and
+// returns the function that puts the old values back. It changes nothing
+// the checks observe: the probes' entries are flushed before the next
+// counted block and between phases, and no check waits for their expiry.
+func (p *Prober) holdEntries() (restore func(), err error) {
+	type old struct {
+		ns  *netns.Namespace
+		key string
+		val string
+	}
+	var olds []old
+	restore = func() {
+		for _, o := range olds {
+			_ = o.ns.Sysctl(o.key, o.val)
+		}
+	}
+	for _, n := range p.topo.Nodes() {
+		for _, k := range entryTimeouts {
+			v, err := n.NS.ReadSysctl(k)
+			if err != nil {
+				return restore, &EnvironmentError{fmt.Errorf("node %s: %w", n.Config.Name, err)}
+			}
+			if cur, err := strconv.Atoi(v); err == nil && cur >= holdTimeout {
+				continue
+			}
+			if err := n.NS.Sysctl(k, strconv.Itoa(holdTimeout)); err != nil {
+				return restore, &EnvironmentError{fmt.Errorf("node %s: %w", n.Config.Name, err)}
+			}
+			olds = append(olds, old{n.NS, k, v})
+		}
+	}
+	return restore, nil
+}
+
 // countBlock waits until the phase's probes are accounted for, then returns
 // the new entries and arrivals since the block began.
 func (p *Prober) countBlock(c *netns.Client, base int64, arrivedBase int) (int64, int, error) {
@@ -385,9 +443,9 @@ func (p *Prober) countBlock(c *netns.Client, base int64, arrivedBase int) (int64
 
 // fits refuses blocks that the kernel's conntrack table could not hold: a
 // probe makes an entry in the client's node and, for an endpoint on another
-// node, one more there. nf_conntrack_max is global (one value for every
-// namespace); it is compared with the node's current entries plus the
-// block.
+// node, one more there. Send empties the tables before each block, so the
+// largest block is what must fit under nf_conntrack_max (one value for the
+// whole kernel, read from the node's namespace).
 func (p *Prober) fits(c *netns.Client, blocks []block) error {
 	n, ok := p.topo.Node(c.Node)
 	if !ok {
@@ -395,21 +453,20 @@ func (p *Prober) fits(c *netns.Client, blocks []block) error {
 	}
 	v, err := n.NS.ReadSysctl("net.netfilter.nf_conntrack_max")
 	if err != nil {
-		return nil // no limit to compare with (counting reports the rest)
+		return nil // no limit to compare with; the count after each block reports the rest
 	}
 	limit, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || limit <= 0 {
 		return nil
 	}
 	perProbe := int64(min(2, len(p.topo.Nodes())))
-	cur, _ := conntrackCount(n.NS)
 	largest := 0
 	for _, bl := range blocks {
 		largest = max(largest, bl.N)
 	}
-	if need := cur + int64(largest)*perProbe; need > limit {
-		return &EnvironmentError{fmt.Errorf("a block of %d probes needs up to %d conntrack entries (%d already in node %s), more than this kernel's net.netfilter.nf_conntrack_max %d: raise it (sysctl -w net.netfilter.nf_conntrack_max=%d)",
-			largest, int64(largest)*perProbe, cur, c.Node, limit, need*2)}
+	if need := int64(largest) * perProbe; need > limit {
+		return &EnvironmentError{fmt.Errorf("a block of %d probes needs up to %d conntrack entries, more than this kernel's net.netfilter.nf_conntrack_max %d: raise it (sysctl -w net.netfilter.nf_conntrack_max=%d)",
+			largest, need, limit, 2*need)}
 	}
 	return nil
 }
@@ -423,7 +480,7 @@ func (p *Prober) sendBlock(ctx context.Context, b Probe, bl block, tag uint32) (
 	if bl.N >= 2000 {
 		workers = 2
 	}
-	deadline := time.Now().Add(time.Duration(bl.N)*50*time.Microsecond + 10*time.Second)
+	deadline := time.Now().Add(timeScaled(time.Duration(bl.N)*50*time.Microsecond + 10*time.Second))
 	sent := make([]int, workers)
 	failed := make([]int, workers)
 	errs := make([]error, workers)
