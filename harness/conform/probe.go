@@ -54,11 +54,15 @@ type Prober struct {
 	// `conntrack -F` in each node namespace of the topology; a suite may
 	// replace it with its own.
 	Flush func() error
-	// Entries counts the connection entries that hold a probe's NAT
-	// decision on the client's node, and EntriesName says what it counts
-	// (for the report). NewProber sets them to the node namespace's
-	// net.netfilter.nf_conntrack_count.
-	Entries     func(c *netns.Client) (int64, error)
+	// Entries counts the connections that hold a probe's NAT decision on
+	// the client's node, and EntriesName says what it counts (for the
+	// report). Send calls it before a block with base and floor 0, and
+	// after it with the value before and the block's arrivals: a counter
+	// the kernel publishes late may wait (bounded) until floor new ones
+	// appear. NewProber sets them to the node namespace's
+	// net.netfilter.nf_conntrack_count, or, where the nodes run IPVS, to
+	// IPVS's total of scheduled connections (see counterIPVS).
+	Entries     func(c *netns.Client, base, floor int64) (int64, error)
 	EntriesName string
 }
 
@@ -145,8 +149,10 @@ func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
 		p.obs = append(p.obs, o)
 	}
 	p.Flush = p.flushNodes
-	p.Entries = p.nodeEntries
-	p.EntriesName = counterConntrack
+	p.Entries, p.EntriesName = p.nodeEntries, counterConntrack
+	if ns := t.Nodes(); len(ns) > 0 && usesIPVS(ns[0].NS) {
+		p.Entries, p.EntriesName = p.nodeIPVSEntries, counterIPVS
+	}
 	ctx, p.cancel = context.WithCancel(ctx)
 	for i, o := range p.obs {
 		handle := p.onArrival
@@ -266,12 +272,22 @@ func (p *Prober) flushNodes() error {
 }
 
 // nodeEntries reads nf_conntrack_count in the client's node namespace.
-func (p *Prober) nodeEntries(c *netns.Client) (int64, error) {
+func (p *Prober) nodeEntries(c *netns.Client, _, _ int64) (int64, error) {
 	n, ok := p.topo.Node(c.Node)
 	if !ok {
 		return 0, fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
 	}
 	return conntrackCount(n.NS)
+}
+
+// nodeIPVSEntries reads IPVS's connection total in the client's node
+// namespace, waiting for floor new ones since base.
+func (p *Prober) nodeIPVSEntries(c *netns.Client, base, floor int64) (int64, error) {
+	n, ok := p.topo.Node(c.Node)
+	if !ok {
+		return 0, fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
+	}
+	return ipvsEntries(n.NS, base, floor)
 }
 
 // Probe is one batch: n new connections from one client address to a
@@ -340,7 +356,7 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 		var base int64
 		var arrivedBase int
 		if counted {
-			if base, err = p.Entries(b.Client); err != nil {
+			if base, err = p.Entries(b.Client, 0, 0); err != nil {
 				err = &EnvironmentError{fmt.Errorf("could not count conntrack entries before block %d: %w", i+1, err)}
 				break
 			}
@@ -437,7 +453,7 @@ func (p *Prober) countBlock(c *netns.Client, base int64, arrivedBase int) (int64
 	p.await(p.phaseSent)
 	arrived := p.arrived - arrivedBase
 	p.mu.Unlock()
-	after, err := p.Entries(c)
+	after, err := p.Entries(c, base, int64(arrived))
 	return after - base, arrived, err
 }
 

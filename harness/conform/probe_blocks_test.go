@@ -140,3 +140,13 @@ func TestDecided(t *testing.T) {
 		t.Errorf("Decided without counters = %d, want -1", got)
 	}
 }
+
+func TestParseIPVSStats(t *testing.T) {
+	const stats = "   Total Incoming Outgoing         Incoming         Outgoing\n   Conns  Packets  Packets            Bytes            Bytes\n     4A      1F4        0             1E78                0\n\n Conns/s   Pkts/s   Pkts/s          Bytes/s          Bytes/s\n       0        0        0                0                0\n"
+	if n, err := parseIPVSStats(stats); err != nil || n != 0x4a {
+		t.Errorf("parseIPVSStats = %d, %v; want 74", n, err)
+	}
+	if _, err := parseIPVSStats("garbage"); err == nil {
+		t.Error("garbage parsed")
+	}
+}
