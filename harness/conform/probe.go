@@ -384,7 +384,7 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 		proof.Probes += n
 		proof.Entries += entries
 		proof.Arrived += arrived
-		if msg := blockProof(i, n, arrived, entries); msg != "" {
+		if msg := blockProof(i, n, arrived, entries, p.EntriesName); msg != "" {
 			proof.Problems = append(proof.Problems, msg)
 		}
 	}

@@ -78,7 +78,7 @@ func TestBlockProof(t *testing.T) {
 		{32768, 32768, 20000, "12,768 probes followed a live entry"},
 		{32768, 32768, 40000, "the table held other connections"},
 	} {
-		got := blockProof(0, c.probes, c.arrived, c.entries)
+		got := blockProof(0, c.probes, c.arrived, c.entries, counterConntrack)
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
 			t.Errorf("blockProof(%d, %d, %d) = %q, want %q", c.probes, c.arrived, c.entries, got, c.want)
 		}
@@ -91,7 +91,7 @@ func TestIndependenceString(t *testing.T) {
 	if got, want := i.String(), "independent: 3 blocks, 98,304 probes, 98,304 new conntrack entries"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	i.add(Independence{Blocks: 1, Probes: 10, Entries: 5, Arrived: 10, Problems: []string{blockProof(3, 10, 10, 5)}})
+	i.add(Independence{Blocks: 1, Probes: 10, Entries: 5, Arrived: 10, Problems: []string{blockProof(3, 10, 10, 5, counterConntrack)}})
 	if i.Holds() || !strings.HasPrefix(i.String(), "NOT shown independent: 4 blocks, 98,314 probes") {
 		t.Errorf("a reuse block must disprove the phase: %q", i.String())
 	}

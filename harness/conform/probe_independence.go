@@ -51,10 +51,7 @@ func (i *Independence) String() string {
 	} else {
 		b.WriteString("NOT shown independent: ")
 	}
-	fmt.Fprintf(&b, "%s %s, %s probes, %s new conntrack entries", group(int64(i.Blocks)), plural(i.Blocks, "block", "blocks"), group(int64(i.Probes)), group(i.Entries))
-	if i.Counter != "" && i.Counter != counterConntrack {
-		fmt.Fprintf(&b, " (%s)", i.Counter)
-	}
+	fmt.Fprintf(&b, "%s %s, %s probes, %s %s", group(int64(i.Blocks)), plural(i.Blocks, "block", "blocks"), group(int64(i.Probes)), group(i.Entries), entriesNoun(i.Counter))
 	if d := int64(i.Probes) - i.Entries; i.Holds() && d > 0 {
 		fmt.Fprintf(&b, "; %s probes made no entry and did not arrive (rejected or dropped before a decision)", group(d))
 	}
@@ -87,15 +84,23 @@ func (i *Independence) add(o Independence) {
 // table held something else, so nothing is proven. Between the two, the
 // probes without an entry did not arrive either: rejected or dropped before
 // a decision, which the loss accounting reports.
-func blockProof(index, probes, arrived int, entries int64) string {
+func blockProof(index, probes, arrived int, entries int64, counter string) string {
 	switch {
 	case entries < int64(arrived):
-		return fmt.Sprintf("block %d: %s probes reached endpoints but only %s new conntrack entries appeared: %s probes followed a live entry (tuple reuse)",
-			index+1, group(int64(arrived)), group(entries), group(int64(arrived)-entries))
+		return fmt.Sprintf("block %d: %s probes reached endpoints but only %s %s appeared: %s probes followed a live entry (tuple reuse)",
+			index+1, group(int64(arrived)), group(entries), entriesNoun(counter), group(int64(arrived)-entries))
 	case entries > int64(probes):
-		return fmt.Sprintf("block %d: %s new conntrack entries for %s probes: the table held other connections (flush failed?)", index+1, group(entries), group(int64(probes)))
+		return fmt.Sprintf("block %d: %s %s for %s probes: the table held other connections (flush failed?)", index+1, group(entries), entriesNoun(counter), group(int64(probes)))
 	}
 	return ""
+}
+
+// entriesNoun names what a counter counts.
+func entriesNoun(counter string) string {
+	if counter == counterIPVS {
+		return "new IPVS connections"
+	}
+	return "new conntrack entries"
 }
 
 // counterConntrack is the default entry counter: per network namespace.
