@@ -295,9 +295,24 @@ func (p *Prober) nodeIPVSEntries(c *netns.Client, base, floor int64) (int64, err
 type Probe struct {
 	Client *netns.Client
 	Src    netip.Addr
-	VIP    netip.AddrPort
-	Proto  traffic.Proto
-	N      int
+	// Sources, when set, replaces Src: block i of the batch is sent from
+	// Sources[i mod len(Sources)]. With at least as many addresses as
+	// blocks no 5-tuple repeats anywhere in the batch, which also holds
+	// where a flush cannot clear the old decisions: IPVS keeps its own
+	// connection table, and a connection whose reset was lost stays in
+	// SYN_RECV for 60 s, where a repeated tuple follows it.
+	Sources []netip.Addr
+	VIP     netip.AddrPort
+	Proto   traffic.Proto
+	N       int
+}
+
+// source is the address block i is sent from.
+func (b Probe) source(i int) netip.Addr {
+	if len(b.Sources) > 0 {
+		return b.Sources[i%len(b.Sources)]
+	}
+	return b.Src
 }
 
 // Send writes a batch and returns the number sent. The batch is split into
@@ -365,7 +380,7 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 			p.mu.Unlock()
 		}
 		var n int
-		n, err = p.sendBlock(ctx, b, bl, tag)
+		n, err = p.sendBlock(ctx, b, b.source(i), bl, tag)
 		total += n
 		if err != nil {
 			break
@@ -487,11 +502,11 @@ func (p *Prober) fits(c *netns.Client, blocks []block) error {
 	return nil
 }
 
-// sendBlock writes one block: probe j has the block's j-th source port and
+// sendBlock writes one block from src: probe j has the block's j-th source port and
 // the ID tag<<24 | (First+j). A probe that could not be written for a full
 // queue is counted (Counts.SendErrors) and skipped; more than maxSendErrors
 // of them, or any other error, stop the block.
-func (p *Prober) sendBlock(ctx context.Context, b Probe, bl block, tag uint32) (int, error) {
+func (p *Prober) sendBlock(ctx context.Context, b Probe, src netip.Addr, bl block, tag uint32) (int, error) {
 	workers := 1
 	if bl.N >= 2000 {
 		workers = 2
@@ -515,7 +530,7 @@ func (p *Prober) sendBlock(ctx context.Context, b Probe, bl block, tag uint32) (
 					errs[w] = fmt.Errorf("sending stopped after %d of %d probes: %w", sent[w], bl.N, errors.Join(ctx.Err(), errors.New("time bound reached")))
 					return
 				}
-				pkt, err := bd.Build(b.Proto, netip.AddrPortFrom(b.Src, bl.port(j)), b.VIP, tag<<24|uint32(bl.First+j)&0xffffff)
+				pkt, err := bd.Build(b.Proto, netip.AddrPortFrom(src, bl.port(j)), b.VIP, tag<<24|uint32(bl.First+j)&0xffffff)
 				if err == nil {
 					err = s.Send(pkt, b.VIP.Addr())
 				}

@@ -150,3 +150,30 @@ func TestParseIPVSStats(t *testing.T) {
 		t.Error("garbage parsed")
 	}
 }
+
+// TestSourcesNeverRepeatATuple: with as many source addresses as blocks, no
+// (address, port) repeats anywhere in a batch of 400,000 probes.
+func TestSourcesNeverRepeatATuple(t *testing.T) {
+	const n = 400_000
+	blocks := planBlocks(n, rand.New(rand.NewPCG(3, 4)))
+	var srcs []netip.Addr
+	a := netip.MustParseAddr("10.244.0.200")
+	for range blocks {
+		srcs = append(srcs, a)
+		a = a.Next()
+	}
+	b := Probe{Src: netip.MustParseAddr("10.244.0.1"), Sources: srcs, N: n}
+	seen := make(map[netip.AddrPort]bool, n)
+	for i, bl := range blocks {
+		for j := range bl.N {
+			ap := netip.AddrPortFrom(b.source(i), bl.port(j))
+			if seen[ap] {
+				t.Fatalf("block %d repeats %s", i, ap)
+			}
+			seen[ap] = true
+		}
+	}
+	if (Probe{Src: a}).source(5) != a {
+		t.Error("without Sources every block is sent from Src")
+	}
+}

@@ -56,9 +56,9 @@ func ipvsConns(ns *netns.Namespace) (int64, error) {
 // parseIPVSStats takes the total connections (hexadecimal, first column of
 // the third line) from /proc/net/ip_vs_stats:
 //
-//	   Total Incoming Outgoing         Incoming         Outgoing
-//	   Conns  Packets  Packets            Bytes            Bytes
-//	     4A      1F4        0             1E78                0
+//	Total Incoming Outgoing         Incoming         Outgoing
+//	Conns  Packets  Packets            Bytes            Bytes
+//	  4A      1F4        0             1E78                0
 func parseIPVSStats(s string) (int64, error) {
 	lines := strings.Split(s, "\n")
 	if len(lines) < 3 || !strings.Contains(lines[1], "Conns") {
