@@ -342,8 +342,6 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 		if err := p.fits(b.Client, blocks); err != nil {
 			return 0, err
 		}
-	}
-	if counted {
 		restore, err := p.holdEntries()
 		defer restore()
 		if err != nil {
@@ -353,7 +351,7 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 	p.mu.Lock()
 	tag := p.tag
 	p.mu.Unlock()
-	start0 := time.Now()
+	var sending time.Duration // the generator's own time, flushes and counts left out
 	var proof Independence
 	total := 0
 	var err error
@@ -380,7 +378,9 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 			p.mu.Unlock()
 		}
 		var n int
+		t0 := time.Now()
 		n, err = p.sendBlock(ctx, b, b.source(i), bl, tag)
+		sending += time.Since(t0)
 		total += n
 		if err != nil {
 			break
@@ -406,7 +406,7 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 	proof.Counter = p.EntriesName
 	p.mu.Lock()
 	p.sentTotal += total
-	p.sendTime += time.Since(start0)
+	p.sendTime += sending
 	p.indep.add(proof)
 	p.mu.Unlock()
 	if err == nil && !proof.Holds() {
