@@ -357,9 +357,8 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 	var err error
 	for i, bl := range blocks {
 		// Every counted block starts from empty tables: it then meets no
-		// entry of an earlier block or batch, and its count is its own
-		// (in IPVS mode an entry of an earlier batch could otherwise
-		// expire from CLOSE during the block and hide a new one).
+		// entry of an earlier block or batch, and an entry of an earlier
+		// batch cannot expire during the block and hide a new one.
 		if counted {
 			if err = p.Flush(); err != nil {
 				err = &EnvironmentError{fmt.Errorf("before probe block %d: %w", i+1, err)}
@@ -416,10 +415,11 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 }
 
 // entryTimeouts are the conntrack timeouts (seconds) that could end a
-// probe's entry before its block is counted: a TCP connection the backend
-// reset (CLOSE, 10 s; IPVS mode lets the resets through) and an unanswered
-// UDP probe (30 s). In the microVM a block takes some 20 s. SYN_SENT (120
-// s) outlasts any block.
+// probe's entry before its block is counted: an unanswered UDP probe (30 s;
+// in the microVM a block takes 10 to 20 s) and a TCP connection whose reset
+// got through (CLOSE, 10 s). SYN_SENT (120 s, the resets are dropped in
+// iptables and nftables modes) outlasts any block. IPVS mode does not count
+// conntrack entries at all (see counterIPVS).
 var entryTimeouts = []string{"net.netfilter.nf_conntrack_tcp_timeout_close", "net.netfilter.nf_conntrack_udp_timeout"}
 
 // holdTimeout is what holdEntries raises them to.
