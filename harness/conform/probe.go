@@ -7,7 +7,9 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +42,28 @@ type Prober struct {
 	sentTotal int
 	sendTime  time.Duration
 	seen      int
+	// The phase's own figures (reset by Phase).
+	phaseSent  int
+	arrived    int
+	sendErrors int
+	dropBase   uint64
+	indep      Independence
+
+	// Flush empties the conntrack tables of every node namespace; Send
+	// calls it between the blocks of a batch. NewProber sets it to
+	// `conntrack -F` in each node namespace of the topology; a suite may
+	// replace it with its own.
+	Flush func() error
+	// Entries counts the connections that hold a probe's NAT decision on
+	// the client's node, and EntriesName says what it counts (for the
+	// report). Send calls it before a block with base and floor 0, and
+	// after it with the value before and the block's arrivals: a counter
+	// the kernel publishes late may wait (bounded) until floor new ones
+	// appear. NewProber sets them to the node namespace's
+	// net.netfilter.nf_conntrack_count, or, where the nodes run IPVS, to
+	// IPVS's total of scheduled connections (see counterIPVS).
+	Entries     func(c *netns.Client, base, floor int64) (int64, error)
+	EntriesName string
 }
 
 // Key is an arrival: the post-DNAT endpoint and the client address.
@@ -58,6 +82,9 @@ var replyDrops = [][]string{
 // Limits that bound every traffic loop.
 const (
 	maxProbesPerPhase = 2_000_000
+	// maxSendErrors bounds the probes a block may fail to write (ENOBUFS
+	// for too long) before the batch stops.
+	maxSendErrors = 1000
 )
 
 // The waits of Collect, stretched by KPSIM_TIME_SCALE on a slow machine
@@ -121,6 +148,11 @@ func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
 		}
 		p.obs = append(p.obs, o)
 	}
+	p.Flush = p.flushNodes
+	p.Entries, p.EntriesName = p.nodeEntries, counterConntrack
+	if ns := t.Nodes(); len(ns) > 0 && usesIPVS(ns[0].NS) {
+		p.Entries, p.EntriesName = p.nodeIPVSEntries, counterIPVS
+	}
 	ctx, p.cancel = context.WithCancel(ctx)
 	for i, o := range p.obs {
 		handle := p.onArrival
@@ -145,6 +177,7 @@ func (p *Prober) onArrival(pkt []byte) {
 	if a.ID>>24 == p.tag {
 		p.arrivals[Key{a.Dst, a.Src.Addr()}]++
 		p.seen++
+		p.arrived++
 		p.cond.Broadcast()
 	} else {
 		p.foreign++
@@ -199,7 +232,62 @@ func (p *Prober) Phase() {
 	clear(p.rejects)
 	clear(p.icmpElse)
 	p.seen = 0
+	p.phaseSent, p.arrived, p.sendErrors = 0, 0, 0
+	p.indep = Independence{}
 	p.mu.Unlock()
+	d := p.observerDrops()
+	p.mu.Lock()
+	p.dropBase = d
+	p.mu.Unlock()
+}
+
+// observerDrops sums the kernel's drop counters of every observer socket.
+func (p *Prober) observerDrops() uint64 {
+	var d uint64
+	for _, o := range p.obs {
+		d += o.Drops()
+	}
+	return d
+}
+
+// ObserverBuffers says how each observer's receive buffers were set (a
+// debug figure: SO_RCVBUFFORCE, or SO_RCVBUF capped by rmem_max).
+func (p *Prober) ObserverBuffers() []string {
+	var out []string
+	for _, o := range p.obs {
+		out = append(out, o.Buffer())
+	}
+	return out
+}
+
+// flushNodes runs `conntrack -F` in every node namespace of the topology.
+func (p *Prober) flushNodes() error {
+	var errs []error
+	for _, n := range p.topo.Nodes() {
+		if _, err := n.NS.Exec("conntrack", "-F"); err != nil {
+			errs = append(errs, fmt.Errorf("could not flush the conntrack table of node %s: %w", n.Config.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// nodeEntries reads nf_conntrack_count in the client's node namespace.
+func (p *Prober) nodeEntries(c *netns.Client, _, _ int64) (int64, error) {
+	n, ok := p.topo.Node(c.Node)
+	if !ok {
+		return 0, fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
+	}
+	return conntrackCount(n.NS)
+}
+
+// nodeIPVSEntries reads IPVS's connection total in the client's node
+// namespace, waiting for floor new ones since base.
+func (p *Prober) nodeIPVSEntries(c *netns.Client, base, floor int64) (int64, error) {
+	n, ok := p.topo.Node(c.Node)
+	if !ok {
+		return 0, fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
+	}
+	return ipvsEntries(n.NS, base, floor)
 }
 
 // Probe is one batch: n new connections from one client address to a
@@ -207,16 +295,40 @@ func (p *Prober) Phase() {
 type Probe struct {
 	Client *netns.Client
 	Src    netip.Addr
-	VIP    netip.AddrPort
-	Proto  traffic.Proto
-	N      int
+	// Sources, when set, replaces Src: block i of the batch is sent from
+	// Sources[i mod len(Sources)]. With at least as many addresses as
+	// blocks no 5-tuple repeats anywhere in the batch, which also holds
+	// where a flush cannot clear the old decisions: IPVS keeps its own
+	// connection table, and a connection whose reset was lost stays in
+	// SYN_RECV for 60 s, where a repeated tuple follows it.
+	Sources []netip.Addr
+	VIP     netip.AddrPort
+	Proto   traffic.Proto
+	N       int
 }
 
-// Send writes a batch and returns the number sent. Source ports are a
-// walk through the ephemeral range with a random start and stride, so they
-// repeat only after 49,152 probes of a client address (a probe never meets
-// a live conntrack entry of its own). Large batches are written by two
-// goroutines, each on a socket of its own, interleaving the same walk.
+// source is the address block i is sent from.
+func (b Probe) source(i int) netip.Addr {
+	if len(b.Sources) > 0 {
+		return b.Sources[i%len(b.Sources)]
+	}
+	return b.Src
+}
+
+// Send writes a batch and returns the number sent. The batch is split into
+// blocks of at most MaxBlockProbes probes (planBlocks), each a walk of its
+// own through the source ports with a random start and stride, so no port
+// repeats inside a block. A batch of more than one probe is counted: before
+// each of its blocks Send empties the nodes' conntrack tables (Flush; the
+// earlier probes were accounted for, as Collect waits for them), so no probe
+// meets a live entry of an earlier one, and after each block it counts the
+// new entries on the client's node (Entries) against the block's probes and
+// arrivals; Collect returns the proof (Counts.Independence). A batch of one
+// probe (affinity rounds) is neither flushed nor counted. A block that
+// disproves independence, or a batch whose blocks could not fit in the
+// kernel's conntrack table, is an *EnvironmentError. Large blocks are
+// written by two goroutines, each on a socket of its own, interleaving the
+// same walk.
 func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 	if p.senders[b.Client] == nil {
 		return 0, fmt.Errorf("no sender for client %s", b.Client.NS.Name)
@@ -224,21 +336,184 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 	if b.N > maxProbesPerPhase {
 		return 0, fmt.Errorf("%d probes exceed the bound of %d per phase", b.N, maxProbesPerPhase)
 	}
+	blocks := planBlocks(b.N, r)
+	counted := b.N > 1
+	if counted {
+		if err := p.fits(b.Client, blocks); err != nil {
+			return 0, err
+		}
+		restore, err := p.holdEntries()
+		defer restore()
+		if err != nil {
+			return 0, err
+		}
+	}
 	p.mu.Lock()
 	tag := p.tag
 	p.mu.Unlock()
-	const lo, span = 16384, 49152
-	start, step := r.IntN(span), 1+2*r.IntN(span/2)
-	for gcd(step, span) != 1 {
-		step += 2
+	var sending time.Duration // the generator's own time, flushes and counts left out
+	var proof Independence
+	total := 0
+	var err error
+	for i, bl := range blocks {
+		// Every counted block starts from empty tables: it then meets no
+		// entry of an earlier block or batch, and an entry of an earlier
+		// batch cannot expire during the block and hide a new one.
+		if counted {
+			if err = p.Flush(); err != nil {
+				err = &EnvironmentError{fmt.Errorf("before probe block %d: %w", i+1, err)}
+				break
+			}
+		}
+		var base int64
+		var arrivedBase int
+		if counted {
+			if base, err = p.Entries(b.Client, 0, 0); err != nil {
+				err = &EnvironmentError{fmt.Errorf("could not count conntrack entries before block %d: %w", i+1, err)}
+				break
+			}
+			p.mu.Lock()
+			arrivedBase = p.arrived
+			p.mu.Unlock()
+		}
+		var n int
+		t0 := time.Now()
+		n, err = p.sendBlock(ctx, b, b.source(i), bl, tag)
+		sending += time.Since(t0)
+		total += n
+		if err != nil {
+			break
+		}
+		if !counted {
+			proof.Single += n
+			continue
+		}
+		var entries int64
+		var arrived int
+		if entries, arrived, err = p.countBlock(b.Client, base, arrivedBase); err != nil {
+			err = &EnvironmentError{fmt.Errorf("could not count conntrack entries after block %d: %w", i+1, err)}
+			break
+		}
+		proof.Blocks++
+		proof.Probes += n
+		proof.Entries += entries
+		proof.Arrived += arrived
+		if msg := blockProof(i, n, arrived, entries, p.EntriesName); msg != "" {
+			proof.Problems = append(proof.Problems, msg)
+		}
 	}
+	proof.Counter = p.EntriesName
+	p.mu.Lock()
+	p.sentTotal += total
+	p.sendTime += sending
+	p.indep.add(proof)
+	p.mu.Unlock()
+	if err == nil && !proof.Holds() {
+		err = &EnvironmentError{fmt.Errorf("probes were not independent draws: %s", strings.Join(proof.Problems, "; "))}
+	}
+	return total, err
+}
+
+// entryTimeouts are the conntrack timeouts (seconds) that could end a
+// probe's entry before its block is counted: an unanswered UDP probe (30 s;
+// in the microVM a block takes 10 to 20 s) and a TCP connection whose reset
+// got through (CLOSE, 10 s). SYN_SENT (120 s, the resets are dropped in
+// iptables and nftables modes) outlasts any block. IPVS mode does not count
+// conntrack entries at all (see counterIPVS).
+var entryTimeouts = []string{"net.netfilter.nf_conntrack_tcp_timeout_close", "net.netfilter.nf_conntrack_udp_timeout"}
+
+// holdTimeout is what holdEntries raises them to.
+const holdTimeout = 600
+
+// holdEntries raises entryTimeouts in every node namespace (per-namespace
+// sysctls) to holdTimeout while a batch is sent and counted, so that the
+// count is not shortened by entries that expire during a block, and
+// returns the function that puts the old values back. It changes nothing
+// the checks observe: the probes' entries are flushed before the next
+// counted block and between phases, and no check waits for their expiry.
+func (p *Prober) holdEntries() (restore func(), err error) {
+	type old struct {
+		ns  *netns.Namespace
+		key string
+		val string
+	}
+	var olds []old
+	restore = func() {
+		for _, o := range olds {
+			_ = o.ns.Sysctl(o.key, o.val)
+		}
+	}
+	for _, n := range p.topo.Nodes() {
+		for _, k := range entryTimeouts {
+			v, err := n.NS.ReadSysctl(k)
+			if err != nil {
+				return restore, &EnvironmentError{fmt.Errorf("node %s: %w", n.Config.Name, err)}
+			}
+			if cur, err := strconv.Atoi(v); err == nil && cur >= holdTimeout {
+				continue
+			}
+			if err := n.NS.Sysctl(k, strconv.Itoa(holdTimeout)); err != nil {
+				return restore, &EnvironmentError{fmt.Errorf("node %s: %w", n.Config.Name, err)}
+			}
+			olds = append(olds, old{n.NS, k, v})
+		}
+	}
+	return restore, nil
+}
+
+// countBlock waits until the phase's probes are accounted for, then returns
+// the new entries and arrivals since the block began.
+func (p *Prober) countBlock(c *netns.Client, base int64, arrivedBase int) (int64, int, error) {
+	p.mu.Lock()
+	p.await(p.phaseSent)
+	arrived := p.arrived - arrivedBase
+	p.mu.Unlock()
+	after, err := p.Entries(c, base, int64(arrived))
+	return after - base, arrived, err
+}
+
+// fits refuses blocks that the kernel's conntrack table could not hold: a
+// probe makes an entry in the client's node and, for an endpoint on another
+// node, one more there. Send empties the tables before each block, so the
+// largest block is what must fit under nf_conntrack_max (one value for the
+// whole kernel, read from the node's namespace).
+func (p *Prober) fits(c *netns.Client, blocks []block) error {
+	n, ok := p.topo.Node(c.Node)
+	if !ok {
+		return fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
+	}
+	v, err := n.NS.ReadSysctl("net.netfilter.nf_conntrack_max")
+	if err != nil {
+		return nil // no limit to compare with; the count after each block reports the rest
+	}
+	limit, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || limit <= 0 {
+		return nil
+	}
+	perProbe := int64(min(2, len(p.topo.Nodes())))
+	largest := 0
+	for _, bl := range blocks {
+		largest = max(largest, bl.N)
+	}
+	if need := int64(largest) * perProbe; need > limit {
+		return &EnvironmentError{fmt.Errorf("a block of %d probes needs up to %d conntrack entries, more than this kernel's net.netfilter.nf_conntrack_max %d: raise it (sysctl -w net.netfilter.nf_conntrack_max=%d)",
+			largest, need, limit, 2*need)}
+	}
+	return nil
+}
+
+// sendBlock writes one block from src: probe j has the block's j-th source port and
+// the ID tag<<24 | (First+j). A probe that could not be written for a full
+// queue is counted (Counts.SendErrors) and skipped; more than maxSendErrors
+// of them, or any other error, stop the block.
+func (p *Prober) sendBlock(ctx context.Context, b Probe, src netip.Addr, bl block, tag uint32) (int, error) {
 	workers := 1
-	if b.N >= 2000 {
+	if bl.N >= 2000 {
 		workers = 2
 	}
-	start0 := time.Now()
-	deadline := start0.Add(time.Duration(b.N)*50*time.Microsecond + 10*time.Second)
+	deadline := time.Now().Add(timeScaled(time.Duration(bl.N)*50*time.Microsecond + 10*time.Second))
 	sent := make([]int, workers)
+	failed := make([]int, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -249,19 +524,22 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 		wg.Add(1)
 		go func(w int, s *traffic.Sender) {
 			defer wg.Done()
-			bl := traffic.NewBuilder()
-			for i := w; i < b.N; i += workers {
-				if sent[w]%4096 == 0 && (ctx.Err() != nil || time.Now().After(deadline)) {
-					errs[w] = fmt.Errorf("sending stopped after %d of %d probes: %w", sent[w], b.N, errors.Join(ctx.Err(), errors.New("time bound reached")))
+			bd := traffic.NewBuilder()
+			for j := w; j < bl.N; j += workers {
+				if (sent[w]+failed[w])%4096 == 0 && (ctx.Err() != nil || time.Now().After(deadline)) {
+					errs[w] = fmt.Errorf("sending stopped after %d of %d probes: %w", sent[w], bl.N, errors.Join(ctx.Err(), errors.New("time bound reached")))
 					return
 				}
-				port := uint16(lo + (start+i*step)%span)
-				pkt, err := bl.Build(b.Proto, netip.AddrPortFrom(b.Src, port), b.VIP, tag<<24|uint32(i)&0xffffff)
+				pkt, err := bd.Build(b.Proto, netip.AddrPortFrom(src, bl.port(j)), b.VIP, tag<<24|uint32(bl.First+j)&0xffffff)
 				if err == nil {
 					err = s.Send(pkt, b.VIP.Addr())
 				}
+				if err != nil && traffic.IsTransient(err) && failed[w] < maxSendErrors {
+					failed[w]++
+					continue
+				}
 				if err != nil {
-					errs[w] = err
+					errs[w] = fmt.Errorf("%w (%d probes not sent before it)", err, failed[w])
 					return
 				}
 				sent[w]++
@@ -269,13 +547,14 @@ func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 		}(w, s)
 	}
 	wg.Wait()
-	total := 0
-	for _, n := range sent {
-		total += n
+	total, nfail := 0, 0
+	for w := range sent {
+		total += sent[w]
+		nfail += failed[w]
 	}
 	p.mu.Lock()
-	p.sentTotal += total
-	p.sendTime += time.Since(start0)
+	p.phaseSent += total
+	p.sendErrors += nfail
 	p.mu.Unlock()
 	return total, errors.Join(errs...)
 }
@@ -321,6 +600,17 @@ type Counts struct {
 	OtherICMP int
 	Seen      int
 	Foreign   int
+	// Sent is the probes the phase's batches wrote; SendErrors the probes
+	// they could not write (a full queue for too long).
+	Sent       int
+	SendErrors int
+	// ObserverDrops is the packets the observers' sockets dropped during
+	// the phase (every observer's kernel drop counter, delta over the
+	// phase): probes the kernel delivered that nobody counted.
+	ObserverDrops uint64
+	// Independence is the proof that the phase's probes were fresh NAT
+	// decisions (see Send).
+	Independence Independence
 }
 
 // PerEndpoint sums arrivals by endpoint.
@@ -345,8 +635,32 @@ func (c Counts) Rejected() int {
 // or nothing new arrived for a quiet period (the rest were dropped), bounded
 // in time, and returns a copy of the counts.
 func (p *Prober) Collect(expected int) Counts {
-	deadline := time.Now().Add(maxCollectWait)
 	p.mu.Lock()
+	p.await(expected)
+	c := Counts{Arrivals: make(map[Key]int, len(p.arrivals)), Rejects: make(map[netip.Addr]int, len(p.rejects)), Seen: p.seen, Foreign: p.foreign,
+		Sent: p.phaseSent, SendErrors: p.sendErrors, Independence: p.indep}
+	c.Independence.Problems = slices.Clone(p.indep.Problems)
+	for k, v := range p.arrivals {
+		c.Arrivals[k] = v
+	}
+	for k, v := range p.rejects {
+		c.Rejects[k] = v
+	}
+	for _, v := range p.icmpElse {
+		c.OtherICMP += v
+	}
+	base := p.dropBase
+	p.mu.Unlock()
+	if d := p.observerDrops(); d > base {
+		c.ObserverDrops = d - base
+	}
+	return c
+}
+
+// await waits, with p.mu held, until expected packets of the phase were
+// seen, or nothing new arrived for quietPeriod, at most maxCollectWait.
+func (p *Prober) await(expected int) {
+	deadline := time.Now().Add(maxCollectWait)
 	last, lastChange := p.seen, time.Now()
 	for p.seen < expected && time.Now().Before(deadline) {
 		if p.seen != last {
@@ -359,16 +673,4 @@ func (p *Prober) Collect(expected int) Counts {
 		p.cond.Wait()
 		t.Stop()
 	}
-	c := Counts{Arrivals: make(map[Key]int, len(p.arrivals)), Rejects: make(map[netip.Addr]int, len(p.rejects)), Seen: p.seen, Foreign: p.foreign}
-	for k, v := range p.arrivals {
-		c.Arrivals[k] = v
-	}
-	for k, v := range p.rejects {
-		c.Rejects[k] = v
-	}
-	for _, v := range p.icmpElse {
-		c.OtherICMP += v
-	}
-	p.mu.Unlock()
-	return c
 }

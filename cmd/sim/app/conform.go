@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,6 +31,7 @@ type conformFlags struct {
 	layout          string
 	vm              bool
 	vmTimeout       time.Duration
+	plots           string
 }
 
 func newConform(s Streams) *cobra.Command {
@@ -47,9 +49,13 @@ detectable effect and power, and the verdicts are Holm-corrected together.
 IPVS mode on a kernel without IPVS runs in a qemu microVM booting Debian's
 kernel (harness/vm); --vm runs any mode there. The report is the same.
 
-Exit 0 when every check passes, 1 when one fails (the check, statistic, p, n,
-seed and an observed-against-expected table are printed), 2 for bad input,
-3 when this machine cannot run it (not root, a command missing).`,
+Exit 0 when every check that ran passes, 1 when one fails (the check,
+statistic, p, n, seed and an observed-against-expected table are printed), 2
+for bad input, 3 when nothing failed but this machine could not run or observe
+a check (not root, a command missing, probes the observer lost after the
+kernel delivered them, probes that were not independent): what it lacked or
+lost is printed. A verdict that tested nothing is reported as not run, with
+the reason, and is neither a pass nor a failure.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := f.out.check(); err != nil {
@@ -89,7 +95,7 @@ seed and an observed-against-expected table are printed), 2 for bad input,
 				var env *conform.EnvironmentError
 				if errors.As(err, &env) {
 					// A report even when nothing could run, so CI shows why.
-					r := &report.Run{Mode: f.mode, Started: time.Now(), Suites: []*report.Suite{{Scenario: "environment", SetupError: env.Error()}}}
+					r := &report.Run{Mode: f.mode, Started: time.Now(), Suites: []*report.Suite{{Scenario: "environment", SetupError: env.Error(), SetupErrorKind: report.KindEnvironment}}}
 					_ = f.write(r)
 					return &EnvError{Err: err}
 				}
@@ -110,10 +116,7 @@ seed and an observed-against-expected table are printed), 2 for bad input,
 			} else {
 				printRun(s, run)
 			}
-			if failed := run.Failed(); len(failed) > 0 {
-				return &CheckFailedError{Failed: failed}
-			}
-			return err
+			return exitFor(run, err)
 		},
 	}
 	f.out.add(c)
@@ -128,10 +131,30 @@ seed and an observed-against-expected table are printed), 2 for bad input,
 	c.Flags().StringVar(&f.layout, "layout", "", "override the nftables layout: kube-proxy or fast (ours)")
 	c.Flags().BoolVar(&f.vm, "vm", false, "run in the qemu microVM (Debian kernel) for any mode; ipvs mode uses it by itself when this kernel has no IPVS")
 	c.Flags().DurationVar(&f.vmTimeout, "vm-timeout", 30*time.Minute, "bound on the whole microVM run")
+	c.Flags().StringVar(&f.plots, "plots", "", "write a PNG per distribution check (observed against expected shares, with their intervals) to this folder")
+	// TODO(issue 11): --equivalence DELTA, once conform.Options has
+	// Equivalence float64 (the lead's change): o.Equivalence = f.equivalence.
 	return c
 }
 
+// exitFor decides the exit: a failed check (1) first, then environment
+// errors (3), then err (an interrupted run), else success.
+func exitFor(run *report.Run, err error) error {
+	if failed := run.Failed(); len(failed) > 0 {
+		return &CheckFailedError{Failed: failed}
+	}
+	if env := run.EnvironmentErrors(); len(env) > 0 {
+		return &EnvError{Err: fmt.Errorf("%d check(s) could not be observed on this machine (not a dataplane failure): %s", len(env), strings.Join(env, "; "))}
+	}
+	return err
+}
+
 func (f *conformFlags) write(r *report.Run) error {
+	if f.plots != "" {
+		if err := r.WritePlots(f.plots); err != nil {
+			return err
+		}
+	}
 	for _, w := range []struct {
 		path string
 		fn   func(*os.File) error
@@ -165,14 +188,20 @@ func printRun(s Streams, r *report.Run) {
 		}
 		for _, c := range su.Checks {
 			verdict := "PASS "
-			switch c.Verdict {
-			case report.Fail:
+			switch {
+			case c.Verdict == report.Fail:
 				verdict = "FAIL "
-			case report.Error:
+			case c.Verdict == report.NotRun:
+				verdict = "SKIP "
+			case c.Verdict == report.Error && c.ErrorKind == report.KindEnvironment:
+				verdict = "ENV  "
+			case c.Verdict == report.Error:
 				verdict = "ERROR"
 			}
 			fmt.Fprintf(s.Out, "%s %s / %s  (%s, p %.3g, n %d)\n", verdict, su.Scenario, c.Name, c.Test, c.P, c.N)
-			if c.Verdict != report.Pass {
+			if c.Verdict == report.NotRun {
+				fmt.Fprintf(s.Out, "      not run: %s\n", c.Message)
+			} else if c.Verdict != report.Pass {
 				fmt.Fprint(s.Out, indent(c.Summary()))
 			}
 		}
@@ -181,16 +210,16 @@ func printRun(s Streams, r *report.Run) {
 		}
 	}
 	failed := r.Failed()
-	fmt.Fprintf(s.Out, "\n%s mode, kernel %s, seed %d, family alpha %g: %d checks, %d failed, %.1f s\n",
-		r.Mode, r.Kernel, r.Seed, r.FamilyAlpha, countChecks(r), len(failed), r.Duration.Seconds())
-}
-
-func countChecks(r *report.Run) int {
-	n := 0
-	for _, s := range r.Suites {
-		n += len(s.Checks)
+	env := r.EnvironmentErrors()
+	ran, notRun := r.Verdicts()
+	fmt.Fprintf(s.Out, "\n%s mode, kernel %s, seed %d, family alpha %g: %d verdicts ran, %d not run, %d failed, %d environment errors, %.1f s\n",
+		r.Mode, r.Kernel, r.Seed, r.FamilyAlpha, ran, notRun, len(failed), len(env), r.Duration.Seconds())
+	if len(env) > 0 {
+		fmt.Fprintln(s.Out, "This machine could not run or observe:")
+		for _, e := range env {
+			fmt.Fprintf(s.Out, "  - %s\n", e)
+		}
 	}
-	return n
 }
 
 func indent(s string) string {
