@@ -64,11 +64,7 @@ func (k *kernelMachine) send(ctx context.Context, b Probe, r *rand.Rand) (int, e
 // flush empties the node namespaces' connection tables, so that one
 // phase's probes never meet another's entries (and the shared kernel table
 // does not fill up).
-func (k *kernelMachine) flush() {
-	for _, n := range k.s.nodes {
-		_, _ = n.ns.Exec("conntrack", "-F")
-	}
-}
+func (k *kernelMachine) flush() { _ = k.prober.Flush() }
 
 func (k *kernelMachine) counters(name string) []dataplane.Counter {
 	n := k.s.nodeObj(name)

@@ -19,7 +19,7 @@ import (
 // the kernel: one engine.Node per node (its rules rendered from the API
 // state by the subject's own endpoint selection, its conntrack table, its
 // affinity memory), a virtual clock, and an optional loss model. The
-// checks, their probe plan (Prober's block and port walk, planBlocks),
+// checks, their probe plan (Prober's blocks, port walk and sources: planBlocks, Probe.source),
 // their counting and their decisions are the run's own. It is the harness
 // calibration's machine: on a correct dataplane every verdict's
 // false-failure rate must hold through it.
@@ -145,15 +145,17 @@ func (m *simMachine) send(ctx context.Context, b Probe, r *rand.Rand) (int, erro
 		proto = engine.UDP
 	}
 	sent := 0
-	for _, blk := range planBlocks(b.N, r) {
-		if sent > 0 {
-			// The kernel prober empties conntrack between blocks.
+	for i, blk := range planBlocks(b.N, r) {
+		if b.N > 1 {
+			// The kernel prober empties conntrack before every block of a
+			// counted batch.
 			m.flush()
 		}
-		for i := 0; i < blk.n; i++ {
+		src := b.source(i)
+		for j := 0; j < blk.N; j++ {
 			m.clock += int64(probeSpacing)
-			c := engine.Conn{SrcIP: engine.IPv4(b.Src), SrcPort: blk.port(i), Proto: proto, End: m.probeEnd(proto)}
-			m.deliver(n, svc, &c, b.Src)
+			c := engine.Conn{SrcIP: engine.IPv4(src), SrcPort: blk.port(j), Proto: proto, End: m.probeEnd(proto)}
+			m.deliver(n, svc, &c, src)
 			sent++
 		}
 	}

@@ -2,6 +2,7 @@ package conform
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -93,14 +94,29 @@ func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, p
 	}
 	rc.AchievedPower = plan.power
 	before := s.mc.counters(nodeName)
-	probe := Probe{Client: client, Src: client.Config.Addrs[0], VIP: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)), Proto: protoOf(sp)}
+	// Block i of a large batch leaves from the client's i-th address: no
+	// 5-tuple repeats in the check, whatever a flush leaves (IPVS's own
+	// connection table).
+	probe := Probe{Client: client, Src: client.Config.Addrs[0], Sources: client.Config.Addrs, VIP: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)), Proto: protoOf(sp)}
 	obs, err := s.sample(ctx, probe, plan)
 	if err != nil {
 		rc.Verdict, rc.Message = report.Error, err.Error()
+		if env := (*EnvironmentError)(nil); errors.As(err, &env) {
+			rc.ErrorKind = report.KindEnvironment
+		}
 		return
 	}
 	after := s.mc.counters(nodeName)
-	if err := decideOutcome(rc, plan, obs); err != nil {
+	rc.Looks = plan.looks[:obs.looks]
+	rc.Independence = obs.counts.Independence.String()
+	loss := ClassifyLoss(obs.sent, arrivedOf(obs.counts), obs.counts.Rejected(), obs.counts.OtherICMP, Decided(spn, before, after), obs.counts.ObserverDrops)
+	rc.Loss = loss.Report(obs.counts.SendErrors)
+	if loss.Environment() {
+		rc.Verdict, rc.ErrorKind = report.Error, report.KindEnvironment
+		rc.Message = fmt.Sprintf("observation lost %d probes on node %s: %s", loss.Missed, nodeName, loss.Text)
+		return
+	}
+	if err := decideOutcome(rc, plan, obs, loss.Dropped); err != nil {
 		rc.Verdict, rc.Message = report.Error, err.Error()
 		return
 	}
@@ -234,16 +250,14 @@ func tally(plan outcomePlan, obs observation) (cells []float64, forbidden int) {
 // decideOutcome turns an observation into the verdict's figures: the
 // observed-against-expected table and the test. It is pure: the run and
 // the calibration decide through it.
-func decideOutcome(rc *report.Check, plan outcomePlan, obs observation) error {
+// dropped is the probes lost without an observer miss: the dataplane
+// dropped them (ClassifyLoss).
+func decideOutcome(rc *report.Check, plan outcomePlan, obs observation, dropped int) error {
 	sent, counts := obs.sent, obs.counts
 	rc.N = sent
 	per := counts.PerEndpoint()
 	rejected := counts.Rejected()
-	arrived := 0
-	for _, v := range per {
-		arrived += v
-	}
-	lost := max(0, sent-arrived-rejected-counts.OtherICMP)
+	lost := dropped
 	var obsv, exp []float64
 	add := func(outcome string, o, p float64) {
 		obsv = append(obsv, o)
@@ -256,6 +270,7 @@ func decideOutcome(rc *report.Check, plan outcomePlan, obs observation) error {
 		for _, e := range plan.endpoints {
 			add(e, float64(per[netip.MustParseAddrPort(e)]), want.Probs[e])
 		}
+		shareIntervals(rc.Table[:len(plan.endpoints)])
 		add("DROP (lost)", float64(lost), 0)
 		add("REJECT", float64(rejected), 0)
 	case oracle.Drop:
@@ -300,6 +315,38 @@ func decideOutcome(rc *report.Check, plan outcomePlan, obs observation) error {
 		rc.Verdict = report.Pass // Holm decides at the end of the run
 	}
 	return nil
+}
+
+// arrivedOf sums a phase's arrivals.
+func arrivedOf(c Counts) int {
+	n := 0
+	for _, v := range c.Arrivals {
+		n += v
+	}
+	return n
+}
+
+// shareIntervalLevel is the joint confidence of the endpoints' share
+// intervals in every report.
+const shareIntervalLevel = 0.95
+
+// shareIntervals fills each endpoint row's simultaneous interval for its
+// share of the endpoints' arrivals (Clopper-Pearson, Bonferroni over the
+// endpoints).
+func shareIntervals(rows []report.Row) {
+	counts := make([]float64, len(rows))
+	total := 0.0
+	for i, r := range rows {
+		counts[i] = r.Observed
+		total += r.Observed
+	}
+	if total == 0 {
+		return
+	}
+	lo, hi := stats.SimultaneousIntervals(counts, shareIntervalLevel)
+	for i := range rows {
+		rows[i].CILow, rows[i].CIHigh = lo[i], hi[i]
+	}
 }
 
 func decisionWord(d stats.SeqDecision) string {
@@ -400,7 +447,7 @@ func witness(spn cluster.ServicePortName, before, after []dataplane.Counter, per
 	}
 	if len(diffs) > 0 {
 		sort.Strings(diffs)
-		rc.Verdict = report.Error
+		rc.Verdict, rc.ErrorKind = report.Error, report.KindEnvironment
 		rc.Message = strings.TrimSpace(rc.Message + " rule counters disagree with the backends: " + strings.Join(diffs, "; "))
 		return "disagrees: " + strings.Join(diffs, "; ")
 	}

@@ -38,20 +38,21 @@ func TestProbeBlocksIndependent(t *testing.T) {
 			}
 			defer s.teardown()
 			client := s.clientOn("node-a")
-			s.flushConntrack()
-			s.prober.Phase()
+			prober := s.mc.(*kernelMachine).prober
+			s.mc.flush()
+			prober.Phase()
 			const n = 70_000
 			vip := netip.MustParseAddrPort("10.96.0.20:80")
-			before := counters(s.nodeObj("node-a"))
-			sent, err := s.prober.Send(context.Background(), Probe{Client: client, Src: client.Config.Addrs[0], VIP: vip, Proto: traffic.TCP, N: n}, rand.New(rand.NewPCG(1, 2)))
+			before := s.mc.counters("node-a")
+			sent, err := prober.Send(context.Background(), Probe{Client: client, Src: client.Config.Addrs[0], VIP: vip, Proto: traffic.TCP, N: n}, rand.New(rand.NewPCG(1, 2)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			counts := s.prober.Collect(sent)
-			after := counters(s.nodeObj("node-a"))
+			counts := prober.Collect(sent)
+			after := s.mc.counters("node-a")
 			ind := counts.Independence
 			t.Logf("%s: %s; observer drops %d, send errors %d; buffers %v", c.name, ind.String(),
-				counts.ObserverDrops, counts.SendErrors, s.prober.ObserverBuffers()[:1])
+				counts.ObserverDrops, counts.SendErrors, prober.ObserverBuffers()[:1])
 			if sent != n || ind.Blocks != 3 || ind.Probes != n || ind.Entries != n || !ind.Holds() {
 				t.Errorf("sent %d, proof %+v: want %d probes in 3 blocks with %d new entries", sent, ind, n, n)
 			}
@@ -70,11 +71,11 @@ func TestProbeBlocksIndependent(t *testing.T) {
 			}
 			// The control: without the flush between blocks, later blocks
 			// meet the live entries of earlier ones, and the count says so.
-			s.flushConntrack()
-			s.prober.Phase()
-			s.prober.Flush = func() error { return nil }
-			_, err = s.prober.Send(context.Background(), Probe{Client: client, Src: client.Config.Addrs[0], VIP: vip, Proto: traffic.TCP, N: n}, rand.New(rand.NewPCG(1, 2)))
-			ind = s.prober.Collect(n).Independence
+			s.mc.flush()
+			prober.Phase()
+			prober.Flush = func() error { return nil }
+			_, err = prober.Send(context.Background(), Probe{Client: client, Src: client.Config.Addrs[0], VIP: vip, Proto: traffic.TCP, N: n}, rand.New(rand.NewPCG(1, 2)))
+			ind = prober.Collect(n).Independence
 			if err == nil || ind.Holds() {
 				t.Errorf("without a flush between blocks the proof still holds (%v): %s", err, ind.String())
 			} else {

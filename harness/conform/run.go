@@ -306,7 +306,7 @@ func holm(run *report.Run, alpha float64) {
 	var ps []float64
 	for _, s := range run.Suites {
 		for _, c := range s.Checks {
-			if c.Verdict == report.Error || c.Type == typeEquivalence {
+			if c.Verdict == report.Error || c.Verdict == report.NotRun || c.Type == typeEquivalence {
 				continue
 			}
 			checks = append(checks, c)
@@ -408,6 +408,9 @@ func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults datapla
 	defer func() { out.Duration = time.Since(start) }()
 	if err := s.setup(ctx, faults, run); err != nil {
 		out.SetupError = err.Error()
+		if env := (*EnvironmentError)(nil); errors.As(err, &env) {
+			out.SetupErrorKind = report.KindEnvironment
+		}
 		s.teardown()
 		return out
 	}
@@ -655,7 +658,7 @@ func (s *suite) runChecks(ctx context.Context) {
 		if err != nil {
 			for _, c := range timelineChecks {
 				s.out.Checks = append(s.out.Checks, &report.Check{Name: c.Name + " @ step " + fmt.Sprint(i+1), Type: c.Type, Service: c.Service,
-					Verdict: report.Error, Message: "settle: " + err.Error()})
+					Verdict: report.Error, ErrorKind: report.KindEnvironment, Message: "settle: " + err.Error()})
 			}
 			return
 		}
