@@ -3,6 +3,7 @@ package conform
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"time"
@@ -52,9 +53,24 @@ func Calibrate(ctx context.Context, files []string, o Options, runs int, seed ui
 		return nil, fmt.Errorf("the calibration runs the correct dataplane: the simulated machine has no faults")
 	}
 	start := time.Now()
+	o.Log = io.Discard // one line per run would drown the result
 	c := &Calibration{Mode: o.Mode, Runs: runs, Alpha: o.FamilyAlpha, LossRate: lossRate, FailedVerdicts: map[string]int{},
 		Verdicts: plannedVerdicts(loaded, o.Mode)}
 	runsOut := make([]*report.Run, runs)
+	one := func(r int) {
+		o := o
+		sd := seed + uint64(r)
+		o.Seed = &sd
+		runsOut[r] = execute(ctx, loaded, o, func(ctx context.Context, l *scenario.Loaded, alphaUnit float64, run *report.Run) *report.Suite {
+			return simSuite(ctx, l, o, alphaUnit, run, lossRate)
+		})
+	}
+	// The first run alone: it designs every check's sequential test (a
+	// Monte Carlo of a second or more for many endpoints), which the others
+	// then find in the design cache instead of computing side by side.
+	if runs > 0 {
+		one(0)
+	}
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for w := 0; w < calibrationWorkers; w++ {
@@ -62,16 +78,11 @@ func Calibrate(ctx context.Context, files []string, o Options, runs int, seed ui
 		go func() {
 			defer wg.Done()
 			for r := range next {
-				o := o
-				sd := seed + uint64(r)
-				o.Seed = &sd
-				runsOut[r] = execute(ctx, loaded, o, func(ctx context.Context, l *scenario.Loaded, alphaUnit float64, run *report.Run) *report.Suite {
-					return simSuite(ctx, l, o, alphaUnit, run, lossRate)
-				})
+				one(r)
 			}
 		}()
 	}
-	for r := 0; r < runs && ctx.Err() == nil; r++ {
+	for r := 1; r < runs && ctx.Err() == nil; r++ {
 		next <- r
 	}
 	close(next)

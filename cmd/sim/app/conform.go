@@ -36,6 +36,7 @@ type conformFlags struct {
 
 func newConform(s Streams) *cobra.Command {
 	var f conformFlags
+	var ck checkerFlags
 	c := &cobra.Command{
 		Use:   "conform FILE|DIR...",
 		Short: "Check the real dataplane with traffic against the oracle (root)",
@@ -81,8 +82,21 @@ the reason, and is neither a pass nor a failure.`,
 			if c.Flags().Changed("seed") {
 				o.Seed = &f.seed
 			}
+			if err := ck.options(&o); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			base := uint64(1)
+			if o.Seed != nil {
+				base = *o.Seed
+			}
+			if handled, err := ck.run(ctx, s, files, o, base); handled {
+				if errors.Is(err, dataplane.ErrUnknownFault) || errors.Is(err, dataplane.ErrFaultNotBuilt) {
+					return &UsageError{Err: err}
+				}
+				return err
+			}
 			var run *report.Run
 			if f.vm || vm.NeedsVM(f.mode) {
 				// In the microVM (harness/vm): forced, or IPVS mode on a
@@ -100,7 +114,7 @@ the reason, and is neither a pass nor a failure.`,
 					return &EnvError{Err: err}
 				}
 				if run == nil {
-					if errors.Is(err, dataplane.ErrUnknownFault) {
+					if errors.Is(err, dataplane.ErrUnknownFault) || errors.Is(err, dataplane.ErrFaultNotBuilt) {
 						return &UsageError{Err: err}
 					}
 					return err
@@ -120,6 +134,7 @@ the reason, and is neither a pass nor a failure.`,
 		},
 	}
 	f.out.add(c)
+	ck.add(c)
 	c.Flags().StringVar(&f.mode, "mode", "iptables", "kube-proxy mode to program: iptables, nftables or ipvs")
 	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault into the dataplane (repeatable): "+fmt.Sprint(dataplane.FaultNames()))
 	c.Flags().Uint64Var(&f.seed, "seed", 0, "override every scenario's seed")
