@@ -8,7 +8,9 @@ package conform
 //   - rr, wrr: a strict rotation per virtual server (kube-proxy programs
 //     every real server with weight 1, so wrr's shares "in proportion to
 //     the weights" are equal shares in the same rotation): every k
-//     consecutive new connections reach the k eligible endpoints once each;
+//     consecutive new connections reach the k eligible endpoints once each,
+//     and n new connections are balanced to within one (a chi-square
+//     against uniform would be vacuous: X^2 is about 0 by construction);
 //   - lc, wlc, sed, nq: spread by held connections: with connections held
 //     open on every endpoint but one, every new connection goes to the one
 //     without (rr would spread them). These replace the chi-square test: a
@@ -40,7 +42,6 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/report"
-	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -134,22 +135,7 @@ func (s *suite) keepResets() error {
 // two minutes after the last connection closed, whatever timeoutSeconds
 // says (kubernetes#89358); the oracle lists that deviation.
 func (s *suite) expiryIdle(sp *cluster.ServicePort) (idle time.Duration, checked bool) {
-	timeout := time.Duration(sp.AffinityTimeout) * time.Second
-	if timeout > maxExpiryWait {
-		return timeout + time.Second, false
-	}
-	if s.o.Mode != oracle.ModeIPVS {
-		return timeout + time.Second, true
-	}
-	life := ipvsCloseTimeout
-	if protoOf(sp) == traffic.UDP {
-		life = ipvsUDPTimeout
-	}
-	horizon := timeout
-	for horizon <= life+time.Second {
-		horizon += ipvsTemplateRearm
-	}
-	return horizon + expiryMargin, horizon+expiryMargin <= ipvsMaxExpiryWait
+	return expiryWait(s.o.Mode, sp)
 }
 
 // expiryShift is where the affinity check's expiry round starts in its list
@@ -176,7 +162,7 @@ func (s *suite) expiryShift(n, k int) int {
 func (s *suite) ipvsDistribution(ctx context.Context, c *scenario.Check, node string) {
 	switch s.scheduler() {
 	case "rr", "wrr":
-		s.outcomeCheck(ctx, c, node, "")
+		s.ipvsBalance(ctx, c, node)
 		s.ipvsRotation(ctx, c, node)
 	case "lc", "wlc", "sed", "nq":
 		// No uniformity test: a SYN not yet answered counts as an active
