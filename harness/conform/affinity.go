@@ -96,6 +96,9 @@ type affinityCheck struct {
 	// sched counts the fresh choices ipvs rr made since the first round's
 	// first (the rotation's position relative to firstSeq[0]).
 	sched int
+	// reused counts the fresh choices of synthetic addresses used again
+	// after the timeout.
+	reused int
 }
 
 // fail marks every verdict not yet decided as an error.

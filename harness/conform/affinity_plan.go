@@ -50,6 +50,9 @@ const (
 	// ipvs mode (a template outlives a short timeout by a minute).
 	maxExpiryCycles  = 8
 	expiryIdleBudget = 150 * time.Second
+	// maxFreshRounds bounds the rounds of synthetic addresses for the
+	// first choices (each after the first costs one idle past the timeout).
+	maxFreshRounds = 2
 )
 
 // Verdict kinds of an affinity plan.

@@ -153,9 +153,9 @@ func (a *affinityCheck) expiryCycles(ctx context.Context) error {
 		}
 		rc.Statistic, rc.P, rc.MDE = float64(t.switched), res.P, 0.5
 		rc.AchievedPower = stats.BinomialPower(t.trials, p0, p1, s.alphaUnit, stats.Less)
-		rc.Message = fmt.Sprintf("%d clients x %d cycles of %s idle; power %.3g against half the clients keeping affinity past the timeout", len(a.bound), cycles, a.plan.Idle, rc.AchievedPower)
+		rc.Message = fmt.Sprintf("%d clients x %d cycles of %s idle; power %.4g against half the clients keeping affinity past the timeout", len(a.bound), cycles, a.plan.Idle, rc.AchievedPower)
 		if t.trials < need {
-			rc.Message += fmt.Sprintf("; underpowered: n = %d of the %d needed, power %.3g", t.trials, need, rc.AchievedPower)
+			rc.Message += fmt.Sprintf("; underpowered: n = %d of the %d needed, power %.4g", t.trials, need, rc.AchievedPower)
 		}
 		if res.P <= s.alphaUnit {
 			rc.Message = fmt.Sprintf("only %d of %d clients chose afresh after %s idle: affinity outlived its timeout; %s", t.switched, t.trials, a.plan.Idle, rc.Message)
@@ -284,24 +284,44 @@ func (a *affinityCheck) decideRotationExpiry(t *expiryTally) {
 	}
 }
 
-// freshRound sends the last round, from synthetic addresses never used,
-// for the first-choice chi-square's size.
+// freshRound sends the last rounds, from synthetic addresses never bound
+// before, for the first-choice chi-square's size. When the free addresses
+// are too few and the timeout is short (iptables and nftables mode), they
+// are used again after idling past the timeout, once: a correct dataplane
+// has forgotten them, so their choices are fresh again (a dataplane that
+// has not is caught by the expiry verdict, and its repeated choices are
+// still uniform).
 func (a *affinityCheck) freshRound(ctx context.Context) error {
-	if a.plan.First.Kind != kindChiSquare {
+	if a.plan.First.Kind != kindChiSquare || len(a.spare) == 0 {
 		return nil
 	}
 	need, _ := firstChoiceSize(probsOf(a.want), a.c.MDE, a.c.Power, a.s.alphaUnit)
-	extra := min(max(0, need-len(a.bound)), len(a.spare))
-	if extra == 0 {
-		return nil
+	rounds := 1
+	if a.plan.Expiry.Kind == kindBinomial && a.s.o.Mode != oracle.ModeIPVS {
+		rounds = maxFreshRounds
 	}
-	list := make([]affinityAddr, extra)
-	for i, ip := range a.spare[:extra] {
-		list[i] = affinityAddr{a.bound[0].client, ip}
+	for r := 0; r < rounds; r++ {
+		extra := min(max(0, need-len(a.firstSeq)-len(a.fresh)), len(a.spare))
+		if extra == 0 {
+			return nil
+		}
+		if r > 0 {
+			if err := a.s.mc.idle(ctx, a.plan.Idle); err != nil {
+				return err
+			}
+			a.reused += extra
+		}
+		list := make([]affinityAddr, extra)
+		for i, ip := range a.spare[:extra] {
+			list[i] = affinityAddr{a.bound[0].client, ip}
+		}
+		got, _, err := a.round(ctx, list, 0, false)
+		if err != nil {
+			return err
+		}
+		a.fresh = append(a.fresh, got...)
 	}
-	got, _, err := a.round(ctx, list, 0, false)
-	a.fresh = got
-	return err
+	return nil
 }
 
 // decideFirst decides the first-choice verdict over the first round and
@@ -379,8 +399,8 @@ func (a *affinityCheck) firstChiSquare(all []string) {
 	}
 	rc.Statistic, rc.DF, rc.P, rc.EffectSize = res.Statistic, res.DF, res.P, res.EffectSize
 	rc.AchievedPower = stats.ChiSquarePower(len(all), w2, len(p0)-1, s.alphaUnit)
-	rc.Message = fmt.Sprintf("%d fresh choices (%d client addresses, %d synthetic), sized for one endpoint's share off by %.0f %%, power %.3g",
-		len(all), len(a.firstSeq), len(a.fresh), 100*rc.MDE, rc.AchievedPower)
+	rc.Message = fmt.Sprintf("%d fresh choices (%d client addresses, %d synthetic, %d of them again after the timeout), sized for one endpoint's share off by %.0f %%, power %.4g",
+		len(all), len(a.firstSeq), len(a.fresh), a.reused, 100*rc.MDE, rc.AchievedPower)
 	if len(all) < need {
 		rc.Message += fmt.Sprintf("; underpowered: n = %d of the %d needed, power %.3g (the node's pod block has no more free addresses)", len(all), need, rc.AchievedPower)
 	}
