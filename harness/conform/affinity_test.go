@@ -26,6 +26,7 @@ const (
 	fakeOverstay     = "affinity-overstay"        // half the clients' bindings last 2T
 	fakeUniformProb  = "uniform-probability"      // shares 1/3, 2/9, 4/9
 	fakeSkewAtMDE    = "skew-at-first-choice-mde" // shares 1/2, 1/4, 1/4: the first-choice MDE
+	fakeTemplates    = "surviving-templates"      // 60 % of ipvs templates outlive their timeout
 	fakeProbeSpacing = 100 * time.Microsecond
 )
 
@@ -46,6 +47,10 @@ type fakeMachine struct {
 	binds   map[netip.Addr]*fakeBinding
 	touched map[netip.Addr]bool
 	counts  Counts
+	// rr makes a fresh choice the next endpoint of a rotation (ipvs rr)
+	// instead of a random draw.
+	rr  bool
+	ptr int
 }
 
 type fakeBinding struct {
@@ -104,6 +109,8 @@ func (f *fakeMachine) choose(src netip.Addr) netip.AddrPort {
 		return f.draw()
 	case f.fault == fakeOverstay && f.touchedBy(src, 0.5):
 		life = 2 * f.timeout
+	case f.fault == fakeTemplates && f.touchedBy(src, 0.6):
+		life = time.Hour
 	}
 	if b := f.binds[src]; b != nil && f.clock-b.last < life {
 		b.last = f.clock
@@ -115,6 +122,10 @@ func (f *fakeMachine) choose(src netip.Addr) netip.AddrPort {
 }
 
 func (f *fakeMachine) draw() netip.AddrPort {
+	if f.rr {
+		f.ptr++
+		return f.eps[(f.ptr-1)%len(f.eps)]
+	}
 	u := f.rng.Float64()
 	for i, p := range f.shares {
 		if u < p {
@@ -161,8 +172,8 @@ func offlineSuite(t *testing.T, file, mode string) (*suite, []*netns.Client) {
 // affinityCalibration runs the real affinity check of scenarios/
 // conformance/affinity.yaml through fakeMachine, runs times per dataplane
 // variant, and returns the verdicts of each run.
-func affinityCalibration(t *testing.T, variant string, runs int, alpha float64) [][]*report.Check {
-	s, clients := offlineSuite(t, conformanceDir+"/affinity.yaml", oracle.ModeIPTables)
+func affinityCalibration(t *testing.T, mode, variant string, runs int, alpha float64) [][]*report.Check {
+	s, clients := offlineSuite(t, conformanceDir+"/affinity.yaml", mode)
 	c := &s.l.Scenario.Checks[0]
 	spn, sp, err := s.spn(c)
 	if err != nil {
@@ -182,7 +193,8 @@ func affinityCalibration(t *testing.T, variant string, runs int, alpha float64) 
 	var out [][]*report.Check
 	for i := range runs {
 		f := &fakeMachine{cl: clients, eps: eps, shares: shares, timeout: time.Duration(sp.AffinityTimeout) * time.Second, fault: variant,
-			rng: rand.New(rand.NewPCG(uint64(i), 0xaff1)), binds: map[netip.Addr]*fakeBinding{}, touched: map[netip.Addr]bool{}}
+			rng: rand.New(rand.NewPCG(uint64(i), 0xaff1)), binds: map[netip.Addr]*fakeBinding{}, touched: map[netip.Addr]bool{},
+			rr: mode == oracle.ModeIPVS, ptr: i}
 		f.phase()
 		s.mc, s.rng, s.alphaUnit = f, rand.New(rand.NewPCG(uint64(i), 0x5eed)), alpha
 		s.out = &report.Suite{Scenario: "affinity", Figures: map[string]any{}}
@@ -212,7 +224,7 @@ func TestAffinityCalibration(t *testing.T) {
 	verdicts := []string{"first choice", "stickiness", "expiry"}
 	for _, variant := range []string{fakeCorrect, fakeLeak, fakeOverstay, fakeUniformProb, fakeSkewAtMDE} {
 		t.Run(variant, func(t *testing.T) {
-			res := affinityCalibration(t, variant, runs, alpha)
+			res := affinityCalibration(t, oracle.ModeIPTables, variant, runs, alpha)
 			for vi, name := range verdicts {
 				rejected, power := 0, 0.0
 				for _, run := range res {
@@ -318,5 +330,30 @@ func TestAffinitySizes(t *testing.T) {
 	}
 	if c := expiryCycles(87, 10, 67*time.Second); c != 2 {
 		t.Errorf("ipvs expiry cycles %d, want 2 (idle budget)", c)
+	}
+}
+
+// TestAffinityRotation runs the affinity check in ipvs rr mode through a
+// toy rotation: the correct one passes every verdict; with 60 % of the
+// templates outliving their timeout (a fault the (k-1)/k binomial let
+// through) the expiry verdict fails every time.
+func TestAffinityRotation(t *testing.T) {
+	alpha := stats.DefaultFamilyAlpha / 33
+	for _, variant := range []string{fakeCorrect, fakeTemplates} {
+		res := affinityCalibration(t, oracle.ModeIPVS, variant, 20, alpha)
+		for _, rc := range res[0] {
+			t.Logf("%s: %s: %s p %g: %s", variant, rc.Phase, rc.Test, rc.P, rc.Message)
+		}
+		for i, run := range res {
+			for _, rc := range run {
+				wantFail := variant == fakeTemplates && rc.Phase == "expiry"
+				if (rc.P == 0) != wantFail {
+					t.Errorf("%s run %d: %s: p %g (%s), want failed %v", variant, i, rc.Name, rc.P, rc.Message, wantFail)
+				}
+				if rc.Phase != "stickiness" && rc.Test != kindRotation {
+					t.Errorf("%s: test %q, want the rotation", rc.Name, rc.Test)
+				}
+			}
+		}
 	}
 }

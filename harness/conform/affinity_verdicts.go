@@ -32,6 +32,10 @@ func (a *affinityCheck) classify(ip netip.Addr, ep string, at time.Duration) (or
 
 // firstRound binds every address of bound: one probe each.
 func (a *affinityCheck) firstRound(ctx context.Context) error {
+	if a.ordered() {
+		// A late packet of an earlier phase would move rr's pointer.
+		a.s.mc.quiesce()
+	}
 	got, at, err := a.round(ctx, a.bound, 0, a.ordered())
 	if err != nil {
 		return err
@@ -248,8 +252,7 @@ func (a *affinityCheck) rotationOrder() []string {
 
 // bestShift is where an rr expiry round starts in the list of addresses:
 // the shift under which the rotation's prediction moves the most clients
-// away from their bound endpoint (expiryShift's reasoning, for any
-// position of the rotation).
+// away from their bound endpoint (for any position of the rotation).
 func (a *affinityCheck) bestShift(rot []string, before map[netip.Addr]string) int {
 	best, bestMoved := 0, -1
 	n, k := len(a.bound), len(rot)

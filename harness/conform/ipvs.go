@@ -138,26 +138,6 @@ func (s *suite) expiryIdle(sp *cluster.ServicePort) (idle time.Duration, checked
 	return expiryWait(s.o.Mode, sp)
 }
 
-// expiryShift is where the affinity check's expiry round starts in its list
-// of client addresses. A fresh IPVS rr choice is the next real server in
-// the rotation, and the rotation's pointer moves only when a template is
-// made: the first round made one per client (n of them), the sticky rounds
-// none. An expiry round in the same order would reach exactly the first
-// round's endpoints without any template left; starting s addresses later,
-// with (n-s) not a multiple of k, every fresh choice differs from the
-// first. Other modes choose at random: 0.
-func (s *suite) expiryShift(n, k int) int {
-	if s.o.Mode != oracle.ModeIPVS || k < 2 || n < 3 {
-		return 0
-	}
-	for sh := 1; sh < k+1 && sh < n; sh++ {
-		if (n-sh)%k != 0 {
-			return sh
-		}
-	}
-	return 0
-}
-
 // ipvsDistribution runs a distribution check the scheduler's way.
 func (s *suite) ipvsDistribution(ctx context.Context, c *scenario.Check, node string) {
 	switch s.scheduler() {
