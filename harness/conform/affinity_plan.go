@@ -9,6 +9,7 @@ package conform
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -222,4 +223,32 @@ func expiryCycles(trials, c int, idle time.Duration) int {
 		limit = min(limit, max(1, int(expiryIdleBudget/idle)))
 	}
 	return max(1, min(n, limit))
+}
+
+// affinityUnits counts the verdicts an affinity check makes over its
+// client nodes (run) and those it reports as not run, from the scenario's
+// state before any namespace exists: the planner's count of m for this
+// check, from the same plan the check follows. A check whose service port
+// cannot be resolved, or from whose node the oracle expects no endpoint,
+// is an error at run time and makes no verdict.
+func affinityUnits(or oracle.Oracle, mode, scheduler string, st *cluster.State, c *scenario.Check, nodes []string) (run, notRun int) {
+	spn, err := cluster.ResolvePort(c.Service, c.Port, maps.Keys(st.Services))
+	if err != nil {
+		return 0, 0
+	}
+	sp := st.Services[spn]
+	for _, nd := range nodes {
+		zone := ""
+		if n := st.Nodes[nd]; n != nil {
+			zone = n.Zone
+		}
+		want := or.Expect(mode, sp, st.Endpoints[spn], nd, zone)
+		eligible := 0
+		if want.Kind == oracle.Endpoints {
+			eligible = len(want.Probs)
+		}
+		r, nr := affinityVerdicts(mode, scheduler, sp, eligible)
+		run, notRun = run+r, notRun+nr
+	}
+	return run, notRun
 }

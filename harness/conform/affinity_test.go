@@ -357,3 +357,26 @@ func TestAffinityRotation(t *testing.T) {
 		}
 	}
 }
+
+// TestAffinityUnits counts the conformance scenarios' affinity verdicts
+// the way the planner would: affinity.yaml runs its three in every mode,
+// affinity-many-clients (timeoutSeconds 60) leaves its expiry out.
+func TestAffinityUnits(t *testing.T) {
+	for _, tc := range []struct {
+		file        string
+		mode        string
+		run, notRun int
+	}{
+		{"affinity.yaml", oracle.ModeIPTables, 3, 0},
+		{"affinity.yaml", oracle.ModeIPVS, 3, 0},
+		{"affinity-many-clients.yaml", oracle.ModeNFTables, 2, 1},
+	} {
+		s, _ := offlineSuite(t, conformanceDir+"/"+tc.file, tc.mode)
+		sc := s.l.Scenario
+		c := &sc.Checks[0]
+		run, notRun := affinityUnits(s.or, tc.mode, s.scheduler(), s.state(), c, clientNodes(sc, c, s.state().SortedNodes()))
+		if run != tc.run || notRun != tc.notRun {
+			t.Errorf("%s in %s mode: %d run, %d not run; want %d, %d", tc.file, tc.mode, run, notRun, tc.run, tc.notRun)
+		}
+	}
+}
