@@ -380,3 +380,33 @@ func TestAffinityUnits(t *testing.T) {
 		}
 	}
 }
+
+// TestIPVSBalance runs the rr distribution verdict through a toy rotation
+// (passes) and a toy uniform random choice, which a chi-square would pass
+// and the balance check must fail.
+func TestIPVSBalance(t *testing.T) {
+	s, clients := offlineSuite(t, conformanceDir+"/ipvs/wrr.yaml", oracle.ModeIPVS)
+	c := &s.l.Scenario.Checks[0]
+	spn, sp, err := s.spn(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []netip.AddrPort
+	for _, e := range oracle.Expect(oracle.ModeIPVS, sp, s.state().Endpoints[spn], "node-a", "").Endpoints() {
+		eps = append(eps, netip.MustParseAddrPort(e))
+	}
+	for _, rr := range []bool{true, false} {
+		for i := range 20 {
+			f := &fakeMachine{cl: clients, eps: eps, shares: stats.Uniform(len(eps)), rng: rand.New(rand.NewPCG(uint64(i), 0xba1)),
+				binds: map[netip.Addr]*fakeBinding{}, touched: map[netip.Addr]bool{}, rr: rr, ptr: i}
+			f.phase()
+			s.mc, s.rng, s.alphaUnit = f, rand.New(rand.NewPCG(uint64(i), 1)), 1e-4
+			s.out = &report.Suite{Figures: map[string]any{}}
+			s.ipvsBalance(context.Background(), c, "node-a")
+			rc := s.out.Checks[0]
+			if rc.Verdict == report.Error || (rc.P == 1) != rr || rc.N < 100 {
+				t.Errorf("rotation %v, run %d: %s p %g n %d: %s", rr, i, rc.Test, rc.P, rc.N, rc.Message)
+			}
+		}
+	}
+}
