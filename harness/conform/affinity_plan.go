@@ -190,6 +190,9 @@ func leakPower(f float64, k, c, r int) float64 {
 // fewest rounds (from minStickyRounds) with which the clients available
 // reach power, else maxStickyRounds and the clients that needs.
 func stickySize(k, available int, power float64) (rounds, clients int) {
+	if k < 2 {
+		return minStickyRounds, 0 // nothing to leak to: reachability only
+	}
 	need := func(r int) int {
 		miss := 1 - affinityLeakFraction*(1-math.Pow(float64(k), -float64(r)))
 		return int(math.Ceil(math.Log(1-power) / math.Log(miss)))

@@ -3,6 +3,7 @@ package conform
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 	"time"
@@ -279,7 +280,13 @@ func (a *affinityCheck) decideRotationExpiry(t *expiryTally) {
 		rc.P, rc.Message = 0, "the first round was not a rotation: the expiry round's choices cannot be predicted"
 		return
 	}
-	rc.Message = fmt.Sprintf("after %s idle the rotation moved %d of %d clients", a.plan.Idle, t.moved, t.trials)
+	rc.Table[0].Expected, rc.Table[1].Expected = float64(t.moved), float64(t.trials-t.moved)
+	// Sized, like stickiness, for a tenth of the templates outliving the
+	// timeout: one of them is seen unless none sits on a moved client.
+	rc.MDE = affinityLeakFraction
+	rc.AchievedPower = 1 - math.Pow(1-affinityLeakFraction, float64(t.moved))
+	rc.Message = fmt.Sprintf("after %s idle the rotation moved %d of %d clients; power %.4g against %.0f %% of the templates outliving the timeout",
+		a.plan.Idle, t.moved, t.trials, rc.AchievedPower, 100*affinityLeakFraction)
 	if t.mispredicted > 0 {
 		rc.P = 0
 		rc.Message = fmt.Sprintf("%d of %d fresh choices after %s idle were not the rotation's next endpoint (a template outlived its timeout, or the rotation skipped): %s",
