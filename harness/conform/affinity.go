@@ -6,257 +6,265 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/report"
-	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/harness/traffic"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 // affinity checks sessionAffinity ClientIP from every client address on a
-// node, in three verdicts (reference statistics.md): the first choices are
-// uniform across clients; every later connection inside the timeout reaches
-// the client's endpoint (zero tolerance, except where the oracle names a
-// known deviation such as the iptables recent-list capacity); after idling
-// past the timeout, a client chooses afresh ((k-1)/k switch).
+// node, in three verdicts (reference statistics.md), each sized from power
+// at the unit's alpha (affinity_plan.go):
+//
+//   - first choice: the fresh choices of new clients follow the oracle's
+//     shares (chi-square; a rotation for ipvs rr; the hash's consistency
+//     for sh and dh). Fresh choices are the first round of the scenario's
+//     client addresses and, to reach the size, one last round (after the
+//     other verdicts, so that its bindings never evict a real client from
+//     a recent list) of synthetic source addresses from the node's pod
+//     block that nothing else uses;
+//   - stickiness: every later connection inside the timeout reaches the
+//     client's endpoint (zero tolerance, except where the oracle names a
+//     known deviation such as the iptables recent-list capacity), sized for
+//     a tenth of the clients losing affinity;
+//   - expiry: after idling past the timeout a client chooses afresh
+//     ((k-1)/k switch, exact binomial; the rotation's prediction for ipvs
+//     rr), over as many idle cycles as its size needs. A lost, rejected or
+//     forbidden outcome is a violation.
+//
+// A verdict that cannot test anything is reported as NotRun with the
+// reason.
 func (s *suite) affinity(ctx context.Context, c *scenario.Check, nodeName string) {
+	a := &affinityCheck{s: s, c: c, node: nodeName, start: s.mc.now()}
 	base := fmt.Sprintf("%s @ %s", c.Name, nodeName)
 	mk := func(suffix string) *report.Check {
 		return &report.Check{Name: base + " / " + suffix, Type: c.Type, Service: c.Service, ClientNode: nodeName, Phase: suffix,
-			Seed: s.seed, Alpha: s.alphaUnit, MDE: c.MDE, Power: c.Power}
+			Seed: s.seed, Alpha: s.alphaUnit, Power: c.Power}
 	}
-	first, sticky, expiry := mk("first choice"), mk("stickiness"), mk("expiry")
-	start := time.Now()
+	a.first, a.sticky, a.expiry = mk("first choice"), mk("stickiness"), mk("expiry")
 	defer func() {
-		for _, rc := range []*report.Check{first, sticky, expiry} {
-			rc.Duration = time.Since(start)
+		for _, rc := range []*report.Check{a.first, a.sticky, a.expiry} {
+			rc.Duration = s.mc.now() - a.start
 			s.out.Checks = append(s.out.Checks, rc)
 		}
 	}()
-	fail := func(msg string) {
-		for _, rc := range []*report.Check{first, sticky, expiry} {
-			if rc.Verdict == "" {
-				rc.Verdict, rc.Message = report.Error, msg
-			}
+	if err := a.prepare(); err != nil {
+		a.fail(err.Error())
+		return
+	}
+	for _, step := range []func(context.Context) error{a.firstRound, a.stickiness, a.expiryCycles, a.freshRound} {
+		if err := step(ctx); err != nil {
+			a.fail(err.Error())
+			return
 		}
 	}
-	spn, sp, err := s.spn(c)
+	a.decideFirst()
+}
+
+// affinityAddr is one source address of the check: a client pod's (client
+// indexes s.mc.clients()) or a synthetic one sent from that client's
+// namespace.
+type affinityAddr struct {
+	client int
+	ip     netip.Addr
+}
+
+// affinityCheck is one affinity check in progress.
+type affinityCheck struct {
+	s                     *suite
+	c                     *scenario.Check
+	node                  string
+	start, t0             time.Duration
+	first, sticky, expiry *report.Check
+	plan                  affinityPlan
+	sp                    *cluster.ServicePort
+	want                  oracle.Outcome
+	eps                   []string
+	aff                   *oracle.Affinity
+	vip                   netip.AddrPort
+	proto                 traffic.Proto
+	clients               []*netns.Client
+	// bound are the addresses bound in the first round and followed
+	// through stickiness and expiry; spare are free synthetic addresses.
+	bound []affinityAddr
+	spare []netip.Addr
+	// firstSeq are the first round's outcomes in send order; fresh those of
+	// the last round of synthetic addresses.
+	firstSeq, fresh []string
+	// sched counts the fresh choices ipvs rr made since the first round's
+	// first (the rotation's position relative to firstSeq[0]).
+	sched int
+	// reused counts the fresh choices of synthetic addresses used again
+	// after the timeout.
+	reused int
+}
+
+// fail marks every verdict not yet decided as an error.
+func (a *affinityCheck) fail(msg string) {
+	for _, rc := range []*report.Check{a.first, a.sticky, a.expiry} {
+		if rc.Verdict == "" {
+			rc.Verdict, rc.Message = report.Error, msg
+		}
+	}
+}
+
+// outcome names what a probe ended in: an endpoint, "REJECT" or "lost".
+const (
+	outcomeReject = "REJECT"
+	outcomeLost   = "lost"
+)
+
+// prepare resolves the service port, the oracle's outcome, the plan and the
+// addresses.
+func (a *affinityCheck) prepare() error {
+	s := a.s
+	spn, sp, err := s.spn(a.c)
 	if err != nil {
-		fail(err.Error())
-		return
+		return err
 	}
+	a.sp = sp
 	if !sp.ClientIPAffinity {
-		fail("the Service has no sessionAffinity ClientIP")
-		return
+		return fmt.Errorf("the Service has no sessionAffinity ClientIP")
 	}
-	type addr struct {
-		client int
-		ip     netip.Addr
-	}
-	var addrs []addr
-	clients := s.mc.clients()
-	for i, cl := range clients {
-		if cl.Node == nodeName {
-			for _, a := range cl.Config.Addrs {
-				addrs = append(addrs, addr{i, a})
+	a.clients = s.mc.clients()
+	for i, cl := range a.clients {
+		if cl.Node == a.node {
+			for _, ip := range cl.Config.Addrs {
+				a.bound = append(a.bound, affinityAddr{i, ip})
 			}
 		}
 	}
-	if len(addrs) == 0 {
-		fail("no client pod on node " + nodeName)
-		return
+	if len(a.bound) == 0 {
+		return fmt.Errorf("no client pod on node %s", a.node)
 	}
 	st := s.state()
-	want := s.or.Expect(s.o.Mode, sp, st.Endpoints[spn], nodeName, s.zone(nodeName))
-	if want.Kind != oracle.Endpoints {
-		fail("the oracle expects " + want.String() + ": affinity cannot be checked")
-		return
+	a.want = s.or.Expect(s.o.Mode, sp, st.Endpoints[spn], a.node, s.zone(a.node))
+	if a.want.Kind != oracle.Endpoints {
+		return fmt.Errorf("the oracle expects %s: affinity cannot be checked", a.want)
 	}
-	aff := s.or.NewAffinity(s.o.Mode, sp, want)
-	vip := netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port))
-	t0 := s.mc.now()
-	proto := protoOf(sp)
-	// round sends one probe from every address, in order starting at the
-	// shift-th, and returns the endpoint each reached ("" when none) with
-	// its virtual send time.
-	round := func(shift int) (map[netip.Addr]string, map[netip.Addr]time.Duration, error) {
-		s.mc.flush()
-		s.mc.phase()
-		sentAt := map[netip.Addr]time.Duration{}
-		for i := range addrs {
-			a := addrs[(i+shift)%len(addrs)]
-			sentAt[a.ip] = s.mc.now() - t0
-			if _, err := s.mc.send(ctx, Probe{Client: clients[a.client], Src: a.ip, VIP: vip, Proto: proto, N: 1}, s.rng); err != nil {
+	a.eps = a.want.Endpoints()
+	a.plan = planAffinity(s.o.Mode, s.scheduler(), sp, len(a.eps))
+	a.aff = s.or.NewAffinity(s.o.Mode, sp, a.want)
+	a.vip = netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port))
+	a.proto = protoOf(sp)
+	a.spare = freeAddrs(st, a.clients, a.node)
+	a.t0 = s.mc.now()
+	// More clients for stickiness when the pods have too few: synthetic
+	// ones, outside ipvs mode (a synthetic address gets no reset back, so
+	// its ipvs connection would outlive the probe and hold its template),
+	// and never more than one recent list holds in iptables mode.
+	_, need := stickySize(len(a.eps), len(a.bound), a.c.Power)
+	if extra := need - len(a.bound); extra > 0 && s.o.Mode != oracle.ModeIPVS && len(a.eps) > 1 {
+		if s.o.Mode == oracle.ModeIPTables {
+			extra = min(extra, s.recentCapacity()-len(a.bound))
+		}
+		extra = max(0, min(extra, len(a.spare)))
+		for _, ip := range a.spare[:extra] {
+			a.bound = append(a.bound, affinityAddr{a.bound[0].client, ip})
+		}
+		a.spare = a.spare[extra:]
+	}
+	return nil
+}
+
+// recentCapacity is the oracle's iptables recent-list capacity.
+func (s *suite) recentCapacity() int {
+	if s.or.RecentCapacity > 0 {
+		return s.or.RecentCapacity
+	}
+	return oracle.DefaultRecentCapacity
+}
+
+// round sends one probe from every address of list, in order starting at
+// the shift-th, after a conntrack flush, and returns each address's outcome
+// and virtual send time (since t0), in send order. An ordered round (ipvs
+// rr) sends one probe at a time and waits for it, so that the kernel
+// schedules them in send order.
+func (a *affinityCheck) round(ctx context.Context, list []affinityAddr, shift int, ordered bool) ([]string, []time.Duration, error) {
+	s := a.s
+	s.mc.flush()
+	s.mc.phase()
+	out := make([]string, len(list))
+	at := make([]time.Duration, len(list))
+	send := func(j int) error {
+		ad := list[(j+shift)%len(list)]
+		at[j] = s.mc.now() - a.t0
+		_, err := s.mc.send(ctx, Probe{Client: a.clients[ad.client], Src: ad.ip, VIP: a.vip, Proto: a.proto, N: 1}, s.rng)
+		return err
+	}
+	read := func(cn Counts, j int) {
+		ip := list[(j+shift)%len(list)].ip
+		out[j] = outcomeLost
+		for k, v := range cn.Arrivals {
+			if v > 0 && k.Client == ip {
+				out[j] = k.Endpoint.String()
+			}
+		}
+		if out[j] == outcomeLost && cn.Rejects[ip] > 0 {
+			out[j] = outcomeReject
+		}
+	}
+	if ordered {
+		for j := range list {
+			s.mc.phase()
+			if err := send(j); err != nil {
 				return nil, nil, err
 			}
+			read(s.mc.collect(1), j)
 		}
-		counts := s.mc.collect(len(addrs))
-		got := map[netip.Addr]string{}
-		for k, v := range counts.Arrivals {
-			if v > 0 {
-				got[k.Client] = k.Endpoint.String()
-			}
-		}
-		return got, sentAt, nil
+		return out, at, nil
 	}
-	observe := func(got map[netip.Addr]string, sentAt map[netip.Addr]time.Duration) (viol, known, lost int, lostClients map[netip.Addr]bool) {
-		lostClients = map[netip.Addr]bool{}
-		for _, a := range addrs {
-			ep, ok := got[a.ip]
-			if !ok {
-				lost++
-				continue
-			}
-			switch aff.Observe(a.ip, ep, sentAt[a.ip], sentAt[a.ip]) {
-			case oracle.Violation:
-				viol++
-			case oracle.KnownDeviation:
-				known++
-				lostClients[a.ip] = true
-			}
+	for j := range list {
+		if err := send(j); err != nil {
+			return nil, nil, err
 		}
-		return
 	}
+	cn := s.mc.collect(len(list))
+	for j := range list {
+		read(cn, j)
+	}
+	return out, at, nil
+}
 
-	// 1. First choices.
-	got, at, err := round(0)
-	if err != nil {
-		fail(err.Error())
-		return
+// freeAddrs lists the addresses of node's pod block that no node, gateway,
+// endpoint or client pod uses, from the top of the block down (below the
+// client pods, which take the top): synthetic sources for fresh choices.
+func freeAddrs(st *cluster.State, clients []*netns.Client, node string) []netip.Addr {
+	n := st.Nodes[node]
+	if n == nil || !n.PodCIDR.IsValid() || !n.PodCIDR.Addr().Is4() {
+		return nil
 	}
-	endpoints := want.Endpoints()
-	obs := make([]float64, len(endpoints))
-	p0 := make([]float64, len(endpoints))
-	idx := map[string]int{}
-	for i, e := range endpoints {
-		idx[e] = i
-		p0[i] = want.Probs[e]
+	pc := n.PodCIDR.Masked()
+	used := map[netip.Addr]bool{pc.Addr(): true, pc.Addr().Next(): true}
+	for _, x := range st.Nodes {
+		used[x.IP] = true
 	}
-	outside := 0
-	for _, a := range addrs {
-		if i, ok := idx[got[a.ip]]; ok {
-			obs[i]++
-		} else {
-			outside++
+	for _, eps := range st.Endpoints {
+		for _, e := range eps {
+			used[e.IP] = true
 		}
 	}
-	first.N = len(addrs)
-	first.Test = "chi-square"
-	for i, e := range endpoints {
-		first.Table = append(first.Table, report.Row{Outcome: e, Observed: obs[i], Expected: p0[i] * float64(len(addrs))})
-	}
-	first.Table = append(first.Table, report.Row{Outcome: "elsewhere or lost", Observed: float64(outside)})
-	if len(endpoints) > 1 {
-		res, err := stats.ChiSquareGOF(append(obs, float64(outside)), append(p0, 0))
-		if err != nil {
-			// Too few clients for a chi-square (cells merge into one).
-			first.Test, first.P = "none", 1
-			first.Message = "too few clients for a uniformity test: " + err.Error()
-		} else {
-			first.Statistic, first.DF, first.P, first.EffectSize = res.Statistic, res.DF, res.P, res.EffectSize
-			w2 := stats.EffectW2(p0, oneOff(p0, c.MDE))
-			first.AchievedPower = stats.ChiSquarePower(len(addrs), w2, len(p0)-1, s.alphaUnit)
-		}
-	} else {
-		first.Test, first.P = "deterministic", 1
-		if outside > 0 {
-			first.P = 0
+	for _, cl := range clients {
+		for _, ip := range cl.Config.Addrs {
+			used[ip] = true
 		}
 	}
-	first.Verdict = report.Pass
-	observe(got, at)
+	var out []netip.Addr
+	for ip := topHost(pc); pc.Contains(ip); ip = ip.Prev() {
+		if !used[ip] {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
 
-	// 2. Stickiness inside the timeout.
-	viol, known, lost := 0, 0, 0
-	lostClients := map[netip.Addr]bool{}
-	for r := 0; r < stickyRounds; r++ {
-		got, at, err := round(0)
-		if err != nil {
-			fail(err.Error())
-			return
-		}
-		v, k, l, lc := observe(got, at)
-		viol, known, lost = viol+v, known+k, lost+l
-		for a := range lc {
-			lostClients[a] = true
-		}
-	}
-	n := stickyRounds * len(addrs)
-	kept := n - viol - known - lost
-	lo, hi := stats.ClopperPearson(kept, n, 0.99)
-	sticky.Test, sticky.N, sticky.P = "deterministic", n, 1
-	sticky.Statistic = float64(viol + lost)
-	sticky.Table = []report.Row{{Outcome: "kept its endpoint", Observed: float64(kept)}, {Outcome: "violation", Observed: float64(viol)},
-		{Outcome: "known deviation (recent list capacity)", Observed: float64(known)}, {Outcome: "lost", Observed: float64(lost)}}
-	sticky.Message = fmt.Sprintf("stickiness %.4f (99%% CI %.4f-%.4f)", float64(kept)/float64(n), lo, hi)
-	if viol+lost > 0 {
-		sticky.P = 0
-		sticky.Message = fmt.Sprintf("%d connections left their client's endpoint inside the timeout, %d lost; %s", viol, lost, sticky.Message)
-	}
-	sticky.Verdict = report.Pass
-	if known > 0 {
-		ev := fmt.Sprintf("%d of %d clients on %s lost affinity inside the timeout (%d connections): kube-proxy's iptables layout keeps at most %d clients per endpoint in its recent lists", len(lostClients), len(addrs), nodeName, known, oracle.DefaultRecentCapacity)
-		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: ev})
-		sticky.SpecVerdict = "does not meet the documented semantics: " + ev
-	}
-	for _, d := range aff.Deviations(s.mc.now() - t0) {
-		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: d})
-	}
-
-	// 3. Expiry: idle past the timeout, then every client chooses afresh.
-	// How long the clients idle depends on the mode (expiryIdle, ipvs.go).
-	idle, checked := s.expiryIdle(sp)
-	if !checked {
-		expiry.Verdict, expiry.Test, expiry.P = report.Pass, "none", 1
-		expiry.Message = fmt.Sprintf("not checked: timeoutSeconds %d is longer than the %s this check waits", sp.AffinityTimeout, maxExpiryWait)
-		return
-	}
-	before := map[netip.Addr]string{}
-	for _, a := range addrs {
-		if b, ok := aff.Binding(a.ip, s.mc.now()-t0); ok {
-			before[a.ip] = b.Endpoint
-		}
-	}
-	if err := s.mc.idle(ctx, idle); err != nil {
-		fail(err.Error())
-		return
-	}
-	got, _, err = round(s.expiryShift(len(addrs), len(endpoints)))
-	if err != nil {
-		fail(err.Error())
-		return
-	}
-	switched, trials := 0, 0
-	for _, a := range addrs {
-		ep, ok := got[a.ip]
-		prev, had := before[a.ip]
-		if !ok || !had {
-			continue
-		}
-		trials++
-		if ep != prev {
-			switched++
-		}
-	}
-	k := len(endpoints)
-	pSwitch := float64(k-1) / float64(k)
-	expiry.N = trials
-	expiry.Test = "exact binomial (less)"
-	expiry.Table = []report.Row{{Outcome: "chose another endpoint", Observed: float64(switched), Expected: pSwitch * float64(trials)},
-		{Outcome: "same endpoint", Observed: float64(trials - switched), Expected: (1 - pSwitch) * float64(trials)}}
-	if k < 2 || trials == 0 {
-		expiry.Test, expiry.P = "none", 1
-		expiry.Message = "a single eligible endpoint: expiry cannot be observed"
-	} else {
-		res, err := stats.BinomialTest(switched, trials, pSwitch, stats.Less)
-		if err != nil {
-			expiry.Verdict, expiry.Message = report.Error, err.Error()
-			return
-		}
-		expiry.Statistic, expiry.P = float64(switched), res.P
-		expiry.AchievedPower = stats.BinomialPower(trials, pSwitch, pSwitch/2, s.alphaUnit, stats.Less)
-		if res.P <= s.alphaUnit {
-			expiry.Message = fmt.Sprintf("only %d of %d clients chose afresh after %s idle: affinity outlived its timeout", switched, trials, idle)
-		}
-	}
-	expiry.Verdict = report.Pass
+// topHost is the highest address of p below its broadcast address.
+func topHost(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v |= (1 << (32 - p.Bits())) - 1
+	v--
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }

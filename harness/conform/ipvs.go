@@ -8,7 +8,9 @@ package conform
 //   - rr, wrr: a strict rotation per virtual server (kube-proxy programs
 //     every real server with weight 1, so wrr's shares "in proportion to
 //     the weights" are equal shares in the same rotation): every k
-//     consecutive new connections reach the k eligible endpoints once each;
+//     consecutive new connections reach the k eligible endpoints once each,
+//     and n new connections are balanced to within one (a chi-square
+//     against uniform would be vacuous: X^2 is about 0 by construction);
 //   - lc, wlc, sed, nq: spread by held connections: with connections held
 //     open on every endpoint but one, every new connection goes to the one
 //     without (rr would spread them). These replace the chi-square test: a
@@ -40,7 +42,6 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/report"
-	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -134,49 +135,14 @@ func (s *suite) keepResets() error {
 // two minutes after the last connection closed, whatever timeoutSeconds
 // says (kubernetes#89358); the oracle lists that deviation.
 func (s *suite) expiryIdle(sp *cluster.ServicePort) (idle time.Duration, checked bool) {
-	timeout := time.Duration(sp.AffinityTimeout) * time.Second
-	if timeout > maxExpiryWait {
-		return timeout + time.Second, false
-	}
-	if s.o.Mode != oracle.ModeIPVS {
-		return timeout + time.Second, true
-	}
-	life := ipvsCloseTimeout
-	if protoOf(sp) == traffic.UDP {
-		life = ipvsUDPTimeout
-	}
-	horizon := timeout
-	for horizon <= life+time.Second {
-		horizon += ipvsTemplateRearm
-	}
-	return horizon + expiryMargin, horizon+expiryMargin <= ipvsMaxExpiryWait
-}
-
-// expiryShift is where the affinity check's expiry round starts in its list
-// of client addresses. A fresh IPVS rr choice is the next real server in
-// the rotation, and the rotation's pointer moves only when a template is
-// made: the first round made one per client (n of them), the sticky rounds
-// none. An expiry round in the same order would reach exactly the first
-// round's endpoints without any template left; starting s addresses later,
-// with (n-s) not a multiple of k, every fresh choice differs from the
-// first. Other modes choose at random: 0.
-func (s *suite) expiryShift(n, k int) int {
-	if s.o.Mode != oracle.ModeIPVS || k < 2 || n < 3 {
-		return 0
-	}
-	for sh := 1; sh < k+1 && sh < n; sh++ {
-		if (n-sh)%k != 0 {
-			return sh
-		}
-	}
-	return 0
+	return expiryWait(s.o.Mode, sp)
 }
 
 // ipvsDistribution runs a distribution check the scheduler's way.
 func (s *suite) ipvsDistribution(ctx context.Context, c *scenario.Check, node string) {
 	switch s.scheduler() {
 	case "rr", "wrr":
-		s.outcomeCheck(ctx, c, node, "")
+		s.ipvsBalance(ctx, c, node)
 		s.ipvsRotation(ctx, c, node)
 	case "lc", "wlc", "sed", "nq":
 		// No uniformity test: a SYN not yet answered counts as an active

@@ -1,6 +1,7 @@
 package conform
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -41,35 +42,30 @@ func TestExpiryIdle(t *testing.T) {
 	}
 }
 
-// TestExpiryShift: in ipvs mode the expiry round starts s clients later,
-// with (n-s) not a multiple of k, so that rr's fresh choices all differ
-// from the first round's.
-func TestExpiryShift(t *testing.T) {
-	for _, tc := range []struct{ n, k, want int }{{60, 3, 1}, {61, 3, 2}, {300, 3, 1}, {10, 2, 1}, {11, 2, 2}, {2, 3, 0}} {
-		s := &suite{o: Options{Mode: "ipvs"}}
-		got := s.expiryShift(tc.n, tc.k)
-		if got != tc.want {
-			t.Errorf("n %d k %d: shift %d, want %d", tc.n, tc.k, got, tc.want)
-		}
-		// Simulate rr: the first round gives client j endpoint (p0+j)%k;
-		// the pointer then sits n further; the expiry round in shifted
-		// order gives rank r=(j-s) mod n endpoint (p0+n+r)%k.
-		if got == 0 {
-			continue
-		}
-		same := 0
+// TestBestShift: in ipvs mode the rr expiry round starts where the
+// rotation's prediction moves every client away from its bound endpoint
+// (the first round gave client j rot[j%k], the pointer sits n further),
+// so that a surviving template is always seen.
+func TestBestShift(t *testing.T) {
+	rot := []string{"a", "b", "c", "d", "e"}
+	for _, tc := range []struct{ n, k int }{{60, 3}, {61, 3}, {300, 3}, {10, 2}, {11, 2}, {4, 2}, {5, 2}, {12, 5}} {
+		a := &affinityCheck{sched: tc.n}
+		before := map[netip.Addr]string{}
 		for j := 0; j < tc.n; j++ {
-			r := (j - got + tc.n) % tc.n
-			if (j)%tc.k == (tc.n+r)%tc.k {
-				same++
+			ip := netip.AddrFrom4([4]byte{10, 0, byte(j >> 8), byte(j)})
+			a.bound = append(a.bound, affinityAddr{0, ip})
+			before[ip] = rot[j%tc.k]
+		}
+		sh := a.bestShift(rot[:tc.k], before)
+		moved := 0
+		for j := 0; j < tc.n; j++ {
+			if rot[(a.sched+j)%tc.k] != before[a.bound[(j+sh)%tc.n].ip] {
+				moved++
 			}
 		}
-		if same > got {
-			t.Errorf("n %d k %d shift %d: %d clients would keep their endpoint", tc.n, tc.k, got, same)
+		if moved != tc.n {
+			t.Errorf("n %d k %d: shift %d moves %d clients, want all", tc.n, tc.k, sh, moved)
 		}
-	}
-	if (&suite{o: Options{Mode: "iptables"}}).expiryShift(60, 3) != 0 {
-		t.Error("iptables mode shifted")
 	}
 }
 
