@@ -20,10 +20,6 @@ import (
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-// NotRun is the verdict of a check that tested nothing (an expiry that
-// cannot be observed, for instance); its Message says why, and it is left
-// out of the Holm family. (report.NotRun, once it exists, has this value.)
-const NotRun = "not-run"
 
 // Sizing of the affinity verdicts.
 const (

@@ -126,7 +126,7 @@ type expiryTally struct {
 func (a *affinityCheck) expiryCycles(ctx context.Context) error {
 	rc, s, k := a.expiry, a.s, len(a.eps)
 	if !a.plan.Expiry.run() {
-		rc.Verdict, rc.Test, rc.P = NotRun, kindNotRun, 1
+		rc.Verdict, rc.Test, rc.P = report.NotRun, kindNotRun, 1
 		rc.Message = "not run: " + a.plan.Expiry.Reason
 		return nil
 	}

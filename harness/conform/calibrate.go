@@ -36,6 +36,9 @@ type Calibration struct {
 	Probes float64 `json:"probesPerRun"`
 	// FailedVerdicts counts, per verdict name, the runs it failed.
 	FailedVerdicts map[string]int `json:"failedVerdicts,omitempty"`
+	// Mismatched counts runs whose verdicts (pass or fail, not-run and
+	// errors left out) were not the m the run was sized for.
+	Mismatched int `json:"mismatchedRuns"`
 	// ErrorMessages holds the first few error verdicts.
 	ErrorMessages []string `json:"errors,omitempty"`
 	Duration      time.Duration
@@ -55,7 +58,7 @@ func Calibrate(ctx context.Context, files []string, o Options, runs int, seed ui
 	start := time.Now()
 	o.Log = io.Discard // one line per run would drown the result
 	c := &Calibration{Mode: o.Mode, Runs: runs, Alpha: o.FamilyAlpha, LossRate: lossRate, FailedVerdicts: map[string]int{},
-		Verdicts: plannedVerdicts(loaded, o.Mode)}
+		Verdicts: plannedVerdicts(loaded, o.Mode, &seed)}
 	runsOut := make([]*report.Run, runs)
 	one := func(r int) {
 		o := o
@@ -116,6 +119,7 @@ const calibrationWorkers = 16
 func (c *Calibration) add(run *report.Run) int64 {
 	var probes int64
 	failed, errored := false, false
+	ran := 0
 	for _, s := range run.Suites {
 		if s.SetupError != "" {
 			errored = true
@@ -123,6 +127,9 @@ func (c *Calibration) add(run *report.Run) int64 {
 		}
 		for _, ch := range s.Checks {
 			probes += int64(ch.N)
+			if (ch.Verdict == report.Pass || ch.Verdict == report.Fail) && ch.Type != typeEquivalence {
+				ran++
+			}
 			switch ch.Verdict {
 			case report.Fail:
 				failed = true
@@ -138,6 +145,9 @@ func (c *Calibration) add(run *report.Run) int64 {
 	}
 	if errored {
 		c.Errored++
+	} else if ran != c.Verdicts {
+		c.Mismatched++
+		c.note(fmt.Sprintf("%d verdicts ran, %d planned", ran, c.Verdicts))
 	}
 	return probes
 }

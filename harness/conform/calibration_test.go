@@ -40,6 +40,9 @@ func TestHarnessCalibration(t *testing.T) {
 			if c.P <= 0.001 {
 				t.Errorf("the harness's false-failure rate exceeds the family alpha %g (exact binomial p = %.3g): %s", stats.DefaultFamilyAlpha, c.P, c)
 			}
+			if c.Mismatched > 0 {
+				t.Errorf("%d runs made another number of verdicts than the %d planned (m): %v", c.Mismatched, c.Verdicts, c.ErrorMessages)
+			}
 			if c.Errored > 0 {
 				t.Errorf("%d simulated runs had errors on a lossless machine: %v", c.Errored, c.ErrorMessages)
 			}

@@ -56,7 +56,9 @@ func newSimMachine(s *suite, cls []*netns.Client, seed uint64, lossRate float64)
 	m := &simMachine{s: s, mode: mode, cls: cls, nodes: map[string]*engine.Node{}, ids: engine.NewInterner(),
 		svcs: map[netip.AddrPort]int{}, decided: map[string]map[int]map[int32]uint64{},
 		lossRate: lossRate, loss: rand.New(rand.NewPCG(seed, 0x6c6f7373))}
-	cfg := engine.NodeConfig{Mode: mode, IPVS: engine.IPVSConfig{Scheduler: s.l.Scenario.Proxy.IPVSScheduler}}
+	// A probe's IPVS connection ends in CLOSE for 10 s: the backend's reset
+	// passes in ipvs mode (keepResets), so it never sits in TIME_WAIT.
+	cfg := engine.NodeConfig{Mode: mode, IPVS: engine.IPVSConfig{Scheduler: s.l.Scenario.Proxy.IPVSScheduler, TCPTimeWait: ipvsCloseTimeout}}
 	if s.ipset {
 		cfg.IPTables.RecentCapacity = 1 << 30
 	}
@@ -114,7 +116,13 @@ func (m *simMachine) idle(ctx context.Context, d time.Duration) error {
 	return ctx.Err()
 }
 
+// collectTime is the virtual time a collection takes: the kernel's waits
+// for the phase's packets take a few milliseconds at least (a probe sent
+// after it never shares a millisecond with one sent before).
+const collectTime = 2 * time.Millisecond
+
 func (m *simMachine) collect(int) Counts {
+	m.clock += int64(collectTime)
 	c := Counts{Arrivals: make(map[Key]int, len(m.counts.Arrivals)), Rejects: make(map[netip.Addr]int, len(m.counts.Rejects)),
 		OtherICMP: m.counts.OtherICMP, Seen: m.counts.Seen}
 	for k, v := range m.counts.Arrivals {

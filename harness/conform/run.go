@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"maps"
 	"math/rand/v2"
 	"net/netip"
@@ -196,7 +198,7 @@ func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne f
 	} else if len(loaded) > 0 {
 		run.Seed = *loaded[0].Scenario.Seed
 	}
-	units := plannedVerdicts(loaded, o.Mode)
+	units := plannedVerdicts(loaded, o.Mode, o.Seed)
 	alphaUnit := o.FamilyAlpha / float64(max(units, 1))
 	fmt.Fprintf(o.Log, "conform: %d scenarios, %d verdicts planned, each sized at alpha %.3g (family %.3g, Holm)\n", len(loaded), units, alphaUnit, o.FamilyAlpha)
 	for _, l := range loaded {
@@ -212,10 +214,10 @@ func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne f
 
 // plannedVerdicts is m: the verdicts the run will make, known before any
 // namespace exists.
-func plannedVerdicts(loaded []*scenario.Loaded, mode string) int {
+func plannedVerdicts(loaded []*scenario.Loaded, mode string, seed *uint64) int {
 	units := 0
 	for _, l := range loaded {
-		units += plannedUnits(l.Scenario) + ipvsExtraUnits(mode, l.Scenario)
+		units += plannedUnits(l, mode, seed) + ipvsExtraUnits(mode, l.Scenario)
 	}
 	return units
 }
@@ -273,8 +275,11 @@ func clientNodes(sc *scenario.Scenario, c *scenario.Check, all []string) []strin
 	return out
 }
 
-// plannedUnits counts the verdicts a scenario will produce.
-func plannedUnits(sc *scenario.Scenario) int {
+// plannedUnits counts the verdicts a scenario will produce in mode (not-run
+// verdicts left out): the affinity checks ask their own plan
+// (affinityUnits) in the scenario's initial state.
+func plannedUnits(l *scenario.Loaded, mode string, seed *uint64) int {
+	sc := l.Scenario
 	var all []string
 	for _, n := range sc.Cluster.Nodes {
 		all = append(all, n.Name)
@@ -283,20 +288,51 @@ func plannedUnits(sc *scenario.Scenario) int {
 		all = append(all, scenario.NodeName(sc.Cluster.NodeNamePattern, i))
 	}
 	steps := len(cluster.Timeline(sc))
+	var st *cluster.State
 	n := 0
 	for i := range sc.Checks {
 		c := &sc.Checks[i]
-		nodes := max(1, len(clientNodes(sc, c, all)))
+		nodes := clientNodes(sc, c, all)
 		switch c.Type {
 		case scenario.CheckAffinity:
-			n += 3 * nodes
+			if st == nil {
+				var err error
+				if st, err = initialState(l, seed); err != nil {
+					n += 3 * max(1, len(nodes)) // load already checked the scenario
+					continue
+				}
+			}
+			or := oracle.Oracle{IPVSScheduler: sc.Proxy.IPVSScheduler}
+			r, _ := affinityUnits(or, mode, sc.Proxy.IPVSScheduler, st, c, nodes)
+			n += r
 		case scenario.CheckFlapping, scenario.CheckTerminating:
-			n += (1 + steps) * nodes
+			n += (1 + steps) * max(1, len(nodes))
 		default:
-			n += nodes
+			n += max(1, len(nodes))
 		}
 	}
 	return n
+}
+
+// initialState is the scenario's API state before any event, built from its
+// expanded objects the way the proxies' trackers see them.
+func initialState(l *scenario.Loaded, seed *uint64) (*cluster.State, error) {
+	exp, err := scenario.Expand(l, seed)
+	if err != nil {
+		return nil, err
+	}
+	tr := cluster.NewTracker()
+	for _, n := range exp.Nodes {
+		tr.OnNode(n.Name, n)
+	}
+	for _, s := range exp.Services {
+		tr.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, s)
+	}
+	for _, sl := range exp.Slices {
+		tr.OnEndpointSlice(sl.Namespace, sl.Name, sl, sl.Labels[discoveryv1.LabelServiceName])
+	}
+	st, _ := tr.Drain()
+	return st, nil
 }
 
 // holm applies Holm's step-down over every verdict of the run that has a
