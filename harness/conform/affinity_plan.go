@@ -20,7 +20,6 @@ import (
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-
 // Sizing of the affinity verdicts.
 const (
 	// affinityFirstChoiceMDE is the smallest relative MDE the first-choice
