@@ -35,7 +35,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
@@ -108,11 +108,35 @@ conformance: build
 		--junit $(TEST_DIR)/kpsim-junit-nftables-kube-proxy.xml --summary $(TEST_DIR)/kpsim-summary-nftables-kube-proxy.md
 	$(BIN) conform scenarios/conformance/ --mode nftables --layout fast \
 		--junit $(TEST_DIR)/kpsim-junit-nftables-fast.xml --summary $(TEST_DIR)/kpsim-summary-nftables-fast.md
+	@for mode in iptables nftables ipvs; do \
+		$(BIN) conform scenarios/conformance/*.yaml --mode $$mode --calibrate $(CALIBRATE_RUNS) || exit 1; \
+	done
+
+# harness-calibration checks the checker at length and writes
+# results/harness-calibration/: the whole suite on the simulated machine
+# (HARNESS_RUNS runs per mode, false-failure rate against the family alpha),
+# then REPEAT_RUNS real runs per mode on this kernel with fixed-size tests
+# (each verdict's p-values tested for uniformity). Root; about an hour.
+HARNESS_RUNS ?= 2000
+REPEAT_RUNS ?= 30
+harness-calibration: build
+	@mkdir -p results/harness-calibration
+	@for mode in iptables nftables ipvs; do \
+		$(BIN) conform scenarios/conformance/*.yaml --mode $$mode --calibrate $(HARNESS_RUNS) \
+			--checker-json results/harness-calibration/simulated-$$mode.json | tee results/harness-calibration/simulated-$$mode.txt || exit 1; \
+	done
+	@for mode in iptables nftables; do \
+		$(BIN) conform scenarios/conformance/*.yaml --mode $$mode --repeat $(REPEAT_RUNS) --fixed \
+			--checker-json results/harness-calibration/repeat-$$mode.json | tee results/harness-calibration/repeat-$$mode.txt || exit 1; \
+	done
 
 # soak drives 2,000 seeded API changes through the real sync loop in each
 # mode with every 50th kernel apply failing (root: it builds its own
 # namespaces), then requires each node's kernel to equal a fresh render, no
 # leak and no RSS growth (about 30 s per mode on two cores).
+# CALIBRATE_RUNS: simulated whole-suite runs per mode in make conformance
+# (the harness checking its own false-failure rate; about 0.15 s a run).
+CALIBRATE_RUNS ?= 200
 SOAK_EVENTS ?= 2000
 SOAK_FAIL   ?= 50
 soak: build

@@ -27,7 +27,7 @@ func TestConformanceNFTables(t *testing.T) {
 				t.Fatalf("the correct dataplane failed %d checks: %v", len(f), f)
 			}
 			for _, f := range dataplane.AllFaults() {
-				run := runDir(t, Options{Mode: "nftables", NFTablesLayout: layout, Faults: []string{string(f)}})
+				run := runDir(t, Options{Mode: "nftables", NFTablesLayout: layout, Faults: []string{string(f)}}, FaultCatches[f])
 				caught := false
 				for _, s := range run.Suites {
 					for _, c := range s.Checks {
