@@ -127,7 +127,7 @@ func (a *affinityCheck) expiryCycles(ctx context.Context) error {
 	rc, s, k := a.expiry, a.s, len(a.eps)
 	if !a.plan.Expiry.run() {
 		rc.Verdict, rc.Test, rc.P = report.NotRun, kindNotRun, 1
-		rc.Message = "not run: " + a.plan.Expiry.Reason
+		rc.Message = a.plan.Expiry.Reason
 		return nil
 	}
 	need, p0, p1 := expiryTrials(k, s.alphaUnit, a.c.Power)
