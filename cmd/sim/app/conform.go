@@ -59,20 +59,8 @@ lost is printed. A verdict that tested nothing is reported as not run, with
 the reason, and is neither a pass nor a failure.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := f.out.check(); err != nil {
+			if err := f.check(); err != nil {
 				return err
-			}
-			if _, err := dataplane.ParseFaults(f.faults); err != nil {
-				return &UsageError{Err: err}
-			}
-			if f.backend != "" && f.backend != "nft" && f.backend != "legacy" {
-				return &UsageError{Err: fmt.Errorf("unknown --iptables-backend %q: nft or legacy", f.backend)}
-			}
-			if f.layout != "" && f.layout != "kube-proxy" && f.layout != "fast" {
-				return &UsageError{Err: fmt.Errorf("unknown --layout %q: kube-proxy or fast", f.layout)}
-			}
-			if f.affinity != "" && f.affinity != "recent" && f.affinity != "ipset" {
-				return &UsageError{Err: fmt.Errorf("unknown --affinity %q: recent or ipset", f.affinity)}
 			}
 			files, err := expandArgs(args)
 			if err != nil {
@@ -162,6 +150,26 @@ func exitFor(run *report.Run, err error) error {
 		return &EnvError{Err: fmt.Errorf("%d check(s) could not be observed on this machine (not a dataplane failure): %s", len(env), strings.Join(env, "; "))}
 	}
 	return err
+}
+
+// check validates the flags' values (bad usage: exit 2).
+func (f *conformFlags) check() error {
+	if err := f.out.check(); err != nil {
+		return err
+	}
+	if _, err := dataplane.ParseFaults(f.faults); err != nil {
+		return &UsageError{Err: err}
+	}
+	if f.backend != "" && f.backend != "nft" && f.backend != "legacy" {
+		return &UsageError{Err: fmt.Errorf("unknown --iptables-backend %q: nft or legacy", f.backend)}
+	}
+	if f.layout != "" && f.layout != "kube-proxy" && f.layout != "fast" {
+		return &UsageError{Err: fmt.Errorf("unknown --layout %q: kube-proxy or fast", f.layout)}
+	}
+	if f.affinity != "" && f.affinity != "recent" && f.affinity != "ipset" {
+		return &UsageError{Err: fmt.Errorf("unknown --affinity %q: recent or ipset", f.affinity)}
+	}
+	return nil
 }
 
 func (f *conformFlags) write(r *report.Run) error {
