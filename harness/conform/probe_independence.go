@@ -2,6 +2,8 @@ package conform
 
 import (
 	"fmt"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 	"strconv"
 	"strings"
 
@@ -120,22 +122,10 @@ func conntrackCount(ns *netns.Namespace) (int64, error) {
 }
 
 // group writes n with thousands separators (98,304).
-func group(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func group(n int64) string { return thousands.Sprintf("%d", n) }
+
+// thousands prints numbers with English thousands separators.
+var thousands = message.NewPrinter(language.English)
 
 func plural(n int, one, many string) string {
 	if n == 1 {

@@ -2,6 +2,8 @@ package report
 
 import (
 	"fmt"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 	"io"
 	"math"
 	"strconv"
@@ -367,22 +369,10 @@ func upperFirst(s string) string {
 }
 
 // count prints an integer with thousands separators.
-func count(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func count(n int64) string { return thousands.Sprintf("%d", n) }
+
+// thousands prints numbers with English thousands separators.
+var thousands = message.NewPrinter(language.English)
 
 func num(x float64) string {
 	if x == math.Trunc(x) {
