@@ -153,8 +153,12 @@ func (r *Repetition) String() string {
 	fmt.Fprintf(&b, "%s, %d runs (%s tests): %d failed, %d with errors; pooled p-values of %d verdicts x runs: KS D = %.4f, p = %.3g; D+ = %.4f, p = %.3g; %d of %d at p <= 0.05\n",
 		r.Mode, r.Runs, mode, r.FailedRuns, r.ErroredRuns, len(r.Verdicts), r.Pooled.D, r.Pooled.P, r.Pooled.DPlus, r.Pooled.PPlus, r.Pooled.Below5, r.Pooled.N)
 	for _, v := range r.Verdicts {
-		fmt.Fprintf(&b, "  %-90s n %3d  KS p %.3g  D+ p %.3g  p<=0.05: %2d  failed %3d of %d (99%% CI %.3f-%.3f), power %.4f\n",
-			v.Name, v.N, v.P, v.PPlus, v.Below5, v.Failed, r.Runs, v.CatchLow, v.CatchHigh, v.Power)
+		ks := "no p-values (deterministic)"
+		if v.N > 0 {
+			ks = fmt.Sprintf("KS p %.3g  D+ p %.3g  p<=0.05: %2d", v.P, v.PPlus, v.Below5)
+		}
+		fmt.Fprintf(&b, "  %-90s n %3d  %s  failed %3d of %d (99%% CI %.3f-%.3f), power %.4f\n",
+			v.Name, v.N, ks, v.Failed, r.Runs, v.CatchLow, v.CatchHigh, v.Power)
 	}
 	return b.String()
 }
