@@ -250,19 +250,28 @@ func ParseRule(args []string) (*Rule, error) {
 			return nil, fmt.Errorf("%w: option %q is not modelled", ErrBadRule, a)
 		}
 	}
-	if r.recentSeconds < 0 {
-		return nil, fmt.Errorf("%w: recent: --reap is only valid with --seconds", ErrBadRule)
-	}
-	if modules["recent"] && (r.recentName == "" || r.recentCheck == r.recentSet) {
-		return nil, fmt.Errorf("%w: -m recent needs --name and one of --rcheck or --set", ErrBadRule)
-	}
-	if err := r.checkClusters(); err != nil {
+	if err := r.checkModules(modules); err != nil {
 		return nil, err
 	}
-	if r.proto != "" && (modules["tcp"] && r.proto != "tcp" || modules["udp"] && r.proto != "udp") {
-		return nil, fmt.Errorf("%w: -m tcp/udp does not match -p %s", ErrBadRule, r.proto)
-	}
 	return r, nil
+}
+
+// checkModules applies the matches' final checks, as their libxt
+// extensions do once the whole rule is read.
+func (r *Rule) checkModules(modules map[string]bool) error {
+	if r.recentSeconds < 0 {
+		return fmt.Errorf("%w: recent: --reap is only valid with --seconds", ErrBadRule)
+	}
+	if modules["recent"] && (r.recentName == "" || r.recentCheck == r.recentSet) {
+		return fmt.Errorf("%w: -m recent needs --name and one of --rcheck or --set", ErrBadRule)
+	}
+	if err := r.checkClusters(); err != nil {
+		return err
+	}
+	if r.proto != "" && (modules["tcp"] && r.proto != "tcp" || modules["udp"] && r.proto != "udp") {
+		return fmt.Errorf("%w: -m tcp/udp does not match -p %s", ErrBadRule, r.proto)
+	}
+	return nil
 }
 
 // clusterMatch is one cluster match (xt_cluster): the connection's original

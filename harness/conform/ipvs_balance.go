@@ -36,7 +36,7 @@ func (s *suite) ipvsBalance(ctx context.Context, c *scenario.Check, node string)
 		Test: "deterministic (rr balance)", P: 1}
 	defer func() { rc.Duration = s.mc.now() - start; s.out.Checks = append(s.out.Checks, rc) }()
 	k := len(eps)
-	n := k * max(10, (deterministicN+k-1)/k)
+	n := k * max(10, (deterministicProbes+k-1)/k)
 	s.mc.quiesce()
 	before := s.mc.counters(node)
 	s.mc.flush()

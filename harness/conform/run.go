@@ -93,11 +93,9 @@ var FaultCatches = map[dataplane.Fault]string{
 
 // Timing bounds.
 const (
-	settleTimeout    = 30 * time.Second
-	deterministicN   = 100 // probes for a deterministic check (DROP, REJECT, a single endpoint)
-	maxProbesPerUnit = 400_000
-	stickyRounds     = 5
-	maxExpiryWait    = 10 * time.Second // affinity expiry is checked when timeoutSeconds <= 10
+	settleTimeout = 30 * time.Second
+	stickyRounds  = 5
+	maxExpiryWait = 10 * time.Second // affinity expiry is checked when timeoutSeconds <= 10
 )
 
 // Modes this harness can program today.
