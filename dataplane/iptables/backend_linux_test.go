@@ -18,7 +18,7 @@ import (
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/harness/traffic"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 )
 
 // TestBackendInNamespaces programs kube-proxy's rules in real node
@@ -38,7 +38,7 @@ func TestBackendInNamespaces(t *testing.T) {
 
 func runBackend(t *testing.T, variant string) {
 	ctx := context.Background()
-	m, err := cluster.Open(ctx, "../../scenarios/conformance/distribution.yaml", nil)
+	m, err := apiserver.Open(ctx, "../../scenarios/conformance/distribution.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -69,7 +70,7 @@ type Options struct {
 
 // ConfigFromModel derives the topology of a loaded scenario: its nodes,
 // every endpoint of its state and its traffic clients.
-func ConfigFromModel(m *cluster.Model, runID string) (*Config, error) {
+func ConfigFromModel(m *apiserver.Model, runID string) (*Config, error) {
 	o := Options{RunID: runID}
 	if m.Expanded != nil && m.Expanded.Scenario != nil {
 		sc := m.Expanded.Scenario

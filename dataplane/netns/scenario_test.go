@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/harness/testenv"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 )
 
 // openScenario loads a scenario file of the repository into a model.
-func openScenario(t *testing.T, file string) *cluster.Model {
+func openScenario(t *testing.T, file string) *apiserver.Model {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m, err := cluster.Open(ctx, file, nil)
+	m, err := apiserver.Open(ctx, file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/testenv"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -69,7 +70,7 @@ func (f *fakeMachine) counters(string) []dataplane.Counter           { return ni
 func (f *fakeMachine) now() time.Duration                            { return f.clock }
 func (f *fakeMachine) quiesce()                                      {}
 func (f *fakeMachine) idle(_ context.Context, d time.Duration) error { f.clock += d; return nil }
-func (f *fakeMachine) apply(context.Context, cluster.Step) (map[string]time.Duration, error) {
+func (f *fakeMachine) apply(context.Context, apiserver.Step) (map[string]time.Duration, error) {
 	return nil, errors.New("the fake machine has no timeline")
 }
 
@@ -145,7 +146,7 @@ func offlineSuite(t *testing.T, file, mode string) (*suite, []*netns.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := cluster.OpenLoaded(context.Background(), l, nil)
+	m, err := apiserver.OpenLoaded(context.Background(), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kpsim/kpsim/dataplane/netns"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -71,7 +71,7 @@ func TestClientNodesDefault(t *testing.T) {
 	defaults, partial := 0, 0
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			m, err := cluster.Open(context.Background(), f, nil)
+			m, err := apiserver.Open(context.Background(), f, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/netns"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 )
 
 // machine is what the checks need from the place they run. The kernel
@@ -41,7 +41,7 @@ type machine interface {
 	quiesce()
 	// apply writes one timeline step through the API and waits until every
 	// node has programmed it, returning how long each node took.
-	apply(ctx context.Context, step cluster.Step) (map[string]time.Duration, error)
+	apply(ctx context.Context, step apiserver.Step) (map[string]time.Duration, error)
 }
 
 // kernelMachine is the real thing: a suite's namespaces, proxies and
@@ -104,7 +104,7 @@ func (k *kernelMachine) quiesce() {
 	}
 }
 
-func (k *kernelMachine) apply(ctx context.Context, step cluster.Step) (map[string]time.Duration, error) {
+func (k *kernelMachine) apply(ctx context.Context, step apiserver.Step) (map[string]time.Duration, error) {
 	before := map[*node]uint64{}
 	for _, n := range k.s.nodes {
 		before[n] = n.tracker.Seq()

@@ -11,6 +11,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/traffic"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/engine"
 )
@@ -230,7 +231,7 @@ func (m *simMachine) counters(node string) []dataplane.Counter {
 
 // apply writes the step through the model's API and reprograms every node
 // at once: the simulated proxies have no sync delay.
-func (m *simMachine) apply(ctx context.Context, step cluster.Step) (map[string]time.Duration, error) {
+func (m *simMachine) apply(ctx context.Context, step apiserver.Step) (map[string]time.Duration, error) {
 	before := m.s.m.Tracker.Seq()
 	writes, err := m.s.m.Cluster.Apply(ctx, step)
 	if err != nil {

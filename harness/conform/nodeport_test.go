@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/kpsim/kpsim/dataplane/ipvs"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -48,7 +48,7 @@ objects:
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := cluster.OpenLoaded(context.Background(), l, nil)
+	m, err := apiserver.OpenLoaded(context.Background(), l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/traffic"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -285,7 +286,7 @@ func plannedUnits(l *scenario.Loaded, mode string, seed *uint64) int {
 	for i := 1; i <= sc.Cluster.NodeCount; i++ {
 		all = append(all, scenario.NodeName(sc.Cluster.NodeNamePattern, i))
 	}
-	steps := len(cluster.Timeline(sc))
+	steps := len(apiserver.Timeline(sc))
 	var st *cluster.State
 	n := 0
 	for i := range sc.Checks {
@@ -365,8 +366,8 @@ func holm(run *report.Run, alpha float64) {
 // every machine shares: seed, random source, iptables variant and affinity
 // layout, nftables layout, the oracle's settings. It returns the model and
 // the iptables variant.
-func (s *suite) configure(ctx context.Context, run *report.Run) (*cluster.Model, string, error) {
-	m, err := cluster.OpenLoaded(ctx, s.l, s.o.Seed)
+func (s *suite) configure(ctx context.Context, run *report.Run) (*apiserver.Model, string, error) {
+	m, err := apiserver.OpenLoaded(ctx, s.l, s.o.Seed)
 	if err != nil {
 		return nil, "", err
 	}
@@ -411,7 +412,7 @@ type node struct {
 type suite struct {
 	o     Options
 	l     *scenario.Loaded
-	m     *cluster.Model
+	m     *apiserver.Model
 	topo  *netns.Topology
 	nodes []*node
 	// mc is where the checks run: the kernel (setup) or, in the harness
@@ -680,7 +681,7 @@ func (s *suite) runChecks(ctx context.Context) {
 		return
 	}
 	var props []float64
-	for i, step := range cluster.Timeline(sc) {
+	for i, step := range apiserver.Timeline(sc) {
 		if ctx.Err() != nil {
 			return
 		}

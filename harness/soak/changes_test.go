@@ -12,14 +12,15 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-func openSoak(t *testing.T) (*cluster.Model, *Generator, *cluster.Tracker) {
+func openSoak(t *testing.T) (*apiserver.Model, *Generator, *cluster.Tracker) {
 	t.Helper()
 	ctx := context.Background()
-	m, err := cluster.Open(ctx, "../../scenarios/soak.yaml", nil)
+	m, err := apiserver.Open(ctx, "../../scenarios/soak.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestGeneratorValid(t *testing.T) {
 	}
 }
 
-func checkObjects(ctx context.Context, m *cluster.Model, serviceCIDR netip.Prefix, b Bounds) error {
+func checkObjects(ctx context.Context, m *apiserver.Model, serviceCIDR netip.Prefix, b Bounds) error {
 	c := m.Cluster.Client
 	nodes, _ := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	blocks := map[string]netip.Prefix{}

@@ -11,7 +11,7 @@
 // (chains, sets, map elements, ipsets, namespaces) and the process's RSS
 // must not grow with the number of changes.
 //
-//	sim soak FILE --mode M ─► scenario ─► cluster.Model (fake clientset + informers)
+//	sim soak FILE --mode M ─► scenario ─► apiserver.Model (fake clientset + informers)
 //	     │                                      │ per node: Tracker ─► Syncer ─► counted Backend ─► node netns
 //	     ▼                                      │                                     (apply wrapper: K-th fails)
 //	 Generator (seeded) ── N changes ──► clientset
@@ -38,6 +38,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/dataplane/nftables"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -331,7 +332,7 @@ type soak struct {
 	fa              *FailApply
 	variant, layout string
 	podCIDR         netip.Prefix
-	m               *cluster.Model
+	m               *apiserver.Model
 	topo, ref       *netns.Topology
 	stopSignals     []func()
 	cancel          context.CancelFunc
@@ -401,7 +402,7 @@ func (s *soak) run(parent context.Context) error {
 // setup builds the namespaces and starts a sync loop per node; the
 // context it returns ends the run on SIGINT/SIGTERM.
 func (s *soak) setup(ctx context.Context) (context.Context, netip.Prefix, string, error) {
-	m, err := cluster.OpenLoaded(ctx, s.l, s.o.Seed)
+	m, err := apiserver.OpenLoaded(ctx, s.l, s.o.Seed)
 	if err != nil {
 		return nil, netip.Prefix{}, "", err
 	}
@@ -745,7 +746,7 @@ func (s *soak) checkNamespaces() {
 // clearActions empties the fake clientset's record of every call: client-go
 // keeps one deep copy per action forever, which would make RSS grow with N
 // (the soak's own footprint, not the proxy's).
-func clearActions(m *cluster.Model) {
+func clearActions(m *apiserver.Model) {
 	if c, ok := m.Cluster.Client.(interface{ ClearActions() }); ok {
 		c.ClearActions()
 	}

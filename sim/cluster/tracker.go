@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 )
 
 // State is the proxy's view of the cluster after a Drain: every service port
@@ -69,8 +68,8 @@ type Tracker struct {
 	epPorts map[types.NamespacedName][]ServicePortName
 }
 
-// NewTracker returns an empty tracker; feed it with the informer handlers
-// from Handlers, or call its On* methods directly.
+// NewTracker returns an empty tracker. sim/apiserver feeds it from its
+// informers; a test can call its On* methods directly.
 func NewTracker() *Tracker {
 	return &Tracker{
 		services:  map[types.NamespacedName]*corev1.Service{},
@@ -158,60 +157,6 @@ func (t *Tracker) OnNode(name string, n *corev1.Node) {
 	t.dirtyNode = true
 	t.mu.Unlock()
 	t.poke()
-}
-
-// Handlers returns informer event handlers feeding the tracker.
-func (t *Tracker) Handlers() (svc, slice, node cache.ResourceEventHandler) {
-	svc = cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) {
-			s := o.(*corev1.Service)
-			t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, s)
-		},
-		UpdateFunc: func(_, o any) {
-			s := o.(*corev1.Service)
-			t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, s)
-		},
-		DeleteFunc: func(o any) {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			if s, ok := o.(*corev1.Service); ok {
-				t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, nil)
-			}
-		},
-	}
-	sl := func(o any, deleted bool) {
-		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-			o = d.Obj
-		}
-		s, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok {
-			return
-		}
-		if deleted {
-			t.OnEndpointSlice(s.Namespace, s.Name, nil, s.Labels[discoveryv1.LabelServiceName])
-		} else {
-			t.OnEndpointSlice(s.Namespace, s.Name, s, s.Labels[discoveryv1.LabelServiceName])
-		}
-	}
-	slice = cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { sl(o, false) },
-		UpdateFunc: func(_, o any) { sl(o, false) },
-		DeleteFunc: func(o any) { sl(o, true) },
-	}
-	node = cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { n := o.(*corev1.Node); t.OnNode(n.Name, n) },
-		UpdateFunc: func(_, o any) { n := o.(*corev1.Node); t.OnNode(n.Name, n) },
-		DeleteFunc: func(o any) {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			if n, ok := o.(*corev1.Node); ok {
-				t.OnNode(n.Name, nil)
-			}
-		},
-	}
-	return svc, slice, node
 }
 
 // Seq is the number of events the tracker has received. After an API write

@@ -1,11 +1,13 @@
-// Package cluster is the scenario's Kubernetes cluster without a cluster: the
-// objects live in client-go's fake clientset, shared informers watch them, and
-// a change tracker keeps, per service port, the Service's settings and its
-// endpoints with their conditions and placement, as kube-proxy's trackers do.
+// Package cluster is the model every part reads: per service port the
+// Service's settings and its endpoints with their conditions and placement,
+// the nodes, and a change tracker that turns Service, EndpointSlice and Node
+// objects into that state and its change sets, as kube-proxy's
+// ServiceChangeTracker and EndpointsChangeTracker do.
 //
-// Everything downstream (the simulator's engines, the oracle, the real
-// dataplane) reads this state and its change notifications; scenario events
-// are written through the clientset, so they arrive as informer updates.
+// It is a leaf: it depends on k8s.io/api and apimachinery only, so the oracle,
+// the simulator's engines and the real dataplane link it without a clientset.
+// sim/apiserver holds the objects in client-go's fake clientset and feeds a
+// Tracker from its informers.
 package cluster
 
 import (

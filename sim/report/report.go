@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cost"
 )
 
@@ -37,8 +37,8 @@ type Report struct {
 	Seed     uint64 `json:"seed"`
 	// Cluster is the cluster the scenario expands to, as the informers see
 	// it (what `sim run` printed before it simulated).
-	Cluster *cluster.Summary `json:"cluster"`
-	Traffic Traffic          `json:"traffic"`
+	Cluster *apiserver.Summary `json:"cluster"`
+	Traffic Traffic            `json:"traffic"`
 	// Steps are the API writes of the events timeline.
 	Steps []Step `json:"steps"`
 	Modes []Mode `json:"modes"`

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cost"
 )
 
@@ -29,7 +29,7 @@ func sample() *Report {
 	}
 	return &Report{
 		Scenario: "x", File: "x.yaml", Seed: 1,
-		Cluster:      &cluster.Summary{ServicePorts: 10, Endpoints: cluster.EndpointCounts{Total: 30}},
+		Cluster:      &apiserver.Summary{ServicePorts: 10, Endpoints: apiserver.EndpointCounts{Total: 30}},
 		Steps:        []Step{{AtSeconds: 1, Description: "1s a/b pod ready=false", ServicePorts: []string{"a/b"}}},
 		Modes:        []Mode{m},
 		Checks:       []Check{{Mode: "nftables", Name: "flapping:a/b", Type: "flapping", Verdict: Fail, Message: "fail on 1 of 1 client node(s): n1"}},

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 )
 
 // BenchmarkRun1000Services simulates scenarios/1000-services.yaml (12
@@ -15,7 +15,7 @@ import (
 func BenchmarkRun1000Services(b *testing.B) {
 	var conns int64
 	for b.Loop() {
-		m, err := cluster.Open(context.Background(), "../../scenarios/1000-services.yaml", nil)
+		m, err := apiserver.Open(context.Background(), "../../scenarios/1000-services.yaml", nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/report"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -44,7 +44,7 @@ func TestSeedsResolveChecks(t *testing.T) {
 					sc.Traffic.Clients[i].Services = targets
 				}
 				sc.Traffic.Connections = 200_000
-				m, err := cluster.OpenLoaded(context.Background(), l, &seed)
+				m, err := apiserver.OpenLoaded(context.Background(), l, &seed)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/kpsim/kpsim/harness/stats"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/engine"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/report"
@@ -55,7 +55,7 @@ func TestSelfCheckCatchesEngineFaults(t *testing.T) {
 
 // TestUnknownFault: an unknown fault name is an error, not a correct run.
 func TestUnknownFault(t *testing.T) {
-	m, err := cluster.Open(t.Context(), "testdata/flip.yaml", nil)
+	m, err := apiserver.Open(t.Context(), "testdata/flip.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestSelfCheckSchedulers(t *testing.T) {
 				t.Fatal(err)
 			}
 			l.Scenario.Proxy.IPVSScheduler = sched
-			m, err := cluster.OpenLoaded(t.Context(), l, nil)
+			m, err := apiserver.OpenLoaded(t.Context(), l, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,7 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cost"
 	"github.com/kpsim/kpsim/sim/engine"
 	"github.com/kpsim/kpsim/sim/report"
@@ -103,10 +103,10 @@ func Calibrations(dir string) ([]cost.Calibration, error) {
 // It writes the scenario's events through the model's clientset, so a
 // model serves one Run. Failed checks are in the report (Report.Failed);
 // the error is for what prevented the simulation.
-func Run(ctx context.Context, m *cluster.Model, o Options) (*report.Report, error) {
+func Run(ctx context.Context, m *apiserver.Model, o Options) (*report.Report, error) {
 	sc := m.Loaded.Scenario
 	// The summary reads the tracker's state, which the timeline changes.
-	sum := cluster.Summarize(m.Expanded, m.State)
+	sum := apiserver.Summarize(m.Expanded, m.State)
 	modes := o.Modes
 	if len(modes) == 0 {
 		modes = sc.Proxy.Modes

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/harness/stats"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/report"
 )
 
 func simulate(t *testing.T, file string, seed *uint64, o Options) *report.Report {
 	t.Helper()
-	m, err := cluster.Open(context.Background(), file, seed)
+	m, err := apiserver.Open(context.Background(), file, seed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/harness/stats"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cost"
 	"github.com/kpsim/kpsim/sim/engine"
 	"github.com/kpsim/kpsim/sim/report"
@@ -20,7 +20,7 @@ const histogramBins = 20
 const maxListed = 20
 
 // report merges the node results, in mode and node order, into the report.
-func (w *world) report(sum *cluster.Summary, seed uint64, results [][]*nodeResult, accs []*modeAcc) *report.Report {
+func (w *world) report(sum *apiserver.Summary, seed uint64, results [][]*nodeResult, accs []*modeAcc) *report.Report {
 	r := &report.Report{
 		Scenario: w.sc.Metadata.Name, File: sum.File, Seed: seed, Cluster: sum,
 		Calibrations: w.cals, Failed: []string{}, Checks: []report.Check{}, Steps: []report.Step{},
@@ -228,7 +228,7 @@ func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) report.Mode 
 	return mr
 }
 
-// quantile of sorted values, as cluster.Summary computes them.
+// quantile of sorted values, as apiserver.Summary computes them.
 func quantile(v []int64, p float64) int64 {
 	if len(v) == 0 {
 		return 0

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
 	"github.com/kpsim/kpsim/sim/engine"
@@ -129,7 +130,7 @@ const apiTimeout = 30 * time.Second
 // cluster model's clientset, as the harness does, and records after each
 // one the service ports whose state changed, as the informers delivered it.
 // The initial state is snapshot first: the tracker mutates its maps.
-func captureTimeline(ctx context.Context, m *cluster.Model) (initial *cluster.State, steps []cluster.Step, changes [][]changed, writes []int, err error) {
+func captureTimeline(ctx context.Context, m *apiserver.Model) (initial *cluster.State, steps []apiserver.Step, changes [][]changed, writes []int, err error) {
 	st := m.State
 	initial = &cluster.State{
 		Services:  make(map[cluster.ServicePortName]*cluster.ServicePort, len(st.Services)),
@@ -145,7 +146,7 @@ func captureTimeline(ctx context.Context, m *cluster.Model) (initial *cluster.St
 	for k, v := range st.Nodes {
 		initial.Nodes[k] = v
 	}
-	steps = cluster.Timeline(m.Loaded.Scenario)
+	steps = apiserver.Timeline(m.Loaded.Scenario)
 	for i, s := range steps {
 		before := m.Tracker.Seq()
 		n, err := m.Cluster.Apply(ctx, s)
@@ -182,7 +183,7 @@ type changed struct {
 // buildWorld turns the captured states into versions, renders every
 // version's rules per mode (per node where they differ) and asks the
 // oracle what each must do.
-func buildWorld(ctx context.Context, m *cluster.Model, modes []string, o Options) (*world, error) {
+func buildWorld(ctx context.Context, m *apiserver.Model, modes []string, o Options) (*world, error) {
 	sc := m.Loaded.Scenario
 	initial, tsteps, changes, writes, err := captureTimeline(ctx, m)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/nftables"
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 )
 
 func init() { extraCommands = append(extraCommands, newRules) }
@@ -81,7 +81,7 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 	if c.Flags().Changed("seed") {
 		seed = &f.seed
 	}
-	m, err := cluster.Open(context.Background(), file, seed)
+	m, err := apiserver.Open(context.Background(), file, seed)
 	if err != nil {
 		return err
 	}

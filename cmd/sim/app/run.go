@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/scenario"
 	"github.com/kpsim/kpsim/sim/simulate"
 )
@@ -77,7 +77,7 @@ func runSimulation(s Streams, file string, seed *uint64, modes []string, f runFl
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()
-	m, err := cluster.Open(ctx, file, seed)
+	m, err := apiserver.Open(ctx, file, seed)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package cluster
+package apiserver
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -24,7 +25,7 @@ func open(t testing.TB, file string) *Model {
 
 // waitDrain waits until the tracker has received the one event of a
 // single API write made when its sequence was before, then drains.
-func waitDrain(t *testing.T, tr *Tracker, before uint64) Changes {
+func waitDrain(t *testing.T, tr *cluster.Tracker, before uint64) cluster.Changes {
 	t.Helper()
 	waitSeq(t, tr, before+1)
 	_, ch := tr.Drain()
@@ -34,8 +35,8 @@ func waitDrain(t *testing.T, tr *Tracker, before uint64) Changes {
 func TestOpenDistribution(t *testing.T) {
 	m := open(t, "../../scenarios/conformance/distribution.yaml")
 	st := m.State
-	web := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
-	api := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "api"}, Protocol: corev1.ProtocolTCP}
+	web := cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
+	api := cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "api"}, Protocol: corev1.ProtocolTCP}
 	if got := len(st.Endpoints[web]); got != 3 {
 		t.Errorf("web has %d endpoints, want 3", got)
 	}
@@ -63,7 +64,7 @@ func TestTrackerThroughInformers(t *testing.T) {
 	m := open(t, "../../scenarios/conformance/distribution.yaml")
 	ctx := context.Background()
 	c := m.Cluster.Client
-	web := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
+	web := cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "web"}, Port: "http", Protocol: corev1.ProtocolTCP}
 
 	slice, err := c.DiscoveryV1().EndpointSlices("demo").Get(ctx, "web-x7k2p", metav1.GetOptions{})
 	if err != nil {
@@ -130,7 +131,7 @@ func TestTrackerThroughInformers(t *testing.T) {
 // TestMergeSlicesPrefersReady follows kube-proxy: an endpoint listed in two
 // slices is kept once, and the ready copy wins.
 func TestMergeSlicesPrefersReady(t *testing.T) {
-	tr := NewTracker()
+	tr := cluster.NewTracker()
 	name, port, proto := "http", int32(80), corev1.ProtocolTCP
 	mk := func(n string, ready bool) *discoveryv1.EndpointSlice {
 		return &discoveryv1.EndpointSlice{
@@ -143,7 +144,7 @@ func TestMergeSlicesPrefersReady(t *testing.T) {
 	tr.OnEndpointSlice("ns", "a", mk("a", false), "s")
 	tr.OnEndpointSlice("ns", "b", mk("b", true), "s")
 	st, ch := tr.Drain()
-	spn := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "s"}, Port: "http", Protocol: proto}
+	spn := cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "s"}, Port: "http", Protocol: proto}
 	if eps := st.Endpoints[spn]; len(eps) != 1 || !eps[0].Ready {
 		t.Fatalf("endpoints %+v", eps)
 	}

@@ -1,10 +1,11 @@
-package cluster
+package apiserver
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -17,8 +18,8 @@ type Model struct {
 	Loaded   *scenario.Loaded
 	Expanded *scenario.Expanded
 	Cluster  *Cluster
-	Tracker  *Tracker
-	State    *State
+	Tracker  *cluster.Tracker
+	State    *cluster.State
 }
 
 // Open loads a scenario file and brings its cluster up. Bad input returns a

@@ -1,4 +1,4 @@
-package cluster
+package apiserver
 
 import (
 	"context"
@@ -109,7 +109,7 @@ func Timeline(sc *scenario.Scenario) []Step {
 
 // Apply performs one step through the clientset: every tracker sees it as an
 // informer update. It returns the number of API writes made (each is one
-// informer event for every tracker; see Tracker.Seq).
+// informer event for every tracker; see cluster.Tracker.Seq).
 func (c *Cluster) Apply(ctx context.Context, s Step) (int, error) {
 	c.writes = 0
 	err := c.apply(ctx, s)

@@ -1,4 +1,4 @@
-package cluster
+package apiserver
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -108,9 +110,9 @@ const byServiceIndex = "service"
 // AddTracker registers a new tracker's handlers on the shared informers. It
 // may be called before or after Start; a tracker added late is replayed the
 // current objects.
-func (c *Cluster) AddTracker() (*Tracker, error) {
-	t := NewTracker()
-	hs, hsl, hn := t.Handlers()
+func (c *Cluster) AddTracker() (*cluster.Tracker, error) {
+	t := cluster.NewTracker()
+	hs, hsl, hn := handlers(t)
 	for _, p := range []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
@@ -127,7 +129,7 @@ func (c *Cluster) AddTracker() (*Tracker, error) {
 // AddTrackerSynced adds a tracker to running informers and waits, bounded
 // by timeout, until it has received every current object, then drains it
 // once so that its first Drain by a consumer starts from the full state.
-func (c *Cluster) AddTrackerSynced(ctx context.Context, timeout time.Duration) (*Tracker, error) {
+func (c *Cluster) AddTrackerSynced(ctx context.Context, timeout time.Duration) (*cluster.Tracker, error) {
 	n := len(c.regs)
 	t, err := c.AddTracker()
 	if err != nil {
@@ -190,4 +192,58 @@ func (c *Cluster) SlicesOf(ns, name string) []*discoveryv1.EndpointSlice {
 		out = append(out, o.(*discoveryv1.EndpointSlice))
 	}
 	return out
+}
+
+// handlers returns informer event handlers feeding a tracker.
+func handlers(t *cluster.Tracker) (svc, slice, node cache.ResourceEventHandler) {
+	svc = cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			s := o.(*corev1.Service)
+			t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, s)
+		},
+		UpdateFunc: func(_, o any) {
+			s := o.(*corev1.Service)
+			t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, s)
+		},
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if s, ok := o.(*corev1.Service); ok {
+				t.OnService(types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, nil)
+			}
+		},
+	}
+	sl := func(o any, deleted bool) {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		if deleted {
+			t.OnEndpointSlice(s.Namespace, s.Name, nil, s.Labels[discoveryv1.LabelServiceName])
+		} else {
+			t.OnEndpointSlice(s.Namespace, s.Name, s, s.Labels[discoveryv1.LabelServiceName])
+		}
+	}
+	slice = cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { sl(o, false) },
+		UpdateFunc: func(_, o any) { sl(o, false) },
+		DeleteFunc: func(o any) { sl(o, true) },
+	}
+	node = cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { n := o.(*corev1.Node); t.OnNode(n.Name, n) },
+		UpdateFunc: func(_, o any) { n := o.(*corev1.Node); t.OnNode(n.Name, n) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if n, ok := o.(*corev1.Node); ok {
+				t.OnNode(n.Name, nil)
+			}
+		},
+	}
+	return svc, slice, node
 }

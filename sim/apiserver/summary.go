@@ -1,4 +1,4 @@
-package cluster
+package apiserver
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -52,7 +53,7 @@ type EndpointCounts struct {
 	NotReady              int `json:"notReady"`
 }
 
-func (c *EndpointCounts) add(e *Endpoint) {
+func (c *EndpointCounts) add(e *cluster.Endpoint) {
 	c.Total++
 	switch {
 	case e.Ready:
@@ -93,7 +94,7 @@ type TrafficSummary struct {
 }
 
 // Summarize describes the state a tracker holds for an expanded scenario.
-func Summarize(exp *scenario.Expanded, st *State) *Summary {
+func Summarize(exp *scenario.Expanded, st *cluster.State) *Summary {
 	sc := exp.Scenario
 	s := &Summary{
 		Scenario:  sc.Metadata.Name,

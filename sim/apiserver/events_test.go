@@ -1,4 +1,4 @@
-package cluster
+package apiserver
 
 import (
 	"context"
@@ -8,15 +8,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-func spn(ns, name, port string) ServicePortName {
-	return ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}, Port: port, Protocol: corev1.ProtocolTCP}
+func spn(ns, name, port string) cluster.ServicePortName {
+	return cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}, Port: port, Protocol: corev1.ProtocolTCP}
 }
 
 // conds renders each endpoint as "ip:R|S|T" letters for compact comparison.
-func conds(eps []*Endpoint) []string {
+func conds(eps []*cluster.Endpoint) []string {
 	var out []string
 	for _, e := range eps {
 		s := e.IP.String() + ":"
@@ -37,7 +38,7 @@ func conds(eps []*Endpoint) []string {
 
 // applyAll applies each step, waits until the tracker has received every
 // write the step made, and returns the endpoints after it.
-func applyAll(t *testing.T, m *Model, name ServicePortName) [][]string {
+func applyAll(t *testing.T, m *Model, name cluster.ServicePortName) [][]string {
 	t.Helper()
 	var out [][]string
 	for _, s := range Timeline(m.Loaded.Scenario) {
@@ -49,7 +50,7 @@ func applyAll(t *testing.T, m *Model, name ServicePortName) [][]string {
 
 // applyDrain applies one step and drains the tracker once it has seen all
 // of the step's writes.
-func applyDrain(t *testing.T, m *Model, s Step) (*State, Changes) {
+func applyDrain(t *testing.T, m *Model, s Step) (*cluster.State, cluster.Changes) {
 	t.Helper()
 	before := m.Tracker.Seq()
 	n, err := m.Cluster.Apply(context.Background(), s)
@@ -69,9 +70,9 @@ func applyDrain(t *testing.T, m *Model, s Step) (*State, Changes) {
 const informerTimeout = 10 * time.Second
 
 // waitSeq blocks until the tracker has received target events in all
-// (Tracker.Seq, as harness/conform's settle does), woken by Changed; it
+// (cluster.Tracker.Seq, as harness/conform's settle does), woken by Changed; it
 // fails the test if they do not arrive within informerTimeout.
-func waitSeq(t *testing.T, tr *Tracker, target uint64) {
+func waitSeq(t *testing.T, tr *cluster.Tracker, target uint64) {
 	t.Helper()
 	timeout := time.NewTimer(informerTimeout)
 	defer timeout.Stop()
