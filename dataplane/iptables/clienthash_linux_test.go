@@ -11,14 +11,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/harness/traffic"
 )
 
-// TestClientBucketInKernel checks dataplane.ClientBucket, which the tracers
+// TestClientBucketInKernel checks proxy.ClientBucket, which the tracers
 // use to know which clients the affinity-leak and affinity-overstay faults
 // affect, against the kernel: one SYN from each of 64 source addresses goes
 // out of a node namespace through counting rules, per address, that match
@@ -46,11 +46,11 @@ func TestClientBucketInKernel(t *testing.T) {
 	dst := netip.MustParseAddrPort("198.18.0.1:9")
 	var ipt, nft strings.Builder
 	fmt.Fprintf(&nft, "table ip kpsim-hash {\n chain out {\n  type filter hook output priority 0;\n")
-	for _, n := range []int{dataplane.LeakBuckets, dataplane.OverstayBuckets} {
+	for _, n := range []int{proxy.LeakBuckets, proxy.OverstayBuckets} {
 		for _, s := range srcs {
 			fmt.Fprintf(&ipt, "-A OUTPUT -s %s/32 -p tcp --dport 9 -m cluster --cluster-total-nodes %d --cluster-local-node 1 --cluster-hash-seed %#x -m comment --comment \"%s/%d\"\n",
-				s, n, dataplane.ClientHashSeed, s, n)
-			fmt.Fprintf(&nft, "  ip saddr %s tcp dport 9 jhash ip saddr mod %d seed %#x == 0 counter comment \"%s/%d\"\n", s, n, dataplane.ClientHashSeed, s, n)
+				s, n, proxy.ClientHashSeed, s, n)
+			fmt.Fprintf(&nft, "  ip saddr %s tcp dport 9 jhash ip saddr mod %d seed %#x == 0 counter comment \"%s/%d\"\n", s, n, proxy.ClientHashSeed, s, n)
 		}
 	}
 	nft.WriteString(" }\n}\n")
@@ -106,10 +106,10 @@ func TestClientBucketInKernel(t *testing.T) {
 			t.Fatalf("%s: %d counting rules, want %d\n%s", tool, len(got), 2*len(srcs), out)
 		}
 		hits := 0
-		for _, n := range []uint32{dataplane.LeakBuckets, dataplane.OverstayBuckets} {
+		for _, n := range []uint32{proxy.LeakBuckets, proxy.OverstayBuckets} {
 			for _, s := range srcs {
 				want := 0
-				if dataplane.ClientBucket(s, n) == 0 {
+				if proxy.ClientBucket(s, n) == 0 {
 					want = 1
 				}
 				if c := got[fmt.Sprintf("%s/%d", s, n)]; c != want {
@@ -128,7 +128,7 @@ func TestClientBucketInKernel(t *testing.T) {
 // cluster matches and the skewed probability.
 func TestMDEFaultsLoadInNamespace(t *testing.T) {
 	testenv.RequireRoot(t)
-	faults := []dataplane.Fault{dataplane.FaultSkewAtMDE, dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay}
+	faults := []proxy.Fault{proxy.FaultSkewAtMDE, proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay}
 	for _, variant := range []string{iptables.VariantNFT, iptables.VariantLegacy} {
 		for _, layout := range []iptables.AffinityMode{iptables.AffinityRecent, iptables.AffinityIPSet} {
 			t.Run(variant+"/"+string(layout), func(t *testing.T) {
@@ -154,7 +154,7 @@ func TestMDEFaultsLoadInNamespace(t *testing.T) {
 				}
 				skewSaved := fmt.Sprintf("--probability %.11f -j", q)
 				for _, fs := range append(splitFaults(faults), faults) {
-					set := dataplane.Faults{}
+					set := proxy.Faults{}
 					for _, f := range fs {
 						set[f] = true
 					}
@@ -170,10 +170,10 @@ func TestMDEFaultsLoadInNamespace(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, f := range fs {
-						want := map[dataplane.Fault]string{
-							dataplane.FaultSkewAtMDE:        skewSaved,
-							dataplane.FaultAffinityLeak:     "-m cluster",
-							dataplane.FaultAffinityOverstay: "-m cluster",
+						want := map[proxy.Fault]string{
+							proxy.FaultSkewAtMDE:        skewSaved,
+							proxy.FaultAffinityLeak:     "-m cluster",
+							proxy.FaultAffinityOverstay: "-m cluster",
 						}[f]
 						if !strings.Contains(save, want) {
 							t.Errorf("faults %v: iptables-save has no %q:\n%s", fs, want, save)
@@ -188,10 +188,10 @@ func TestMDEFaultsLoadInNamespace(t *testing.T) {
 	}
 }
 
-func splitFaults(fs []dataplane.Fault) [][]dataplane.Fault {
-	var out [][]dataplane.Fault
+func splitFaults(fs []proxy.Fault) [][]proxy.Fault {
+	var out [][]proxy.Fault
 	for _, f := range fs {
-		out = append(out, []dataplane.Fault{f})
+		out = append(out, []proxy.Fault{f})
 	}
 	return out
 }

@@ -19,7 +19,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 )
 
 // AffinityMode chooses how ClientIP session affinity is programmed.
@@ -61,7 +61,7 @@ type Config struct {
 	// Affinity is AffinityRecent (default when empty) or AffinityIPSet.
 	Affinity AffinityMode
 	// Faults are the named faults to build in (nil: none).
-	Faults dataplane.Faults
+	Faults proxy.Faults
 	// MasqueradeBit is the bit of the masquerade mark (0: 14, mark 0x4000).
 	MasqueradeBit int
 	// LargeClusterThreshold is the endpoint count above which per-endpoint

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -61,14 +61,14 @@ func cascadeShares(t *testing.T, restore, svcChain string, n int) []float64 {
 }
 
 // TestFaultSkewAtMDE: the shares the printed, quantised probabilities give
-// are the fault's target shares (dataplane.MDESkewShares) to 1e-8, the
+// are the fault's target shares (proxy.MDESkewShares) to 1e-8, the
 // tracer sees the same, and one endpoint is left as it is.
 func TestFaultSkewAtMDE(t *testing.T) {
 	for _, k := range []int{2, 3, 10, 20, 50} {
 		st := newState()
 		sp, keys := wideService(st, k)
-		f, _, rs := load(t, testConfig(dataplane.FaultSkewAtMDE), st)
-		want := dataplane.MDESkewShares(k)
+		f, _, rs := load(t, testConfig(proxy.FaultSkewAtMDE), st)
+		want := proxy.MDESkewShares(k)
 		got := cascadeShares(t, rs.Restore, ServiceChain(sp.Name), k)
 		res := trace(t, f, podIP, "172.30.0.60", 80, nil)
 		for i := range want {
@@ -85,7 +85,7 @@ func TestFaultSkewAtMDE(t *testing.T) {
 	}
 	st := newState()
 	wideService(st, 1)
-	_, _, faulty := load(t, testConfig(dataplane.FaultSkewAtMDE), st)
+	_, _, faulty := load(t, testConfig(proxy.FaultSkewAtMDE), st)
 	_, _, correct := load(t, testConfig(), st)
 	if faulty.Restore != correct.Restore {
 		t.Errorf("one endpoint: the fault changed the rules:\n%s", lineDiff(correct.Restore, faulty.Restore))
@@ -115,12 +115,12 @@ func clients(t *testing.T, in func(netip.Addr) bool) (yes, no netip.Addr) {
 // gets the uniform cascade and another client sticks, in both layouts; the
 // correct dataplane makes both stick.
 func TestFaultAffinityLeak(t *testing.T) {
-	leaker, keeper := clients(t, dataplane.LeakingClient)
+	leaker, keeper := clients(t, proxy.LeakingClient)
 	for _, mode := range []AffinityMode{AffinityRecent, AffinityIPSet} {
 		t.Run(string(mode), func(t *testing.T) {
 			st, sp, keys := affinityState(600)
 			h := History{AffinityList(mode, sp.Name, keys[2], 600): time.Minute}
-			for _, faults := range [][]dataplane.Fault{nil, {dataplane.FaultAffinityLeak}, {dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay}} {
+			for _, faults := range [][]proxy.Fault{nil, {proxy.FaultAffinityLeak}, {proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay}} {
 				cfg := testConfig(faults...)
 				cfg.Affinity = mode
 				f, _, rs := load(t, cfg, st)
@@ -150,11 +150,11 @@ func TestFaultAffinityLeak(t *testing.T) {
 // one half a timeout old holds both. Recent lists check twice the timeout
 // for the overstaying clients; ipset entries get twice the timeout.
 func TestFaultAffinityOverstay(t *testing.T) {
-	stayer, other := clients(t, dataplane.OverstayingClient)
+	stayer, other := clients(t, proxy.OverstayingClient)
 	for _, mode := range []AffinityMode{AffinityRecent, AffinityIPSet} {
 		t.Run(string(mode), func(t *testing.T) {
 			st, sp, keys := affinityState(600)
-			cfg := testConfig(dataplane.FaultAffinityOverstay)
+			cfg := testConfig(proxy.FaultAffinityOverstay)
 			cfg.Affinity = mode
 			f, _, rs := load(t, cfg, st)
 			for _, c := range []struct {
@@ -172,7 +172,7 @@ func TestFaultAffinityOverstay(t *testing.T) {
 				}{{stayer, c.stays}, {other, c.other}} {
 					res := trace(t, f, cl.src, "172.30.0.45", 80, h)
 					if got := res.P(keys[2]) == 1; got != cl.sticky {
-						t.Errorf("entry %v old, client %s (overstays: %v): sticks %v, want %v\n%s", c.age, cl.src, dataplane.OverstayingClient(cl.src), got, cl.sticky, res)
+						t.Errorf("entry %v old, client %s (overstays: %v): sticks %v, want %v\n%s", c.age, cl.src, proxy.OverstayingClient(cl.src), got, cl.sticky, res)
 					}
 				}
 			}
@@ -200,7 +200,7 @@ func TestFaultAffinityOverstay(t *testing.T) {
 // affinity layouts (testdata/faults-mde-*.golden; -update rewrites them).
 func TestGoldenMDEFaults(t *testing.T) {
 	for _, mode := range []AffinityMode{AffinityRecent, AffinityIPSet} {
-		for _, f := range []dataplane.Fault{dataplane.FaultSkewAtMDE, dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay} {
+		for _, f := range []proxy.Fault{proxy.FaultSkewAtMDE, proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay} {
 			st, _, _ := affinityState(600)
 			wideService(st, 3)
 			cfg := testConfig(f)

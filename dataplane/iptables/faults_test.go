@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -17,7 +17,7 @@ func TestFaultUniformProbability(t *testing.T) {
 	st := newState()
 	add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80),
 		ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"), ep("10.180.0.3", 80, otherNode, "R"))
-	f, _, rs := load(t, testConfig(dataplane.FaultUniformProbability), st)
+	f, _, rs := load(t, testConfig(proxy.FaultUniformProbability), st)
 	res := trace(t, f, podIP, "172.30.0.10", 80, nil)
 	for ep, want := range map[string]float64{"10.180.0.1:80": 1.0 / 3, "10.180.0.2:80": 2.0 / 9, "10.180.0.3:80": 4.0 / 9} {
 		if got := res.P(ep); math.Abs(got-want) > tol {
@@ -34,11 +34,11 @@ func TestFaultKeepNotReady(t *testing.T) {
 	add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80),
 		ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, ""), ep("10.180.0.3", 80, otherNode, "T"))
 	for _, c := range []struct {
-		faults []dataplane.Fault
+		faults []proxy.Fault
 		want   string
 	}{
 		{nil, "10.180.0.1:80"},
-		{[]dataplane.Fault{dataplane.FaultKeepNotReady}, "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80"},
+		{[]proxy.Fault{proxy.FaultKeepNotReady}, "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80"},
 	} {
 		f, _, _ := load(t, testConfig(c.faults...), st)
 		if got := targets(trace(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
@@ -53,11 +53,11 @@ func TestFaultIgnoreLocalPolicy(t *testing.T) {
 	sp.InternalLocal = true
 	add(st, sp, ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
 	for _, c := range []struct {
-		faults []dataplane.Fault
+		faults []proxy.Fault
 		want   string
 	}{
 		{nil, OutcomeDrop},
-		{[]dataplane.Fault{dataplane.FaultIgnoreLocalPolicy}, "10.180.0.1:80, 10.180.0.2:80"},
+		{[]proxy.Fault{proxy.FaultIgnoreLocalPolicy}, "10.180.0.1:80, 10.180.0.2:80"},
 	} {
 		f, _, _ := load(t, testConfig(c.faults...), st)
 		if got := targets(trace(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
@@ -72,12 +72,12 @@ func TestFaultAffinityNoTimeout(t *testing.T) {
 			st, sp, keys := affinityState(600)
 			old := 2 * time.Hour
 			for _, c := range []struct {
-				faults  []dataplane.Fault
+				faults  []proxy.Fault
 				timeout int
 				sticky  bool
 			}{
 				{nil, 600, false},
-				{[]dataplane.Fault{dataplane.FaultAffinityNoTimeout}, -1, true},
+				{[]proxy.Fault{proxy.FaultAffinityNoTimeout}, -1, true},
 			} {
 				cfg := testConfig(c.faults...)
 				cfg.Affinity = mode
@@ -97,11 +97,11 @@ func TestFaultAffinityNoTimeout(t *testing.T) {
 
 func TestFaultKeepDeletedEndpoint(t *testing.T) {
 	for _, c := range []struct {
-		faults []dataplane.Fault
+		faults []proxy.Fault
 		want   string
 	}{
 		{nil, "10.180.0.1:80"},
-		{[]dataplane.Fault{dataplane.FaultKeepDeletedEndpoint}, "10.180.0.1:80, 10.180.0.2:80"},
+		{[]proxy.Fault{proxy.FaultKeepDeletedEndpoint}, "10.180.0.1:80, 10.180.0.2:80"},
 	} {
 		st := newState()
 		sp := clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80)
@@ -120,7 +120,7 @@ func TestFaultDropLastEndpoint(t *testing.T) {
 	add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80),
 		ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"), ep("10.180.0.3", 80, otherNode, "R"))
 	add(st, clusterIPPort(name("ns", "one", "p"), "172.30.0.11", 80), ep("10.180.0.4", 80, otherNode, "R"))
-	f, _, _ := load(t, testConfig(dataplane.FaultDropLastEndpoint), st)
+	f, _, _ := load(t, testConfig(proxy.FaultDropLastEndpoint), st)
 	res := trace(t, f, podIP, "172.30.0.10", 80, nil)
 	if d := Uniform(res, []string{"10.180.0.1:80", "10.180.0.2:80"}); d > tol {
 		t.Errorf("want 1/2 each on the first two endpoints:\n%s", res)
@@ -134,8 +134,8 @@ func TestFaultDropLastEndpoint(t *testing.T) {
 // a ruleset that iptables-restore (the fake) accepts, in both affinity modes.
 func TestFaultsRenderCleanly(t *testing.T) {
 	for _, mode := range []AffinityMode{AffinityRecent, AffinityIPSet} {
-		all := dataplane.AllFaults()
-		for _, fs := range append([][]dataplane.Fault{all}, splitEach(all)...) {
+		all := proxy.AllFaults()
+		for _, fs := range append([][]proxy.Fault{all}, splitEach(all)...) {
 			cfg := testConfig(fs...)
 			cfg.Affinity = mode
 			st := overallState()
@@ -146,10 +146,10 @@ func TestFaultsRenderCleanly(t *testing.T) {
 	}
 }
 
-func splitEach(fs []dataplane.Fault) [][]dataplane.Fault {
-	var out [][]dataplane.Fault
+func splitEach(fs []proxy.Fault) [][]proxy.Fault {
+	var out [][]proxy.Fault
 	for _, f := range fs {
-		out = append(out, []dataplane.Fault{f})
+		out = append(out, []proxy.Fault{f})
 	}
 	return out
 }

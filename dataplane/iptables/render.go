@@ -27,7 +27,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -43,7 +42,7 @@ type Renderer struct {
 	// precomputedProbabilities does.
 	probs []string
 	// memory implements the keep-deleted-endpoint fault.
-	memory *dataplane.EndpointMemory
+	memory *proxy.EndpointMemory
 	// cache holds, per service port, what the last render produced for
 	// it, so that a partial render does not recompute unchanged ones (and
 	// any render reuses its chain-name hashes).
@@ -104,8 +103,8 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 		mark: fmt.Sprintf("%#x", uint32(1)<<cfg.MasqueradeBit),
 		cat:  cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode),
 	}
-	if cfg.Faults.Has(dataplane.FaultKeepDeletedEndpoint) {
-		r.memory = dataplane.NewEndpointMemory()
+	if cfg.Faults.Has(proxy.FaultKeepDeletedEndpoint) {
+		r.memory = proxy.NewEndpointMemory()
 	}
 	if cfg.ClusterCIDR.IsValid() {
 		r.cidr = cfg.ClusterCIDR.Masked().String()
@@ -381,13 +380,13 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	if n := st.Nodes[r.cfg.NodeName]; n != nil {
 		cat.Zone = n.Zone
 	}
-	r.fUniform = r.cfg.Faults.Has(dataplane.FaultUniformProbability)
-	r.fDropLast = r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint)
-	r.fNoTimeout = r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout)
-	r.fSkew = r.cfg.Faults.Has(dataplane.FaultSkewAtMDE)
-	r.fLeak = r.cfg.Faults.Has(dataplane.FaultAffinityLeak)
+	r.fUniform = r.cfg.Faults.Has(proxy.FaultUniformProbability)
+	r.fDropLast = r.cfg.Faults.Has(proxy.FaultDropLastEndpoint)
+	r.fNoTimeout = r.cfg.Faults.Has(proxy.FaultAffinityNoTimeout)
+	r.fSkew = r.cfg.Faults.Has(proxy.FaultSkewAtMDE)
+	r.fLeak = r.cfg.Faults.Has(proxy.FaultAffinityLeak)
 	// Without a timeout there is nothing to overstay.
-	r.fOverstay = r.cfg.Faults.Has(dataplane.FaultAffinityOverstay) && !r.fNoTimeout
+	r.fOverstay = r.cfg.Faults.Has(proxy.FaultAffinityOverstay) && !r.fNoTimeout
 	total := 0
 	for _, eps := range st.Endpoints {
 		total += len(eps)
@@ -1125,7 +1124,7 @@ func (r *Renderer) affinityRules(w *lines, v *svc, chain string, eps []*cluster.
 		head := func() []byte {
 			b := appendEPComment(appendChain(append(w.b, "-A "...), chain, &v.o.h), v, e)
 			if r.fLeak {
-				b = appendClientMatch(b, dataplane.LeakBuckets, true)
+				b = appendClientMatch(b, proxy.LeakBuckets, true)
 			}
 			return b
 		}
@@ -1161,15 +1160,15 @@ func (r *Renderer) recentRules(w *lines, v *svc, e *epOut, head func() []byte) {
 	case r.fNoTimeout:
 		rule(head(), 0, false)
 	case r.fOverstay:
-		rule(appendClientMatch(head(), dataplane.OverstayBuckets, false), 2*v.sp.AffinityTimeout, true)
-		rule(appendClientMatch(head(), dataplane.OverstayBuckets, true), v.sp.AffinityTimeout, false)
+		rule(appendClientMatch(head(), proxy.OverstayBuckets, false), 2*v.sp.AffinityTimeout, true)
+		rule(appendClientMatch(head(), proxy.OverstayBuckets, true), v.sp.AffinityTimeout, false)
 	default:
 		rule(head(), v.sp.AffinityTimeout, true)
 	}
 }
 
 // appendClientMatch appends the cluster match of the clients in bucket 0 of
-// n (dataplane.ClientBucket), or with not of the others. xt_cluster hashes
+// n (proxy.ClientBucket), or with not of the others. xt_cluster hashes
 // the connection's original source address with jhash and scales the hash
 // into --cluster-total-nodes buckets; node 1 is bucket 0.
 func appendClientMatch(b []byte, n int, not bool) []byte {
@@ -1181,8 +1180,8 @@ func appendClientMatch(b []byte, n int, not bool) []byte {
 	return append(b, ClientHashSeed...)
 }
 
-// ClientHashSeed is dataplane.ClientHashSeed as the cluster match takes it.
-var ClientHashSeed = fmt.Sprintf("%#x", dataplane.ClientHashSeed)
+// ClientHashSeed is proxy.ClientHashSeed as the cluster match takes it.
+var ClientHashSeed = fmt.Sprintf("%#x", proxy.ClientHashSeed)
 
 // cascadeRules are the load-balancing rules: rule i of n matches with
 // probability 1/(n-i), the last one always, which gives each endpoint 1/n.
@@ -1256,8 +1255,8 @@ func (r *Renderer) addSetRules(w *lines, v *svc, e *epOut, head func([]byte) []b
 	case r.fNoTimeout:
 		rule(head(w.b), 0)
 	case r.fOverstay:
-		rule(appendClientMatch(head(w.b), dataplane.OverstayBuckets, false), 2*v.sp.AffinityTimeout)
-		rule(appendClientMatch(head(w.b), dataplane.OverstayBuckets, true), v.sp.AffinityTimeout)
+		rule(appendClientMatch(head(w.b), proxy.OverstayBuckets, false), 2*v.sp.AffinityTimeout)
+		rule(appendClientMatch(head(w.b), proxy.OverstayBuckets, true), v.sp.AffinityTimeout)
 	default:
 		rule(head(w.b), v.sp.AffinityTimeout)
 	}
@@ -1298,10 +1297,10 @@ func (r *Renderer) probability(n int) string {
 // SkewProbability is the first cascade rule's probability of n endpoints
 // under the skew-at-mde fault (uniform-probability, which also sets it, wins
 // when both are on, as in the other modes), the first endpoint's target share
-// (dataplane.MDESkewWeights), printed as Probability prints: the others'
+// (proxy.MDESkewWeights), printed as Probability prints: the others'
 // rules keep 1/(n-i), which splits the rest evenly.
 func SkewProbability(n int) string {
-	w := dataplane.MDESkewWeights(n)
+	w := proxy.MDESkewWeights(n)
 	var sum uint64
 	for _, x := range w {
 		sum += x

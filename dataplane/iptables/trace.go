@@ -16,7 +16,7 @@ package iptables
 //
 // The cluster match (xt_cluster, which the affinity-leak and
 // affinity-overstay faults use) is evaluated on the packet's source with the
-// kernel's hash (dataplane.JHashBucket).
+// kernel's hash (proxy.JHashBucket).
 //
 // Not modelled: conntrack beyond the NEW state and the DNAT pseudo-state,
 // recording into lists and sets (--set, -j SET), interfaces, the
@@ -30,7 +30,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 )
 
 // Outcomes of a trace besides an endpoint "ip:port".
@@ -434,7 +434,7 @@ func (t *tracer) matchP(r *Rule, fl flow) float64 {
 // DNAT does not change it.
 func (r *Rule) clusterMatch(src netip.Addr) bool {
 	for _, c := range r.clusters {
-		in := dataplane.JHashBucket(src, uint32(c.total), c.seed) == uint32(c.node-1)
+		in := proxy.JHashBucket(src, uint32(c.total), c.seed) == uint32(c.node-1)
 		if in == c.neg {
 			return false
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -351,7 +351,7 @@ func TestInternalTrafficLocal(t *testing.T) {
 // TestFaults shows each named fault changing what is programmed, and, for
 // the weight-aware schedulers, what the fake scheduler does with it.
 func TestFaults(t *testing.T) {
-	base := func(f dataplane.Fault) (*fakes, Key) {
+	base := func(f proxy.Fault) (*fakes, Key) {
 		fk := newFakes(t, testConfig(f))
 		st, k := webState(three()...)
 		sp := st.Services[name("ns", "web", "http")]
@@ -369,8 +369,8 @@ func TestFaults(t *testing.T) {
 			t.Error(d)
 		}
 	})
-	t.Run(string(dataplane.FaultUniformProbability), func(t *testing.T) {
-		f, k := base(dataplane.FaultUniformProbability)
+	t.Run(string(proxy.FaultUniformProbability), func(t *testing.T) {
+		f, k := base(proxy.FaultUniformProbability)
 		if !strings.Contains(f.ipvs.Dump(), "wrr persistent 10\n") {
 			t.Errorf("rr was not turned into wrr:\n%s", f.ipvs.Dump())
 		}
@@ -379,26 +379,26 @@ func TestFaults(t *testing.T) {
 			t.Errorf("wrr shares (-want +got):\n%s", d)
 		}
 	})
-	t.Run(string(dataplane.FaultKeepNotReady), func(t *testing.T) {
-		f, k := base(dataplane.FaultKeepNotReady)
+	t.Run(string(proxy.FaultKeepNotReady), func(t *testing.T) {
+		f, k := base(proxy.FaultKeepNotReady)
 		if _, ok := dests(t, f.ipvs, k)["10.180.0.4:8080"]; !ok {
 			t.Error("the not-ready endpoint is not a real server")
 		}
 	})
-	t.Run(string(dataplane.FaultAffinityNoTimeout), func(t *testing.T) {
-		f, _ := base(dataplane.FaultAffinityNoTimeout)
+	t.Run(string(proxy.FaultAffinityNoTimeout), func(t *testing.T) {
+		f, _ := base(proxy.FaultAffinityNoTimeout)
 		if !strings.Contains(f.ipvs.Dump(), "persistent 15552000") {
 			t.Errorf("%s", f.ipvs.Dump())
 		}
 	})
-	t.Run(string(dataplane.FaultDropLastEndpoint), func(t *testing.T) {
-		f, k := base(dataplane.FaultDropLastEndpoint)
+	t.Run(string(proxy.FaultDropLastEndpoint), func(t *testing.T) {
+		f, k := base(proxy.FaultDropLastEndpoint)
 		if d := cmp.Diff(map[string]int{"10.180.0.1:8080": 1, "10.180.0.2:8080": 1}, dests(t, f.ipvs, k)); d != "" {
 			t.Error(d)
 		}
 	})
-	t.Run(string(dataplane.FaultKeepDeletedEndpoint), func(t *testing.T) {
-		f := newFakes(t, testConfig(dataplane.FaultKeepDeletedEndpoint))
+	t.Run(string(proxy.FaultKeepDeletedEndpoint), func(t *testing.T) {
+		f := newFakes(t, testConfig(proxy.FaultKeepDeletedEndpoint))
 		st, k := webState(three()...)
 		f.sync(t, st, true)
 		st2, _ := webState(three()[:1]...)
@@ -407,8 +407,8 @@ func TestFaults(t *testing.T) {
 			t.Errorf("deleted endpoints were not kept: %v", dests(t, f.ipvs, k))
 		}
 	})
-	t.Run(string(dataplane.FaultIgnoreLocalPolicy), func(t *testing.T) {
-		r, err := NewRenderer(testConfig(dataplane.FaultIgnoreLocalPolicy))
+	t.Run(string(proxy.FaultIgnoreLocalPolicy), func(t *testing.T) {
+		r, err := NewRenderer(testConfig(proxy.FaultIgnoreLocalPolicy))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -561,8 +561,8 @@ func TestConfigValidation(t *testing.T) {
 
 func TestFaultMappingDocumented(t *testing.T) {
 	m := FaultMapping()
-	if len(m) != len(dataplane.AllFaults()) {
-		t.Fatalf("%d lines for %d faults", len(m), len(dataplane.AllFaults()))
+	if len(m) != len(proxy.AllFaults()) {
+		t.Fatalf("%d lines for %d faults", len(m), len(proxy.AllFaults()))
 	}
 	for _, l := range m {
 		if strings.HasSuffix(l, ": ") {

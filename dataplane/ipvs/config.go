@@ -21,7 +21,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 )
 
 // DummyDevice is the dummy link that holds every service address, so that
@@ -86,7 +86,7 @@ type Config struct {
 	// PreferSameNode turns on the PreferSameTrafficDistribution gate.
 	PreferSameNode bool
 	// Faults are the named faults to build in (nil: none).
-	Faults dataplane.Faults
+	Faults proxy.Faults
 	// TCPTimeout, TCPFinTimeout and UDPTimeout are `ipvsadm --set`
 	// (kube-proxy's --ipvs-tcp-timeout, ...); zero keeps the kernel's.
 	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
@@ -151,25 +151,25 @@ var hashSchedulers = []string{"sh", "dh", "mh"}
 // affinity faults (dataplane metadata) and skew-at-mde with a hash
 // scheduler.
 func (c *Config) buildableFaults() error {
-	if err := c.Faults.CheckModes(dataplane.ModeIPVS); err != nil {
+	if err := c.Faults.CheckModes(proxy.ModeIPVS); err != nil {
 		return err
 	}
-	if c.Faults.Has(dataplane.FaultSkewAtMDE) && slices.Contains(hashSchedulers, c.Scheduler) {
-		return dataplane.NotBuiltError(dataplane.FaultSkewAtMDE, dataplane.ModeIPVS, fmt.Sprintf(
+	if c.Faults.Has(proxy.FaultSkewAtMDE) && slices.Contains(hashSchedulers, c.Scheduler) {
+		return proxy.NotBuiltError(proxy.FaultSkewAtMDE, proxy.ModeIPVS, fmt.Sprintf(
 			"scheduler %s maps each client address to a real server through a hash table, so weights cannot raise one share by exactly %g (use rr, wrr, lc, wlc, sed or nq)",
-			c.Scheduler, dataplane.SkewMDE))
+			c.Scheduler, proxy.SkewMDE))
 	}
 	return nil
 }
 
 // schedulerFor is the scheduler a virtual server is programmed with. The
 // uniform-probability fault gives the last real server weight 2, and
-// skew-at-mde weights the first one up (dataplane.MDESkewWeights); rr and lc
+// skew-at-mde weights the first one up (proxy.MDESkewWeights); rr and lc
 // ignore weights (ip_vs_rr.c and ip_vs_lc.c only skip weight 0), so these
 // faults also swap them for their weighted twins, wrr and wlc, to make the
 // weights count.
 func (c *Config) schedulerFor() string {
-	if c.Faults.Has(dataplane.FaultUniformProbability) || c.Faults.Has(dataplane.FaultSkewAtMDE) {
+	if c.Faults.Has(proxy.FaultUniformProbability) || c.Faults.Has(proxy.FaultSkewAtMDE) {
 		switch c.Scheduler {
 		case "rr":
 			return "wrr"

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 )
 
 // Dump returns what the kernel holds for this node as canonical text, in
@@ -130,22 +130,22 @@ func kubeRules(save string) string {
 }
 
 // FaultMapping documents what each named fault does in IPVS mode, in
-// dataplane.AllFaults order.
+// proxy.AllFaults order.
 func FaultMapping() []string {
-	m := map[dataplane.Fault]string{
-		dataplane.FaultUniformProbability:  "the last real server of each virtual server gets weight 2 (rr and lc become wrr and wlc so that the weight counts): it gets twice the others' share",
-		dataplane.FaultKeepNotReady:        "not-ready endpoints stay real servers of the Cluster set",
-		dataplane.FaultIgnoreLocalPolicy:   "Local policies use the endpoints of every node as if they were local",
-		dataplane.FaultAffinityNoTimeout:   fmt.Sprintf("ClientIP persistence timeout %d s (180 days) instead of timeoutSeconds", noTimeout),
-		dataplane.FaultKeepDeletedEndpoint: "endpoints removed from the slices stay real servers (weight 1)",
-		dataplane.FaultDropLastEndpoint:    "the last endpoint (by address) is never added as a real server; a lone endpoint leaves the virtual server empty (rejects)",
-		dataplane.FaultSkewAtMDE:           "with k real servers the first (by address) gets weight 11(k-1) and the others 10k-11 (rr and lc become wrr and wlc): wrr gives the first exactly 1.1/k of each rotation, wlc, sed and nq on average; refused with sh, dh and mh",
+	m := map[proxy.Fault]string{
+		proxy.FaultUniformProbability:  "the last real server of each virtual server gets weight 2 (rr and lc become wrr and wlc so that the weight counts): it gets twice the others' share",
+		proxy.FaultKeepNotReady:        "not-ready endpoints stay real servers of the Cluster set",
+		proxy.FaultIgnoreLocalPolicy:   "Local policies use the endpoints of every node as if they were local",
+		proxy.FaultAffinityNoTimeout:   fmt.Sprintf("ClientIP persistence timeout %d s (180 days) instead of timeoutSeconds", noTimeout),
+		proxy.FaultKeepDeletedEndpoint: "endpoints removed from the slices stay real servers (weight 1)",
+		proxy.FaultDropLastEndpoint:    "the last endpoint (by address) is never added as a real server; a lone endpoint leaves the virtual server empty (rejects)",
+		proxy.FaultSkewAtMDE:           "with k real servers the first (by address) gets weight 11(k-1) and the others 10k-11 (rr and lc become wrr and wlc): wrr gives the first exactly 1.1/k of each rotation, wlc, sed and nq on average; refused with sh, dh and mh",
 	}
-	for _, f := range []dataplane.Fault{dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay} {
-		m[f] = "not built (the backend refuses it): " + f.NotBuilt(dataplane.ModeIPVS)
+	for _, f := range []proxy.Fault{proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay} {
+		m[f] = "not built (the backend refuses it): " + f.NotBuilt(proxy.ModeIPVS)
 	}
 	var out []string
-	for _, f := range dataplane.AllFaults() {
+	for _, f := range proxy.AllFaults() {
 		out = append(out, string(f)+": "+m[f])
 	}
 	return out

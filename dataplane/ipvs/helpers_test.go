@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -66,8 +67,8 @@ func add(st *cluster.State, sp *cluster.ServicePort, eps ...*cluster.Endpoint) {
 	}
 }
 
-func testConfig(faults ...dataplane.Fault) Config {
-	fs := dataplane.Faults{}
+func testConfig(faults ...proxy.Fault) Config {
+	fs := proxy.Faults{}
 	for _, f := range faults {
 		fs[f] = true
 	}

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -72,7 +71,7 @@ func (p *Plan) Server(k Key) (*VirtualServer, bool) {
 type Renderer struct {
 	cfg    Config
 	cat    proxy.Categorizer
-	memory *dataplane.EndpointMemory
+	memory *proxy.EndpointMemory
 }
 
 // NewRenderer validates cfg and returns a renderer.
@@ -81,8 +80,8 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 		return nil, err
 	}
 	r := &Renderer{cfg: cfg, cat: cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode)}
-	if cfg.Faults.Has(dataplane.FaultKeepDeletedEndpoint) {
-		r.memory = dataplane.NewEndpointMemory()
+	if cfg.Faults.Has(proxy.FaultKeepDeletedEndpoint) {
+		r.memory = proxy.NewEndpointMemory()
 	}
 	return r, nil
 }
@@ -193,7 +192,7 @@ func (r *Renderer) virtualServer(spn cluster.ServicePortName, sp *cluster.Servic
 	if sp.ClientIPAffinity {
 		v.Flags |= FlagPersistent
 		v.Timeout = uint32(sp.AffinityTimeout)
-		if r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout) {
+		if r.cfg.Faults.Has(proxy.FaultAffinityNoTimeout) {
 			v.Timeout = noTimeout
 		}
 	}
@@ -246,14 +245,14 @@ func (r *Renderer) dests(eps []*cluster.Endpoint) []Dest {
 		out = append(out, Dest{Addr: a, Weight: 1})
 	}
 	slices.SortFunc(out, func(a, b Dest) int { return a.Addr.Compare(b.Addr) })
-	if r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint) && len(out) > 0 {
+	if r.cfg.Faults.Has(proxy.FaultDropLastEndpoint) && len(out) > 0 {
 		out = out[:len(out)-1]
 	}
 	switch {
-	case r.cfg.Faults.Has(dataplane.FaultUniformProbability) && len(out) > 1:
+	case r.cfg.Faults.Has(proxy.FaultUniformProbability) && len(out) > 1:
 		out[len(out)-1].Weight = 2
-	case r.cfg.Faults.Has(dataplane.FaultSkewAtMDE) && len(out) > 1:
-		for i, w := range dataplane.MDESkewWeights(len(out)) {
+	case r.cfg.Faults.Has(proxy.FaultSkewAtMDE) && len(out) > 1:
+		for i, w := range proxy.MDESkewWeights(len(out)) {
 			out[i].Weight = int(w)
 		}
 	}

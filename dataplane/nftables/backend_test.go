@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -157,5 +157,5 @@ func TestConfigErrors(t *testing.T) {
 	if _, _, err := r.Render(nil, nil, true); err == nil {
 		t.Error("nil state accepted")
 	}
-	_ = dataplane.Faults{}
+	_ = proxy.Faults{}
 }

@@ -26,7 +26,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 )
 
 // Layout selects the table layout.
@@ -71,7 +71,7 @@ type Config struct {
 	// MasqueradeBit is the bit of the masquerade mark (0: 14, mark 0x4000).
 	MasqueradeBit int
 	// Faults are the named faults to build in (nil: none).
-	Faults dataplane.Faults
+	Faults proxy.Faults
 	// PreferSameNode turns on the PreferSameTrafficDistribution gate.
 	PreferSameNode bool
 	// NoCounters leaves out the per-endpoint and per-verdict counters (the

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 )
 
 // The faults at the detection limit, in both layouts.
 
 // TestFaultSkewAtMDE: the shares the programmed numgen values give are the
-// fault's target shares (dataplane.MDESkewShares), read from the
+// fault's target shares (proxy.MDESkewShares), read from the
 // kube-proxy layout's vmap ranges and from the tracer in both layouts. One
 // endpoint keeps all the traffic; the kube-proxy layout's table is the
 // same, the fast layout writes it in its cascade form, as under
@@ -27,8 +27,8 @@ func TestFaultSkewAtMDE(t *testing.T) {
 		for _, k := range []int{1, 2, 3, 10, 20, 50} {
 			st := newTestState()
 			spn := addWide(st, k)
-			_, f := load(t, testConfig(layout, dataplane.FaultSkewAtMDE), st)
-			want := dataplane.MDESkewShares(k)
+			_, f := load(t, testConfig(layout, proxy.FaultSkewAtMDE), st)
+			want := proxy.MDESkewShares(k)
 			res := trace(t, f, podIP, fmt.Sprintf("172.30.1.%d", k), 80, nil)
 			for i, e := range st.Endpoints[spn] {
 				if got := res.P(e.String()); math.Abs(got-want[i]) > 1e-12 {
@@ -58,7 +58,7 @@ func TestFaultSkewAtMDE(t *testing.T) {
 		}
 		st := newTestState()
 		addWide(st, 1)
-		_, faulty := load(t, testConfig(layout, dataplane.FaultSkewAtMDE), st)
+		_, faulty := load(t, testConfig(layout, proxy.FaultSkewAtMDE), st)
 		_, correct := load(t, testConfig(layout), st)
 		if faulty.Dump() != correct.Dump() && layout == LayoutKubeProxy {
 			t.Errorf("%s, one endpoint: the fault changed the table:\n%s", layout, lineDiff(correct.Dump(), faulty.Dump()))
@@ -88,11 +88,11 @@ func clients(t *testing.T, in func(netip.Addr) bool) (yes, no netip.Addr) {
 // TestFaultAffinityLeak: with a fresh entry for endpoint 2, a leaking client
 // is spread uniformly and another sticks; without the fault both stick.
 func TestFaultAffinityLeak(t *testing.T) {
-	leaker, keeper := clients(t, dataplane.LeakingClient)
+	leaker, keeper := clients(t, proxy.LeakingClient)
 	st, spn := affinityState(600)
 	h := History{AffinitySet(spn, "10.180.0.2:80"): time.Minute}
 	for _, layout := range layouts {
-		for _, faults := range [][]dataplane.Fault{nil, {dataplane.FaultAffinityLeak}, {dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay}} {
+		for _, faults := range [][]proxy.Fault{nil, {proxy.FaultAffinityLeak}, {proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay}} {
 			_, f := load(t, testConfig(layout, faults...), st)
 			if got := trace(t, f, keeper, "172.30.0.10", 80, h).P("10.180.0.2:80"); got != 1 {
 				t.Errorf("%s %v: client %s sticks with p %v, want 1", layout, faults, keeper, got)
@@ -107,7 +107,7 @@ func TestFaultAffinityLeak(t *testing.T) {
 					t.Errorf("%s %v: client %s (leaks: %v): P(%s) = %v, want %v", layout, faults, leaker, len(faults) > 0, e, got, p)
 				}
 			}
-			check := fmt.Sprintf("jhash ip saddr mod 10 seed %#x != 0 ip saddr @affinity-", dataplane.ClientHashSeed)
+			check := fmt.Sprintf("jhash ip saddr mod 10 seed %#x != 0 ip saddr @affinity-", proxy.ClientHashSeed)
 			if n := strings.Count(f.Dump(), check); len(faults) == 1 && n != 3 {
 				t.Errorf("%s: %d affinity checks behind the leak's jhash, want 3:\n%s", layout, n, f.Dump())
 			}
@@ -119,10 +119,10 @@ func TestFaultAffinityLeak(t *testing.T) {
 // overstaying client and not another; 2.5 timeouts old, neither; half a
 // timeout, both. The overstaying clients' updates carry twice the timeout.
 func TestFaultAffinityOverstay(t *testing.T) {
-	stayer, other := clients(t, dataplane.OverstayingClient)
+	stayer, other := clients(t, proxy.OverstayingClient)
 	st, spn := affinityState(600)
 	for _, layout := range layouts {
-		_, f := load(t, testConfig(layout, dataplane.FaultAffinityOverstay), st)
+		_, f := load(t, testConfig(layout, proxy.FaultAffinityOverstay), st)
 		for _, c := range []struct {
 			age          time.Duration
 			stays, other bool
@@ -142,7 +142,7 @@ func TestFaultAffinityOverstay(t *testing.T) {
 				}
 			}
 		}
-		long := fmt.Sprintf("jhash ip saddr mod 2 seed %#x == 0 ", dataplane.ClientHashSeed)
+		long := fmt.Sprintf("jhash ip saddr mod 2 seed %#x == 0 ", proxy.ClientHashSeed)
 		d := f.Dump()
 		// kube-proxy: one update per endpoint chain; fast: the three
 		// affinity rules and the three cascade rules.
@@ -158,7 +158,7 @@ func TestFaultAffinityOverstay(t *testing.T) {
 // (testdata/faults-mde-*.golden; -update rewrites them).
 func TestGoldenMDEFaults(t *testing.T) {
 	for _, layout := range layouts {
-		for _, f := range []dataplane.Fault{dataplane.FaultSkewAtMDE, dataplane.FaultAffinityLeak, dataplane.FaultAffinityOverstay} {
+		for _, f := range []proxy.Fault{proxy.FaultSkewAtMDE, proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay} {
 			st, _ := affinityState(600)
 			addWide(st, 3)
 			_, fk := load(t, testConfig(layout, f), st)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -22,7 +22,7 @@ func TestFaultUniformProbability(t *testing.T) {
 			add(st, sp, ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"), ep("10.180.0.3", 80, otherNode, "R"))
 			spn12 := addWide(st, 12)
 			st.Services[spn12].ClientIPAffinity, st.Services[spn12].AffinityTimeout = affinity, 600
-			_, f := load(t, testConfig(layout, dataplane.FaultUniformProbability), st)
+			_, f := load(t, testConfig(layout, proxy.FaultUniformProbability), st)
 			res := trace(t, f, podIP, "172.30.0.10", 80, nil)
 			for ep, want := range map[string]float64{"10.180.0.1:80": 1.0 / 3, "10.180.0.2:80": 2.0 / 9, "10.180.0.3:80": 4.0 / 9} {
 				if got := res.P(ep); math.Abs(got-want) > tol {
@@ -79,7 +79,7 @@ func TestFaultKeepNotReady(t *testing.T) {
 	st := newTestState()
 	add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80),
 		ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, ""), ep("10.180.0.3", 80, otherNode, "T"))
-	faultCases(t, st, "172.30.0.10", nil, dataplane.FaultKeepNotReady,
+	faultCases(t, st, "172.30.0.10", nil, proxy.FaultKeepNotReady,
 		"10.180.0.1:80", "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80")
 }
 
@@ -88,17 +88,17 @@ func TestFaultIgnoreLocalPolicy(t *testing.T) {
 	sp := clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80)
 	sp.InternalLocal = true
 	add(st, sp, ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
-	faultCases(t, st, "172.30.0.10", nil, dataplane.FaultIgnoreLocalPolicy,
+	faultCases(t, st, "172.30.0.10", nil, proxy.FaultIgnoreLocalPolicy,
 		OutcomeDrop, "10.180.0.1:80, 10.180.0.2:80")
 }
 
 func TestFaultAffinityNoTimeout(t *testing.T) {
 	st, spn := affinityState(600)
 	h := History{AffinitySet(spn, "10.180.0.2:80"): 2 * time.Hour}
-	faultCases(t, st, "172.30.0.10", h, dataplane.FaultAffinityNoTimeout,
+	faultCases(t, st, "172.30.0.10", h, proxy.FaultAffinityNoTimeout,
 		"10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80", "10.180.0.2:80")
 	for _, layout := range layouts {
-		_, f := load(t, testConfig(layout, dataplane.FaultAffinityNoTimeout), st)
+		_, f := load(t, testConfig(layout, proxy.FaultAffinityNoTimeout), st)
 		if d := f.Dump(); strings.Contains(d, "timeout") || !strings.Contains(d, "flags dynamic ;") {
 			t.Errorf("%s: affinity sets with a timeout under the fault:\n%s", layout, d)
 		}
@@ -110,11 +110,11 @@ func TestFaultDropLastEndpoint(t *testing.T) {
 	add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80),
 		ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"), ep("10.180.0.3", 80, otherNode, "R"))
 	add(st, clusterIPPort(name("ns", "one", "p"), "172.30.0.11", 80), ep("10.180.0.4", 80, otherNode, "R"))
-	faultCases(t, st, "172.30.0.10", nil, dataplane.FaultDropLastEndpoint,
+	faultCases(t, st, "172.30.0.10", nil, proxy.FaultDropLastEndpoint,
 		"10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80", "10.180.0.1:80, 10.180.0.2:80")
 	// A single endpoint gets nothing: the connection is not DNATed and
 	// cluster-ips-check rejects it.
-	faultCases(t, st, "172.30.0.11", nil, dataplane.FaultDropLastEndpoint, "10.180.0.4:80", OutcomeReject)
+	faultCases(t, st, "172.30.0.11", nil, proxy.FaultDropLastEndpoint, "10.180.0.4:80", OutcomeReject)
 }
 
 func TestFaultKeepDeletedEndpoint(t *testing.T) {
@@ -125,7 +125,7 @@ func TestFaultKeepDeletedEndpoint(t *testing.T) {
 			add(st, clusterIPPort(spn, "172.30.0.10", 80), ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
 			cfg := testConfig(layout)
 			if fault {
-				cfg = testConfig(layout, dataplane.FaultKeepDeletedEndpoint)
+				cfg = testConfig(layout, proxy.FaultKeepDeletedEndpoint)
 			}
 			b, f := load(t, cfg, st)
 			st.Endpoints[spn] = st.Endpoints[spn][:1]
@@ -144,7 +144,7 @@ func TestFaultKeepDeletedEndpoint(t *testing.T) {
 
 // faultCases traces a pod to dst:80 in both layouts without and with the
 // fault.
-func faultCases(t *testing.T, st *cluster.State, dst string, h History, fault dataplane.Fault, without, with string) {
+func faultCases(t *testing.T, st *cluster.State, dst string, h History, fault proxy.Fault, without, with string) {
 	t.Helper()
 	for _, layout := range layouts {
 		for _, c := range []struct {

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -74,8 +74,8 @@ func add(st *cluster.State, sp *cluster.ServicePort, eps ...*cluster.Endpoint) {
 	}
 }
 
-func testConfig(layout Layout, faults ...dataplane.Fault) Config {
-	fs := dataplane.Faults{}
+func testConfig(layout Layout, faults ...proxy.Fault) Config {
+	fs := proxy.Faults{}
 	for _, f := range faults {
 		fs[f] = true
 	}
@@ -193,7 +193,7 @@ func lineDiff(want, got string) string {
 	return b.String()
 }
 
-func faultNamed(s string) dataplane.Fault { return dataplane.Fault(s) }
+func faultNamed(s string) proxy.Fault { return proxy.Fault(s) }
 
 // addWide adds a service port "wide/svcN:p80" with n ready endpoints, one
 // of them local, at 172.30.1.n.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/testenv"
 )
 
@@ -97,12 +97,12 @@ func TestNFTAcceptsPartialSyncs(t *testing.T) {
 	run := nftRunner(t)
 	for _, c := range []struct {
 		layout Layout
-		faults []dataplane.Fault
+		faults []proxy.Fault
 	}{
 		{LayoutKubeProxy, nil},
 		{LayoutFast, nil},
-		{LayoutKubeProxy, []dataplane.Fault{dataplane.FaultUniformProbability, dataplane.FaultAffinityNoTimeout}},
-		{LayoutFast, []dataplane.Fault{dataplane.FaultUniformProbability, dataplane.FaultAffinityNoTimeout, dataplane.FaultDropLastEndpoint}},
+		{LayoutKubeProxy, []proxy.Fault{proxy.FaultUniformProbability, proxy.FaultAffinityNoTimeout}},
+		{LayoutFast, []proxy.Fault{proxy.FaultUniformProbability, proxy.FaultAffinityNoTimeout, proxy.FaultDropLastEndpoint}},
 	} {
 		layout := c.layout
 		t.Run(fmt.Sprintf("%s/%v", layout, c.faults), func(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -19,7 +18,7 @@ type Renderer struct {
 	cfg    Config
 	mark   string
 	cat    proxy.Categorizer
-	memory *dataplane.EndpointMemory // keep-deleted-endpoint fault
+	memory *proxy.EndpointMemory // keep-deleted-endpoint fault
 	// txs mints transactions: the Backend's Interface, or a private Fake's
 	// context (which writes the same commands).
 	txs knftables.Interface
@@ -109,8 +108,8 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 		cat:  cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode),
 		txs:  knftables.NewFake(knftables.IPv4Family, cfg.Table),
 	}
-	if cfg.Faults.Has(dataplane.FaultKeepDeletedEndpoint) {
-		r.memory = dataplane.NewEndpointMemory()
+	if cfg.Faults.Has(proxy.FaultKeepDeletedEndpoint) {
+		r.memory = proxy.NewEndpointMemory()
 	}
 	return r, nil
 }

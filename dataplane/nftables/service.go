@@ -14,7 +14,6 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -200,7 +199,7 @@ func (r *Renderer) affinitySets(rec *svcRecord, v *view) {
 	}
 	for _, ep := range v.cat.AllReachable {
 		d := &objDef{name: v.affinitySet(ep), typ: "ipv4_addr"}
-		if r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout) {
+		if r.cfg.Faults.Has(proxy.FaultAffinityNoTimeout) {
 			// The fault: entries never expire.
 			d.flags = []knftables.SetFlag{knftables.DynamicFlag}
 		} else {
@@ -215,7 +214,7 @@ func (r *Renderer) affinitySets(rec *svcRecord, v *view) {
 // selection is the list of endpoints new connections are spread over, after
 // the drop-last-endpoint fault.
 func (r *Renderer) selection(eps []*cluster.Endpoint) []*cluster.Endpoint {
-	if r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint) && len(eps) > 0 {
+	if r.cfg.Faults.Has(proxy.FaultDropLastEndpoint) && len(eps) > 0 {
 		return eps[:len(eps)-1]
 	}
 	return eps
@@ -283,8 +282,8 @@ func (r *Renderer) counter() string {
 // under the faults that change the spread (a cascade is how they are
 // written in iptables, and they are test-only).
 func (r *Renderer) cascade(v *view) bool {
-	return v.sp.ClientIPAffinity || r.cfg.Faults.Has(dataplane.FaultUniformProbability) || r.cfg.Faults.Has(dataplane.FaultDropLastEndpoint) ||
-		r.cfg.Faults.Has(dataplane.FaultSkewAtMDE)
+	return v.sp.ClientIPAffinity || r.cfg.Faults.Has(proxy.FaultUniformProbability) || r.cfg.Faults.Has(proxy.FaultDropLastEndpoint) ||
+		r.cfg.Faults.Has(proxy.FaultSkewAtMDE)
 }
 
 // fastCascadeRules are the fast layout's per-service-port endpoint
@@ -311,7 +310,7 @@ func (r *Renderer) fastCascadeRules(c *chainRec, v *view, eps []*cluster.Endpoin
 		stat := ""
 		if i < n-1 {
 			p := n - i
-			if r.cfg.Faults.Has(dataplane.FaultUniformProbability) {
+			if r.cfg.Faults.Has(proxy.FaultUniformProbability) {
 				p = n
 			}
 			stat = fmt.Sprintf(" numgen random mod %d == 0", p)
@@ -326,11 +325,11 @@ func (r *Renderer) fastCascadeRules(c *chainRec, v *view, eps []*cluster.Endpoin
 }
 
 // skewMatch is the first cascade rule's match under skew-at-mde: the first
-// endpoint's weight out of the total (dataplane.MDESkewWeights), reduced
+// endpoint's weight out of the total (proxy.MDESkewWeights), reduced
 // (11 values out of 10n), as `numgen random mod M < W`; the later rules keep
 // 1/(n-i), which splits the rest evenly.
 func skewMatch(n int) string {
-	w := dataplane.MDESkewWeights(n)
+	w := proxy.MDESkewWeights(n)
 	var sum uint64
 	for _, x := range w {
 		sum += x
@@ -345,18 +344,18 @@ func skewMatch(n int) string {
 // skew reports the skew-at-mde fault (the uniform-probability fault, which
 // also reshapes the cascade, wins when both are set).
 func (r *Renderer) skew() bool {
-	return r.cfg.Faults.Has(dataplane.FaultSkewAtMDE) && !r.cfg.Faults.Has(dataplane.FaultUniformProbability)
+	return r.cfg.Faults.Has(proxy.FaultSkewAtMDE) && !r.cfg.Faults.Has(proxy.FaultUniformProbability)
 }
 
 // leakMatch is the prefix of an affinity check under the affinity-leak
-// fault: only clients outside bucket 0 of dataplane.LeakBuckets (the same
-// kernel hash as iptables' cluster match, dataplane.ClientBucket) are
+// fault: only clients outside bucket 0 of proxy.LeakBuckets (the same
+// kernel hash as iptables' cluster match, proxy.ClientBucket) are
 // checked; the others fall through to a fresh choice.
 func (r *Renderer) leakMatch() string {
-	if !r.cfg.Faults.Has(dataplane.FaultAffinityLeak) {
+	if !r.cfg.Faults.Has(proxy.FaultAffinityLeak) {
 		return ""
 	}
-	return fmt.Sprintf("jhash ip saddr mod %d seed %#x != 0 ", dataplane.LeakBuckets, dataplane.ClientHashSeed)
+	return fmt.Sprintf("jhash ip saddr mod %d seed %#x != 0 ", proxy.LeakBuckets, proxy.ClientHashSeed)
 }
 
 // affUpdate is one way a rule records the client in an affinity set: match is
@@ -367,7 +366,7 @@ type affUpdate struct{ match, update string }
 // updates are the ways to record the client in ep's affinity set: one
 // `update @set { ip saddr }` (the set's timeout), or under the
 // affinity-overstay fault two, for the clients in bucket 0 of
-// dataplane.OverstayBuckets (timeout twice the Service's) and the others.
+// proxy.OverstayBuckets (timeout twice the Service's) and the others.
 // Without affinity, one empty update.
 func (r *Renderer) updates(v *view, ep *cluster.Endpoint) []affUpdate {
 	if !v.sp.ClientIPAffinity {
@@ -375,10 +374,10 @@ func (r *Renderer) updates(v *view, ep *cluster.Endpoint) []affUpdate {
 	}
 	set := v.affinitySet(ep)
 	plain := fmt.Sprintf(" update @%s { ip saddr }", set)
-	if !r.cfg.Faults.Has(dataplane.FaultAffinityOverstay) || r.cfg.Faults.Has(dataplane.FaultAffinityNoTimeout) {
+	if !r.cfg.Faults.Has(proxy.FaultAffinityOverstay) || r.cfg.Faults.Has(proxy.FaultAffinityNoTimeout) {
 		return []affUpdate{{update: plain}}
 	}
-	hash := fmt.Sprintf("jhash ip saddr mod %d seed %#x", dataplane.OverstayBuckets, dataplane.ClientHashSeed)
+	hash := fmt.Sprintf("jhash ip saddr mod %d seed %#x", proxy.OverstayBuckets, proxy.ClientHashSeed)
 	return []affUpdate{
 		{match: hash + " == 0 ", update: fmt.Sprintf(" update @%s { ip saddr timeout %ds }", set, 2*v.sp.AffinityTimeout)},
 		{match: hash + " != 0 ", update: plain},
@@ -525,9 +524,9 @@ func (r *Renderer) hairpinElements(rec *svcRecord, v *view) {
 // the resolution of iptables' statistic match.
 func (r *Renderer) buckets(n int) (mod uint64, keys []string) {
 	if r.skew() && n > 1 {
-		return weightedBuckets(dataplane.MDESkewWeights(n))
+		return weightedBuckets(proxy.MDESkewWeights(n))
 	}
-	if !r.cfg.Faults.Has(dataplane.FaultUniformProbability) || n <= 2 {
+	if !r.cfg.Faults.Has(proxy.FaultUniformProbability) || n <= 2 {
 		keys = make([]string, n)
 		for i := range keys {
 			keys[i] = strconv.Itoa(i)

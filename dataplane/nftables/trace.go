@@ -16,7 +16,7 @@ package nftables
 // It understands the rules this package writes, not arbitrary nftables: an
 // unknown expression is an error. `jhash ip saddr mod N seed S` (the
 // affinity-leak and affinity-overstay faults) is evaluated with the
-// kernel's hash (dataplane.JHashBucket), and an update's own element
+// kernel's hash (proxy.JHashBucket), and an update's own element
 // timeout sets how long the clients it refreshes are remembered. Not
 // modelled: conntrack beyond the NEW
 // state (`ct state new` and `ct status dnat` are evaluated for the first
@@ -33,7 +33,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 )
 
 // Outcomes of a trace besides an endpoint "ip:port".
@@ -849,7 +849,7 @@ func parseOne(t []string) (expr, int, error) {
 }
 
 // jhashExpr is `jhash ip saddr mod N seed S ==|!= K`: the kernel's jhash
-// of the source address, scaled into N buckets (dataplane.JHashBucket).
+// of the source address, scaled into N buckets (proxy.JHashBucket).
 type jhashExpr struct {
 	mod, seed, k uint32
 	neg          bool
@@ -871,7 +871,7 @@ func (j *jhashExpr) eval(_ *Tracer, f flow, _ History) ([]exprResult, error) {
 }
 
 func (j *jhashExpr) holds(src netip.Addr) bool {
-	return (dataplane.JHashBucket(src, j.mod, j.seed) == j.k) != j.neg
+	return (proxy.JHashBucket(src, j.mod, j.seed) == j.k) != j.neg
 }
 
 // updateExpr is `update @set { ip saddr [timeout D] }`.

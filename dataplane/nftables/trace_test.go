@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -263,4 +263,4 @@ func affinityTable(t *testing.T, f *knftables.Fake, st *cluster.State) string {
 	return b.String()
 }
 
-func allFaults() []string { return dataplane.FaultNames() }
+func allFaults() []string { return proxy.FaultNames() }

@@ -1,11 +1,13 @@
-// Package proxy is the subject's endpoint eligibility, written from
-// kube-proxy's CategorizeEndpoints (pkg/proxy/topology.go, the version with
-// PreferSameNode, about v1.33) and the traffic-policy predicates of its
-// ServicePort. Every dataplane backend uses it, and so do the simulator's
-// engines (sim/engine), which model the subject: one copy of kube-proxy's
-// logic on the subject's side. The oracle (sim/oracle) has its own,
-// independent reading of the documentation and never imports this package
-// (design principle 1).
+// Package proxy is the subject's kube-proxy logic that every backend shares:
+// endpoint eligibility, written from kube-proxy's CategorizeEndpoints
+// (pkg/proxy/topology.go, the version with PreferSameNode, about v1.33) and
+// the traffic-policy predicates of its ServicePort, and the named faults
+// (faults.go, faultlimits.go) the harness builds in to prove its checks
+// catch a wrong dataplane. Every dataplane backend uses it, and so do the
+// simulator's engines (sim/engine), which model the subject: one copy of
+// kube-proxy's logic on the subject's side. The oracle (sim/oracle) has its
+// own, independent reading of the documentation and never imports this
+// package (design principle 1).
 //
 // The package is pure (no kernel, no netlink, no metrics), so that the
 // simulator can import it without the dataplane's root package.
@@ -54,8 +56,8 @@ type Categorized struct {
 
 // Categorizer holds what eligibility depends on besides the endpoints: the
 // node, its zone, the PreferSameNode feature gate and the two named faults
-// that act on eligibility (dataplane.FaultKeepNotReady and
-// dataplane.FaultIgnoreLocalPolicy; the other faults act in the backends).
+// that act on eligibility (FaultKeepNotReady and
+// FaultIgnoreLocalPolicy; the other faults act in the backends).
 type Categorizer struct {
 	Node string
 	Zone string

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -75,7 +75,7 @@ func TestConformanceCorrect(t *testing.T) {
 func TestConformanceFaults(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "iptables-nft-restore", "conntrack")
-	for _, f := range dataplane.AllFaults() {
+	for _, f := range proxy.AllFaults() {
 		want, ok := FaultCatches[f]
 		if !ok {
 			t.Errorf("fault %s has no check declared to catch it", f)

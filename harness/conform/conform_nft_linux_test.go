@@ -3,7 +3,7 @@ package conform
 import (
 	"testing"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/testenv"
 )
@@ -26,7 +26,7 @@ func TestConformanceNFTables(t *testing.T) {
 				}
 				t.Fatalf("the correct dataplane failed %d checks: %v", len(f), f)
 			}
-			for _, f := range dataplane.AllFaults() {
+			for _, f := range proxy.AllFaults() {
 				run := runDir(t, Options{Mode: "nftables", NFTablesLayout: layout, Faults: []string{string(f)}}, FaultCatches[f])
 				caught := false
 				for _, s := range run.Suites {

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/harness/traffic"
@@ -32,7 +32,7 @@ func TestProbeBlocksIndependent(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := &suite{o: Options{Mode: c.mode, IPTablesBackend: c.backend, Log: io.Discard}, l: l, out: &report.Suite{Scenario: "many-endpoints"}}
-			if err := s.setup(context.Background(), dataplane.Faults{}, &report.Run{}); err != nil {
+			if err := s.setup(context.Background(), proxy.Faults{}, &report.Run{}); err != nil {
 				s.teardown()
 				t.Fatal(err)
 			}

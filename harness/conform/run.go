@@ -32,6 +32,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane/ipvs"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/dataplane/nftables"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/traffic"
@@ -80,16 +81,16 @@ func (e *EnvironmentError) Unwrap() error { return e.Err }
 
 // FaultCatches names, for each fault, the check type that must catch it in
 // scenarios/conformance: the harness's claim about its own power.
-var FaultCatches = map[dataplane.Fault]string{
-	dataplane.FaultUniformProbability:  "distribution",
-	dataplane.FaultKeepNotReady:        "flapping",
-	dataplane.FaultIgnoreLocalPolicy:   "internal-traffic-local",
-	dataplane.FaultAffinityNoTimeout:   "affinity",
-	dataplane.FaultKeepDeletedEndpoint: "terminating",
-	dataplane.FaultDropLastEndpoint:    "distribution",
-	dataplane.FaultSkewAtMDE:           "distribution",
-	dataplane.FaultAffinityLeak:        "affinity",
-	dataplane.FaultAffinityOverstay:    "affinity",
+var FaultCatches = map[proxy.Fault]string{
+	proxy.FaultUniformProbability:  "distribution",
+	proxy.FaultKeepNotReady:        "flapping",
+	proxy.FaultIgnoreLocalPolicy:   "internal-traffic-local",
+	proxy.FaultAffinityNoTimeout:   "affinity",
+	proxy.FaultKeepDeletedEndpoint: "terminating",
+	proxy.FaultDropLastEndpoint:    "distribution",
+	proxy.FaultSkewAtMDE:           "distribution",
+	proxy.FaultAffinityLeak:        "affinity",
+	proxy.FaultAffinityOverstay:    "affinity",
 }
 
 // Timing bounds.
@@ -157,20 +158,20 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 // load reads every scenario and the options' defaults and faults. Bad input
 // comes first (exit 2), so that a scenario is checked, checks resolved
 // included, on any machine, before the environment is.
-func load(files []string, o Options) (Options, dataplane.Faults, []*scenario.Loaded, error) {
+func load(files []string, o Options) (Options, proxy.Faults, []*scenario.Loaded, error) {
 	if o.FamilyAlpha == 0 {
 		o.FamilyAlpha = stats.DefaultFamilyAlpha
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	faults, err := dataplane.ParseFaults(o.Faults)
+	faults, err := proxy.ParseFaults(o.Faults)
 	if err != nil {
 		return o, nil, nil, err
 	}
 	for _, f := range faults.Names() {
-		if why := dataplane.Fault(f).NotBuilt(o.Mode); why != "" {
-			return o, nil, nil, dataplane.NotBuiltError(dataplane.Fault(f), o.Mode, why)
+		if why := proxy.Fault(f).NotBuilt(o.Mode); why != "" {
+			return o, nil, nil, proxy.NotBuiltError(proxy.Fault(f), o.Mode, why)
 		}
 	}
 	var loaded []*scenario.Loaded
@@ -190,7 +191,7 @@ func load(files []string, o Options) (Options, dataplane.Faults, []*scenario.Loa
 // execute runs every scenario with runOne, each check sized at the first
 // Holm level of the whole run, and applies Holm over the run's verdicts.
 func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne func(context.Context, *scenario.Loaded, float64, *report.Run) *report.Suite) *report.Run {
-	faults, _ := dataplane.ParseFaults(o.Faults) // load checked them
+	faults, _ := proxy.ParseFaults(o.Faults) // load checked them
 	run := &report.Run{Mode: o.Mode, Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
 	if o.Seed != nil {
 		run.Seed = *o.Seed
@@ -435,7 +436,7 @@ type suite struct {
 	syncers     sync.WaitGroup
 }
 
-func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults dataplane.Faults, alphaUnit float64, run *report.Run) *report.Suite {
+func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults proxy.Faults, alphaUnit float64, run *report.Run) *report.Suite {
 	start := time.Now()
 	out := &report.Suite{Scenario: l.Scenario.Metadata.Name, File: l.File, Figures: map[string]any{}}
 	fmt.Fprintf(o.Log, "conform: %s (%s)\n", out.Scenario, l.File)
@@ -468,7 +469,7 @@ func (s *suite) reportRate(p *Prober) {
 	}
 }
 
-func (s *suite) setup(ctx context.Context, faults dataplane.Faults, run *report.Run) error {
+func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run) error {
 	m, variant, err := s.configure(ctx, run)
 	if err != nil {
 		return err

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/ipvs"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/conform"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -44,7 +44,7 @@ func Conform(ctx context.Context, files []string, co conform.Options, o Options)
 	if InVM() {
 		return nil, errors.New("already inside the kpsim VM: refusing to start another")
 	}
-	if _, err := dataplane.ParseFaults(co.Faults); err != nil {
+	if _, err := proxy.ParseFaults(co.Faults); err != nil {
 		return nil, err
 	}
 	in := map[string][]byte{}

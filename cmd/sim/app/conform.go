@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/conform"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/vm"
@@ -80,7 +80,7 @@ the reason, and is neither a pass nor a failure.`,
 				base = *o.Seed
 			}
 			if handled, err := ck.run(ctx, s, files, o, base); handled {
-				if errors.Is(err, dataplane.ErrUnknownFault) || errors.Is(err, dataplane.ErrFaultNotBuilt) {
+				if errors.Is(err, proxy.ErrUnknownFault) || errors.Is(err, proxy.ErrFaultNotBuilt) {
 					return &UsageError{Err: err}
 				}
 				return err
@@ -102,7 +102,7 @@ the reason, and is neither a pass nor a failure.`,
 					return &EnvError{Err: err}
 				}
 				if run == nil {
-					if errors.Is(err, dataplane.ErrUnknownFault) || errors.Is(err, dataplane.ErrFaultNotBuilt) {
+					if errors.Is(err, proxy.ErrUnknownFault) || errors.Is(err, proxy.ErrFaultNotBuilt) {
 						return &UsageError{Err: err}
 					}
 					return err
@@ -124,7 +124,7 @@ the reason, and is neither a pass nor a failure.`,
 	f.out.add(c)
 	ck.add(c)
 	c.Flags().StringVar(&f.mode, "mode", "iptables", "kube-proxy mode to program: iptables, nftables or ipvs")
-	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault into the dataplane (repeatable): "+fmt.Sprint(dataplane.FaultNames()))
+	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault into the dataplane (repeatable): "+fmt.Sprint(proxy.FaultNames()))
 	c.Flags().Uint64Var(&f.seed, "seed", 0, "override every scenario's seed")
 	c.Flags().StringVar(&f.junit, "junit", "", "write a JUnit XML report to this file")
 	c.Flags().StringVar(&f.json, "json", "", "write the JSON report (every figure) to this file")
@@ -157,7 +157,7 @@ func (f *conformFlags) check() error {
 	if err := f.out.check(); err != nil {
 		return err
 	}
-	if _, err := dataplane.ParseFaults(f.faults); err != nil {
+	if _, err := proxy.ParseFaults(f.faults); err != nil {
 		return &UsageError{Err: err}
 	}
 	if f.backend != "" && f.backend != "nft" && f.backend != "legacy" {

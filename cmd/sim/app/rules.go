@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/nftables"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/apiserver"
 )
 
@@ -40,7 +40,7 @@ from the built-in chains (applied once per namespace). With --affinity ipset,
 the ipset restore input comes first, as comment lines.
 
 --node defaults to the first node in sorted order. --fault builds in a named
-fault (repeatable): ` + strings.Join(dataplane.FaultNames(), ", ") + `.
+fault (repeatable): ` + strings.Join(proxy.FaultNames(), ", ") + `.
 --affinity defaults to the scenario's proxy.iptablesAffinity.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -70,7 +70,7 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 	if f.affinity != "" && f.affinity != string(iptables.AffinityRecent) && f.affinity != string(iptables.AffinityIPSet) {
 		return &UsageError{Err: fmt.Errorf("unknown affinity layout %q: use recent or ipset", f.affinity)}
 	}
-	faults, err := dataplane.ParseFaults(f.faults)
+	faults, err := proxy.ParseFaults(f.faults)
 	if err != nil {
 		return &UsageError{Err: err}
 	}

@@ -1,4 +1,4 @@
-package dataplane
+package proxy
 
 // The faults at the detection limit (skew-at-mde, affinity-leak,
 // affinity-overstay): their parameters, the client hash two of them select
@@ -10,14 +10,13 @@ import (
 	"math/bits"
 	"net/netip"
 	"slices"
-
-	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 // SkewMDE is the relative raise of the first endpoint's share under
 // FaultSkewAtMDE: the harness's default minimum detectable effect,
-// scenario.DefaultMDE (10 %).
-const SkewMDE = scenario.DefaultMDE
+// scenario.DefaultMDE (10 %; a test pins the two together, since this
+// package may not import the scenario format).
+const SkewMDE = 0.10
 
 // skewNum/skewDen is 1+SkewMDE as a fraction (11/10), for integer weights
 // (TestSkewFraction holds them to SkewMDE).

@@ -1,4 +1,4 @@
-package dataplane
+package proxy
 
 import (
 	"errors"
@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -149,8 +148,8 @@ func (fs Faults) Names() []string {
 
 // Categorizer is the endpoint eligibility of node with the faults that act
 // on it (FaultKeepNotReady, FaultIgnoreLocalPolicy) in force.
-func (fs Faults) Categorizer(node string, preferSameNode bool) proxy.Categorizer {
-	return proxy.Categorizer{
+func (fs Faults) Categorizer(node string, preferSameNode bool) Categorizer {
+	return Categorizer{
 		Node:              node,
 		PreferSameNode:    preferSameNode,
 		KeepNotReady:      fs.Has(FaultKeepNotReady),
