@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/stats"
@@ -258,7 +259,7 @@ func TestBackendRecoversInNamespace(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got, want := chainSummary(save), chainSummary(fc.Fake.Dump()); got != want {
-				t.Errorf("kernel chains after recovery (-fresh +kernel):\n%s", lineDiffSimple(want, got))
+				t.Errorf("kernel chains after recovery (-fresh +kernel):\n%s", dataplanetest.Diff(want, got))
 			}
 			wantSets, _ := fc.IPSetNames()
 			if got, want := strings.Join(sets, " "), strings.Join(wantSets, " "); got != want {
@@ -296,21 +297,4 @@ func chainSummary(save string) string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
-}
-
-// lineDiffSimple lists the lines only in want (-) or only in got (+).
-func lineDiffSimple(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	for _, l := range w {
-		if !slices.Contains(g, l) {
-			b.WriteString("-" + l + "\n")
-		}
-	}
-	for _, l := range g {
-		if !slices.Contains(w, l) {
-			b.WriteString("+" + l + "\n")
-		}
-	}
-	return b.String()
 }

@@ -2,77 +2,39 @@ package nftables
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
 
+	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden")
-
-// Fixture conventions from kube-proxy's tests: pods 10.0.0.0/8, cluster IPs
-// 172.30.0.0/16, this node "node1" at 192.168.0.2, another node "node2".
+// Fixtures and the golden helper from the backends' test kit.
 const (
-	thisNode  = "node1"
-	otherNode = "node2"
+	thisNode  = dataplanetest.ThisNode
+	otherNode = dataplanetest.OtherNode
 )
 
 var (
-	podCIDR = netip.MustParsePrefix("10.0.0.0/8")
-	nodeIP  = netip.MustParseAddr("192.168.0.2")
-	podIP   = netip.MustParseAddr("10.0.0.2")
-	extIP   = netip.MustParseAddr("203.0.113.2")
+	podCIDR = dataplanetest.PodCIDR
+	nodeIP  = dataplanetest.NodeIP
+	podIP   = dataplanetest.PodIP
+	extIP   = dataplanetest.ExtIP
 	layouts = []Layout{LayoutKubeProxy, LayoutFast}
+
+	name          = dataplanetest.Name
+	clusterIPPort = dataplanetest.ClusterIPPort
+	ep            = dataplanetest.EP
+	newTestState  = dataplanetest.NewState
+	add           = dataplanetest.Add
+	golden        = dataplanetest.Golden
+	lineDiff      = dataplanetest.Diff
 )
-
-func name(ns, svc, port string) cluster.ServicePortName {
-	return cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: svc}, Port: port, Protocol: corev1.ProtocolTCP}
-}
-
-func clusterIPPort(n cluster.ServicePortName, ip string, port int32) *cluster.ServicePort {
-	return &cluster.ServicePort{Name: n, Type: corev1.ServiceTypeClusterIP, ClusterIP: netip.MustParseAddr(ip), Port: port, TargetPort: "80"}
-}
-
-// ep builds an endpoint; flags: "R" ready, "S" serving, "T" terminating
-// (a ready endpoint is serving).
-func ep(ip string, port int32, node, flags string) *cluster.Endpoint {
-	return &cluster.Endpoint{
-		IP: netip.MustParseAddr(ip), Port: port, NodeName: node,
-		Ready:       strings.Contains(flags, "R"),
-		Serving:     strings.Contains(flags, "R") || strings.Contains(flags, "S"),
-		Terminating: strings.Contains(flags, "T"),
-	}
-}
-
-func newTestState() *cluster.State {
-	return &cluster.State{
-		Services:  map[cluster.ServicePortName]*cluster.ServicePort{},
-		Endpoints: map[cluster.ServicePortName][]*cluster.Endpoint{},
-		Nodes: map[string]*cluster.Node{
-			thisNode:  {Name: thisNode, IP: nodeIP, Zone: "zone-a"},
-			otherNode: {Name: otherNode, IP: netip.MustParseAddr("192.168.0.3"), Zone: "zone-b"},
-		},
-	}
-}
-
-func add(st *cluster.State, sp *cluster.ServicePort, eps ...*cluster.Endpoint) {
-	st.Services[sp.Name] = sp
-	if len(eps) > 0 {
-		st.Endpoints[sp.Name] = eps
-	} else {
-		delete(st.Endpoints, sp.Name)
-	}
-}
 
 func testConfig(layout Layout, faults ...proxy.Fault) Config {
 	fs := proxy.Faults{}
@@ -149,48 +111,6 @@ func targets(r Result) string {
 		out = append(out, s)
 	}
 	return strings.Join(out, ", ")
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs from the golden file (run with -update and review the diff):\n%s", path, lineDiff(string(want), got))
-	}
-}
-
-// lineDiff lists the lines only in want (-) or only in got (+).
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	inW, inG := map[string]int{}, map[string]int{}
-	for _, l := range w {
-		inW[l]++
-	}
-	for _, l := range g {
-		inG[l]++
-	}
-	var b strings.Builder
-	for _, l := range w {
-		if inG[l] == 0 {
-			b.WriteString("- " + l + "\n")
-		}
-	}
-	for _, l := range g {
-		if inW[l] == 0 {
-			b.WriteString("+ " + l + "\n")
-		}
-	}
-	return b.String()
 }
 
 func faultNamed(s string) proxy.Fault { return proxy.Fault(s) }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/testenv"
 )
@@ -186,7 +187,7 @@ func TestNFTCountersLive(t *testing.T) {
 					}
 				}
 			}
-			if *update {
+			if dataplanetest.Updating() {
 				for ext, b := range map[string][]byte{".txt": text, ".json": js} {
 					if err := os.WriteFile(filepath.Join("testdata", "counters-"+string(layout)+ext), b, 0o644); err != nil {
 						t.Fatalf("could not update the golden: %v", err)

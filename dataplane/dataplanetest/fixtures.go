@@ -1,0 +1,122 @@
+// Package dataplanetest is the backends' test kit: the fixtures the
+// iptables, nftables and IPVS tests share (kube-proxy's test conventions)
+// and one golden-file helper with one -update flag. Only _test files import
+// it.
+package dataplanetest
+
+import (
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// Fixture conventions from kube-proxy's tests: pods 10.0.0.0/8, cluster IPs
+// 172.30.0.0/16, this node "node1" at 192.168.0.2, another node "node2" at
+// 192.168.0.3.
+const (
+	// ThisNode is the node the proxy under test runs on.
+	ThisNode = "node1"
+	// OtherNode is another node of the cluster.
+	OtherNode = "node2"
+)
+
+var (
+	// PodCIDR is the cluster's pod range (the local-traffic detector).
+	PodCIDR = netip.MustParsePrefix("10.0.0.0/8")
+	// NodeIP is ThisNode's address.
+	NodeIP = netip.MustParseAddr("192.168.0.2")
+	// OtherNodeIP is OtherNode's address.
+	OtherNodeIP = netip.MustParseAddr("192.168.0.3")
+	// PodIP is a client pod inside PodCIDR.
+	PodIP = netip.MustParseAddr("10.0.0.2")
+	// ExtIP is a client outside the cluster.
+	ExtIP = netip.MustParseAddr("203.0.113.2")
+)
+
+// Name is the TCP service port ns/svc:port.
+func Name(ns, svc, port string) cluster.ServicePortName {
+	return cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: svc}, Port: port, Protocol: corev1.ProtocolTCP}
+}
+
+// ClusterIPPort is a ClusterIP service port n at ip:port, target port "80".
+func ClusterIPPort(n cluster.ServicePortName, ip string, port int32) *cluster.ServicePort {
+	return &cluster.ServicePort{Name: n, Type: corev1.ServiceTypeClusterIP, ClusterIP: netip.MustParseAddr(ip), Port: port, TargetPort: "80"}
+}
+
+// EP builds an endpoint; flags: "R" ready, "S" serving, "T" terminating
+// (a ready endpoint is serving).
+func EP(ip string, port int32, node, flags string) *cluster.Endpoint {
+	return &cluster.Endpoint{
+		IP: netip.MustParseAddr(ip), Port: port, NodeName: node,
+		Ready:       strings.Contains(flags, "R"),
+		Serving:     strings.Contains(flags, "R") || strings.Contains(flags, "S"),
+		Terminating: strings.Contains(flags, "T"),
+	}
+}
+
+// NewState is an empty cluster of ThisNode (zone-a) and OtherNode (zone-b).
+func NewState() *cluster.State {
+	return &cluster.State{
+		Services:  map[cluster.ServicePortName]*cluster.ServicePort{},
+		Endpoints: map[cluster.ServicePortName][]*cluster.Endpoint{},
+		Nodes: map[string]*cluster.Node{
+			ThisNode:  {Name: ThisNode, IP: NodeIP, Zone: "zone-a"},
+			OtherNode: {Name: OtherNode, IP: OtherNodeIP, Zone: "zone-b"},
+		},
+	}
+}
+
+// Add puts sp into st with eps as its endpoints; without eps the service
+// port has no endpoints (any it had are removed).
+func Add(st *cluster.State, sp *cluster.ServicePort, eps ...*cluster.Endpoint) {
+	st.Services[sp.Name] = sp
+	if len(eps) > 0 {
+		st.Endpoints[sp.Name] = eps
+	} else {
+		delete(st.Endpoints, sp.Name)
+	}
+}
+
+// OverallState is one node's view of a cluster with one Service of each
+// kind the backends distinguish (kube-proxy's TestOverallIPTablesRules in
+// spirit). A backend's golden test may add to it or adjust one service.
+func OverallState() *cluster.State {
+	st := NewState()
+	// svc1: one endpoint.
+	Add(st, ClusterIPPort(Name("ns1", "svc1", "p80"), "172.30.0.41", 80), EP("10.180.0.1", 80, OtherNode, "R"))
+	// svc2: three ready endpoints (one local) and one not ready.
+	Add(st, ClusterIPPort(Name("ns2", "svc2", "p80"), "172.30.0.42", 80),
+		EP("10.180.0.4", 80, OtherNode, "R"), EP("10.180.0.5", 80, ThisNode, "R"), EP("10.180.0.6", 80, ThisNode, ""), EP("10.180.1.7", 80, OtherNode, "R"))
+	// svc3: ClientIP affinity.
+	sp3 := ClusterIPPort(Name("ns3", "svc3", "p80"), "172.30.0.43", 80)
+	sp3.ClientIPAffinity, sp3.AffinityTimeout = true, 10800
+	Add(st, sp3, EP("10.180.0.3", 80, OtherNode, "R"), EP("10.180.2.3", 80, ThisNode, "R"))
+	// svc4: internalTrafficPolicy Local with a local endpoint.
+	sp4 := ClusterIPPort(Name("ns4", "svc4", "p80"), "172.30.0.44", 80)
+	sp4.InternalLocal = true
+	Add(st, sp4, EP("10.180.0.8", 80, ThisNode, "R"), EP("10.180.0.9", 80, OtherNode, "R"))
+	// svc5: internalTrafficPolicy Local without one.
+	sp5 := ClusterIPPort(Name("ns5", "svc5", "p80"), "172.30.0.45", 80)
+	sp5.InternalLocal = true
+	Add(st, sp5, EP("10.180.0.10", 80, OtherNode, "R"))
+	// svc6: no endpoints.
+	Add(st, ClusterIPPort(Name("ns6", "svc6", "p80"), "172.30.0.46", 80))
+	// svc7: only terminating endpoints (one serving, one not).
+	Add(st, ClusterIPPort(Name("ns7", "svc7", "p80"), "172.30.0.47", 80),
+		EP("10.180.0.11", 80, OtherNode, "ST"), EP("10.180.0.12", 80, OtherNode, "T"))
+	// svc8: NodePort, externalTrafficPolicy Local, UDP.
+	n8 := Name("ns8", "svc8", "dns")
+	n8.Protocol = corev1.ProtocolUDP
+	sp8 := ClusterIPPort(n8, "172.30.0.48", 53)
+	sp8.Type, sp8.NodePort, sp8.ExternalLocal = corev1.ServiceTypeNodePort, 30053, true
+	Add(st, sp8, EP("10.180.0.13", 53, ThisNode, "R"), EP("10.180.0.14", 53, OtherNode, "R"))
+	// svc9: NodePort, Cluster policies, unnamed port.
+	sp9 := ClusterIPPort(Name("ns9", "svc9", ""), "172.30.0.49", 8080)
+	sp9.Type, sp9.NodePort = corev1.ServiceTypeNodePort, 30080
+	Add(st, sp9, EP("10.180.0.15", 8080, OtherNode, "R"))
+	return st
+}
