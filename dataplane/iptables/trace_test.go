@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kpsim/kpsim/dataplane/dataplanetest"
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -155,57 +157,34 @@ func TestInternalTrafficPolicy(t *testing.T) {
 	}
 }
 
-// TestTerminatingEndpoints is kube-proxy's
-// TestTerminatingEndpointsTrafficPolicyLocal/Cluster (reference §4.3), with a
-// node port standing in for the load-balancer IP.
+// TestTerminatingEndpoints runs the reference vectors with traffic outcomes
+// (harness/testenv/testdata/vectors.yaml: kube-proxy's
+// TestTerminatingEndpointsTrafficPolicyLocal/Cluster, reference §4.3, and
+// the internalTrafficPolicy cases), with the node port standing in for the
+// load-balancer IP.
 func TestTerminatingEndpoints(t *testing.T) {
-	const np = 30001
-	local, remote := thisNode, otherNode
-	for _, c := range []struct {
-		name             string
-		etpLocal         bool
-		eps              []*cluster.Endpoint
-		internal, extern string
-	}{
-		{"etp local: only terminating endpoints exist", true, []*cluster.Endpoint{
-			ep("10.0.1.2", 80, local, "ST"), ep("10.0.1.3", 80, local, "ST"), ep("10.0.1.4", 80, local, "T"), ep("10.0.1.5", 80, remote, "R"),
-		}, "10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80"},
-		{"etp local: terminating endpoints on remote node", true, []*cluster.Endpoint{
-			ep("10.0.1.5", 80, remote, "ST"),
-		}, "10.0.1.5:80", OutcomeDrop},
-		{"etp local: no usable endpoints on any node", true, []*cluster.Endpoint{
-			ep("10.0.1.5", 80, local, "T"), ep("10.0.1.6", 80, remote, "T"),
-		}, OutcomeReject, OutcomeReject},
-		{"etp cluster: ready endpoints exist", false, []*cluster.Endpoint{
-			ep("10.0.1.1", 80, local, "R"), ep("10.0.1.2", 80, local, "R"), ep("10.0.1.3", 80, local, "ST"), ep("10.0.1.4", 80, local, "T"), ep("10.0.1.5", 80, remote, "R"),
-		}, "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80 masq, 10.0.1.2:80 masq, 10.0.1.5:80 masq"},
-		{"etp cluster: only terminating endpoints exist", false, []*cluster.Endpoint{
-			ep("10.0.1.2", 80, local, "ST"), ep("10.0.1.3", 80, local, "ST"), ep("10.0.1.4", 80, local, "T"), ep("10.0.1.5", 80, remote, "ST"),
-		}, "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80 masq, 10.0.1.3:80 masq, 10.0.1.5:80 masq"},
-		{"etp cluster: terminating endpoints on remote node", false, []*cluster.Endpoint{
-			ep("10.0.1.5", 80, remote, "ST"),
-		}, "10.0.1.5:80", "10.0.1.5:80 masq"},
-		{"etp cluster: no usable endpoints on any node", false, []*cluster.Endpoint{
-			ep("10.0.1.5", 80, local, "T"), ep("10.0.1.6", 80, remote, "T"),
-		}, OutcomeReject, OutcomeReject},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			st := newState()
-			sp := clusterIPPort(name("ns1", "svc1", ""), "172.30.1.1", 80)
-			sp.Type, sp.NodePort, sp.ExternalLocal = corev1.ServiceTypeNodePort, np, c.etpLocal
-			add(st, sp, c.eps...)
+	for _, c := range testenv.TrafficVectors(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			st, sp := dataplanetest.VectorState(c)
+			internal, extern := dataplanetest.VectorTargets(c, "iptables")
+			np := int(sp.NodePort)
 			f, b, _ := load(t, testConfig(), st)
-			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != c.internal {
-				t.Errorf("pod -> cluster IP = %q, want %q", got, c.internal)
+			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != internal {
+				t.Errorf("pod -> cluster IP = %q, want %q", got, internal)
 			}
-			if got := targets(trace(t, f, extIP, nodeIP.String(), np, nil)); got != c.extern {
-				t.Errorf("external -> node port = %q, want %q", got, c.extern)
+			if extern != "" {
+				if got := targets(trace(t, f, extIP, nodeIP.String(), np, nil)); got != extern {
+					t.Errorf("external -> node port = %q, want %q", got, extern)
+				}
 			}
 			// After the endpoints are deleted: REJECT for both.
 			delete(st.Endpoints, sp.Name)
 			apply(t, b, st, []cluster.ServicePortName{sp.Name}, false)
 			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != OutcomeReject {
 				t.Errorf("after delete: pod -> cluster IP = %q, want REJECT", got)
+			}
+			if extern == "" {
+				return
 			}
 			if got := targets(trace(t, f, extIP, nodeIP.String(), np, nil)); got != OutcomeReject {
 				t.Errorf("after delete: external -> node port = %q, want REJECT", got)

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -127,68 +128,37 @@ func TestTraceInternalTrafficPolicy(t *testing.T) {
 	}
 }
 
-// TestTraceTerminating: kube-proxy's TestTerminatingEndpointsTrafficPolicy*
-// vectors (reference §4.3), with the node port standing in for the
-// load-balancer IP. Flags: R ready, S serving, T terminating; L local.
+// TestTraceTerminating runs the reference vectors with traffic outcomes
+// (harness/testenv/testdata/vectors.yaml: kube-proxy's
+// TestTerminatingEndpointsTrafficPolicy*, reference §4.3, and the
+// internalTrafficPolicy cases) in both layouts, with the node port standing
+// in for the load-balancer IP.
 func TestTraceTerminating(t *testing.T) {
-	type e struct {
-		ip    string
-		flags string
-		local bool
-	}
 	for _, layout := range layouts {
-		for _, c := range []struct {
-			name          string
-			etpLocal      bool
-			eps           []e
-			internal, ext string
-		}{
-			{"ETP Local, only terminating endpoints exist", true,
-				[]e{{"10.0.1.2", "ST", true}, {"10.0.1.3", "ST", true}, {"10.0.1.4", "T", true}, {"10.0.1.5", "R", false}},
-				"10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80"},
-			{"ETP Local, terminating endpoints on remote node", true,
-				[]e{{"10.0.1.5", "ST", false}}, "10.0.1.5:80", OutcomeDrop},
-			{"ETP Local, no usable endpoints on any node", true,
-				[]e{{"10.0.1.5", "T", true}, {"10.0.1.6", "T", false}}, OutcomeReject, OutcomeReject},
-			{"ETP Cluster, ready endpoints exist", false,
-				[]e{{"10.0.1.1", "R", true}, {"10.0.1.2", "R", true}, {"10.0.1.3", "ST", false}, {"10.0.1.4", "T", false}, {"10.0.1.5", "R", false}},
-				"10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80 masq, 10.0.1.2:80 masq, 10.0.1.5:80 masq"},
-			{"ETP Cluster, only terminating endpoints exist", false,
-				[]e{{"10.0.1.2", "ST", true}, {"10.0.1.3", "ST", true}, {"10.0.1.4", "T", false}, {"10.0.1.5", "ST", false}},
-				"10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80 masq, 10.0.1.3:80 masq, 10.0.1.5:80 masq"},
-			{"ETP Cluster, terminating endpoints on remote node", false,
-				[]e{{"10.0.1.5", "ST", false}}, "10.0.1.5:80", "10.0.1.5:80 masq"},
-			{"ETP Cluster, no usable endpoints on any node", false,
-				[]e{{"10.0.1.5", "T", true}, {"10.0.1.6", "T", false}}, OutcomeReject, OutcomeReject},
-		} {
-			st := newTestState()
-			spn := name("ns1", "svc1", "")
-			sp := clusterIPPort(spn, "172.30.1.1", 80)
-			sp.Type, sp.NodePort, sp.ExternalLocal = corev1.ServiceTypeLoadBalancer, 30001, c.etpLocal
-			var eps []*cluster.Endpoint
-			for _, x := range c.eps {
-				node := otherNode
-				if x.local {
-					node = thisNode
-				}
-				eps = append(eps, ep(x.ip, 80, node, x.flags))
-			}
-			add(st, sp, eps...)
+		for _, c := range testenv.TrafficVectors(t) {
+			st, sp := dataplanetest.VectorState(c)
+			internal, ext := dataplanetest.VectorTargets(c, "nftables")
 			b, f := load(t, testConfig(layout), st)
 			check := func(when, internal, ext string) {
 				t.Helper()
 				if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != internal {
-					t.Errorf("%s %s%s: pod to cluster IP %q, want %q", layout, c.name, when, got, internal)
+					t.Errorf("%s %s%s: pod to cluster IP %q, want %q", layout, c.Name, when, got, internal)
 				}
-				if got := targets(trace(t, f, extIP, nodeIP.String(), 30001, nil)); got != ext {
-					t.Errorf("%s %s%s: external to node port %q, want %q", layout, c.name, when, got, ext)
+				if ext == "" {
+					return
+				}
+				if got := targets(trace(t, f, extIP, nodeIP.String(), int(sp.NodePort), nil)); got != ext {
+					t.Errorf("%s %s%s: external to node port %q, want %q", layout, c.Name, when, got, ext)
 				}
 			}
-			check("", c.internal, c.ext)
+			check("", internal, ext)
 			// After the endpoints are deleted, both flows are rejected.
-			delete(st.Endpoints, spn)
-			sync(t, b, st, []cluster.ServicePortName{spn}, false)
-			check(" (after endpoints deleted)", OutcomeReject, OutcomeReject)
+			delete(st.Endpoints, sp.Name)
+			sync(t, b, st, []cluster.ServicePortName{sp.Name}, false)
+			if ext != "" {
+				ext = OutcomeReject
+			}
+			check(" (after endpoints deleted)", OutcomeReject, ext)
 		}
 	}
 }

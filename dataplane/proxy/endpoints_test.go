@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -57,78 +58,37 @@ func ips(eps []*cluster.Endpoint) string {
 	return strings.Join(out, ",")
 }
 
-// TestCategorize follows kube-proxy's TestCategorizeEndpoints cases and the
-// terminating-endpoint tables of reference §4.3.
+// TestCategorize runs the reference vectors with eligibility expectations
+// (harness/testenv/testdata/vectors.yaml: kube-proxy's
+// TestCategorizeEndpoints cases and the terminating-endpoint tables of
+// reference §4.3).
 func TestCategorize(t *testing.T) {
-	for _, c := range []struct {
-		name                  string
-		sp                    *cluster.ServicePort
-		eps                   []*cluster.Endpoint
-		zone                  string
-		cluster, local, reach string
-		hasAny                bool
-		topology              string
-	}{
-		{"cluster: ready only", port(false, false, 0),
-			[]*cluster.Endpoint{ep("1", here, "R"), ep("2", there, ""), ep("3", there, "R")},
-			"", "10.0.1.1,10.0.1.3", "", "10.0.1.1,10.0.1.3", true, ""},
-		{"cluster: fallback to serving terminating", port(false, false, 0),
-			[]*cluster.Endpoint{ep("1", here, "ST"), ep("2", there, "T"), ep("3", there, "ST")},
-			"", "10.0.1.1,10.0.1.3", "", "10.0.1.1,10.0.1.3", true, ""},
-		{"cluster: no usable endpoint", port(false, false, 0),
-			[]*cluster.Endpoint{ep("1", here, "T"), ep("2", there, "")},
-			"", "", "", "", false, ""},
-		{"local: ready local", port(true, false, 0),
-			[]*cluster.Endpoint{ep("1", here, "R"), ep("2", here, "ST"), ep("3", there, "R")},
-			"", "", "10.0.1.1", "10.0.1.1", true, ""},
-		{"local: fallback to local serving terminating", port(true, false, 0),
-			[]*cluster.Endpoint{ep("2", here, "ST"), ep("3", here, "T"), ep("5", there, "R")},
-			"", "", "10.0.1.2", "10.0.1.2", true, ""},
-		{"local: none local, endpoints elsewhere", port(true, false, 0),
-			[]*cluster.Endpoint{ep("5", there, "R")},
-			"", "", "", "", true, ""},
-		{"etp local: only terminating exist locally", port(false, true, 30001),
-			[]*cluster.Endpoint{ep("2", here, "ST"), ep("3", here, "ST"), ep("4", here, "T"), ep("5", there, "R")},
-			"", "10.0.1.5", "10.0.1.2,10.0.1.3", "10.0.1.2,10.0.1.3,10.0.1.5", true, ""},
-		{"etp local: terminating on remote node", port(false, true, 30001),
-			[]*cluster.Endpoint{ep("5", there, "ST")},
-			"", "10.0.1.5", "", "10.0.1.5", true, ""},
-		{"etp local without node port is not external", port(false, true, 0),
-			[]*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")},
-			"", "10.0.1.1,10.0.1.5", "", "10.0.1.1,10.0.1.5", true, ""},
-		{"itp local on a NodePort type without node port: no cluster set", typed(corev1.ServiceTypeNodePort, port(true, false, 0)),
-			[]*cluster.Endpoint{ep("5", there, "R")},
-			"", "", "", "", true, ""},
-		{"itp local on a NodePort with node port: cluster set for the fallback", port(true, false, 30001),
-			[]*cluster.Endpoint{ep("5", there, "R")},
-			"", "10.0.1.5", "", "10.0.1.5", true, ""},
-		{"etp local on a LoadBalancer without node port is not external", typed(corev1.ServiceTypeLoadBalancer, port(false, true, 0)),
-			[]*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")},
-			"", "10.0.1.1,10.0.1.5", "", "10.0.1.1,10.0.1.5", true, ""},
-		{"itp and etp local still use cluster endpoints (short-circuit)", port(true, true, 30001),
-			[]*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")},
-			"", "10.0.1.1,10.0.1.5", "10.0.1.1", "10.0.1.1,10.0.1.5", true, ""},
-		{"zone hints: same zone", port(false, false, 0),
-			[]*cluster.Endpoint{ep("1", here, "R", "zone-a"), ep("2", there, "R", "zone-b"), ep("3", there, "", "zone-c")},
-			"zone-a", "10.0.1.1", "", "10.0.1.1", true, "PreferSameZone"},
-		{"zone hints: one ready endpoint without hints disables them", port(false, false, 0),
-			[]*cluster.Endpoint{ep("1", here, "R", "zone-a"), ep("2", there, "R")},
-			"zone-a", "10.0.1.1,10.0.1.2", "", "10.0.1.1,10.0.1.2", true, ""},
-		{"zone hints: none for this zone", port(false, false, 0),
-			[]*cluster.Endpoint{ep("1", here, "R", "zone-b"), ep("2", there, "R", "zone-c")},
-			"zone-a", "10.0.1.1,10.0.1.2", "", "10.0.1.1,10.0.1.2", true, ""},
-		{"zone hints: ignored for the terminating fallback", port(false, false, 0),
-			[]*cluster.Endpoint{ep("1", here, "ST", "zone-b"), ep("2", there, "ST", "zone-a")},
-			"zone-a", "10.0.1.1,10.0.1.2", "", "10.0.1.1,10.0.1.2", true, ""},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got := Categorize(c.eps, c.sp, here, c.zone)
-			if ips(got.Cluster) != c.cluster || ips(got.Local) != c.local || ips(got.AllReachable) != c.reach {
-				t.Errorf("cluster %q local %q reachable %q, want %q %q %q",
-					ips(got.Cluster), ips(got.Local), ips(got.AllReachable), c.cluster, c.local, c.reach)
+	for _, c := range testenv.ReferenceVectors(t) {
+		if c.Eligibility == nil {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			sp := port(c.Service.InternalLocal, c.Service.ExternalLocal, c.Service.NodePort)
+			sp.Type = corev1.ServiceType(c.Service.Type)
+			var eps []*cluster.Endpoint
+			for _, v := range c.Endpoints {
+				node := there
+				if v.Local() {
+					node = here
+				}
+				e := ep("0", node, v.Cond, v.ZoneHints...)
+				e.IP = netip.MustParseAddr(v.IP)
+				eps = append(eps, e)
 			}
-			if got.HasAny != c.hasAny || got.Topology != c.topology {
-				t.Errorf("hasAny %v topology %q, want %v %q", got.HasAny, got.Topology, c.hasAny, c.topology)
+			want := c.Eligibility
+			got := Categorize(eps, sp, here, c.Zone)
+			wc, wl, wr := strings.Join(want.Cluster, ","), strings.Join(want.Local, ","), strings.Join(want.Reachable, ",")
+			if ips(got.Cluster) != wc || ips(got.Local) != wl || ips(got.AllReachable) != wr {
+				t.Errorf("cluster %q local %q reachable %q, want %q %q %q",
+					ips(got.Cluster), ips(got.Local), ips(got.AllReachable), wc, wl, wr)
+			}
+			if got.HasAny != want.HasAny || got.Topology != want.Topology {
+				t.Errorf("hasAny %v topology %q, want %v %q", got.HasAny, got.Topology, want.HasAny, want.Topology)
 			}
 		})
 	}

@@ -140,3 +140,36 @@ func mustAbs(t *testing.T, p string) string {
 	}
 	return a
 }
+
+// TestReferenceVectors: the file parses, and a malformed case is refused.
+func TestReferenceVectors(t *testing.T) {
+	vs := ReferenceVectors(t)
+	if len(vs) == 0 || len(TrafficVectors(t)) == 0 {
+		t.Fatalf("%d vectors, %d with traffic outcomes", len(vs), len(TrafficVectors(t)))
+	}
+	for _, v := range vs {
+		if v.Service.Type == "" {
+			t.Errorf("%s: no default service type", v.Name)
+		}
+	}
+	for _, bad := range []string{
+		`cases: [{name: a, endpoints: [{ip: 10.0.1.1, node: local, cond: RS}]}]`,
+		`cases: [{name: a, pod: DROP, endpoints: [{ip: 10.0.1.1, node: here, cond: RS}]}]`,
+		`cases: [{name: a, pod: DROP, endpoints: [{ip: 10.0.1.1, node: local, cond: RX}]}]`,
+		`cases: [{name: a, pod: DROP, external: DROP, endpoints: []}]`,
+		`cases: [{name: a, pod: DROP, byMode: {userspace: {pod: DROP}}, endpoints: []}]`,
+		`cases: [{name: a, pod: DROP, endpoints: []}, {name: a, pod: DROP, endpoints: []}]`,
+		`cases: [{name: a, pod: DROP, unknownField: 1, endpoints: []}]`,
+	} {
+		if _, err := parseVectors([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+	v := Vector{VectorOutcomes: VectorOutcomes{Pod: "DROP", External: "x"}, ByMode: map[string]VectorOutcomes{"ipvs": {Pod: "REJECT"}}}
+	if got := v.Outcomes("ipvs"); got.Pod != "REJECT" || got.External != "x" {
+		t.Errorf("ipvs outcomes %+v", got)
+	}
+	if got := v.Outcomes(""); got.Pod != "DROP" {
+		t.Errorf("default outcomes %+v", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 )
@@ -40,7 +41,8 @@ func show(r Rules) string {
 	return r.String()
 }
 
-// TestRenderReferenceVectors runs the §4.3 vectors through the engine's
+// TestRenderReferenceVectors runs the reference vectors with traffic
+// outcomes (harness/testenv/testdata/vectors.yaml) through the engine's
 // endpoint selection (the dataplane's eligibility, then each mode's choice).
 func TestRenderReferenceVectors(t *testing.T) {
 	all := func(ips ...string) []*cluster.Endpoint {
@@ -51,35 +53,6 @@ func TestRenderReferenceVectors(t *testing.T) {
 		}
 		return out
 	}
-	cases := []struct {
-		name          string
-		itp, etp      bool
-		eps           []*cluster.Endpoint
-		pod, ext      string // iptables and nftables
-		podIPVS, extV string
-	}{
-		{"ITP cluster", false, false, all("10.0.1.1/RS/"+thisNode, "10.0.1.2/RS/host1", "10.0.1.3/RS/host2"),
-			"10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80", "", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80", ""},
-		{"ITP local, one local", true, false, all("10.0.1.1/RS/"+thisNode, "10.0.1.2/RS/host1", "10.0.1.3/RS/host2"),
-			"10.0.1.1:80", "", "10.0.1.1:80", ""},
-		{"ITP local, two local", true, false, all("10.0.1.1/RS/"+thisNode, "10.0.1.2/RS/"+thisNode, "10.0.1.3/RS/host2"),
-			"10.0.1.1:80, 10.0.1.2:80", "", "10.0.1.1:80, 10.0.1.2:80", ""},
-		{"ITP local, none local", true, false, all("10.0.1.1/RS/host0", "10.0.1.2/RS/host1", "10.0.1.3/RS/host2"),
-			"DROP", "", "REJECT", ""},
-		{"ETP local: only terminating locally", false, true, all("10.0.1.2/ST/"+thisNode, "10.0.1.3/ST/"+thisNode, "10.0.1.4/T/"+thisNode, "10.0.1.5/RS/host1"),
-			"10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80", "10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80"},
-		{"ETP local: terminating on remote node", false, true, all("10.0.1.5/ST/host1"),
-			"10.0.1.5:80", "DROP", "10.0.1.5:80", "DROP"},
-		{"ETP local: no usable endpoints", false, true, all("10.0.1.5/T/"+thisNode, "10.0.1.6/T/host1"),
-			"REJECT", "REJECT", "REJECT", "REJECT"},
-		{"ETP cluster: ready endpoints exist", false, false, all("10.0.1.1/RS/"+thisNode, "10.0.1.2/RS/"+thisNode, "10.0.1.3/ST/"+thisNode, "10.0.1.4/T/"+thisNode, "10.0.1.5/RS/host1"),
-			"10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80"},
-		{"ETP cluster: only terminating", false, false, all("10.0.1.2/ST/"+thisNode, "10.0.1.3/ST/"+thisNode, "10.0.1.4/T/"+thisNode, "10.0.1.5/ST/host1"),
-			"10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80"},
-		{"ETP cluster: terminating on remote node", false, false, all("10.0.1.5/ST/host1"),
-			"10.0.1.5:80", "10.0.1.5:80", "10.0.1.5:80", "10.0.1.5:80"},
-		{"after endpoints deleted", false, true, nil, "REJECT", "REJECT", "REJECT", "REJECT"},
-	}
 	ids := NewInterner()
 	// ipvs falls back to cluster endpoints only for a service port that
 	// uses them, that is one reachable from outside (here a NodePort).
@@ -88,27 +61,27 @@ func TestRenderReferenceVectors(t *testing.T) {
 	if got := show(Render(IPVS, np, all("10.0.1.1/RS/host0", "10.0.1.2/RS/host1"), thisNode, "", ids, RenderOptions{})); got != "10.0.1.1:80, 10.0.1.2:80" {
 		t.Errorf("ipvs NodePort ITP local, none local: %s", got)
 	}
-	for _, c := range cases {
-		s := sp(corev1.ServiceTypeClusterIP)
-		if c.ext != "" {
-			// A LoadBalancer port as the API server leaves it: with a node
-			// port (load-balancer IPs are not in the cluster model).
-			s.Type, s.NodePort = corev1.ServiceTypeLoadBalancer, 30080
+	for _, c := range testenv.TrafficVectors(t) {
+		s := sp(corev1.ServiceType(c.Service.Type))
+		s.NodePort, s.InternalLocal, s.ExternalLocal = c.Service.NodePort, c.Service.InternalLocal, c.Service.ExternalLocal
+		var eps []*cluster.Endpoint
+		for _, e := range c.Endpoints {
+			node := "host1"
+			if e.Local() {
+				node = thisNode
+			}
+			eps = append(eps, ep(e.IP, e.Cond, node))
 		}
-		s.InternalLocal, s.ExternalLocal = c.itp, c.etp
 		for _, mode := range []Mode{IPTables, NFTables, IPVS} {
-			pod, ext := c.pod, c.ext
-			if mode == IPVS {
-				pod, ext = c.podIPVS, c.extV
+			want := c.Outcomes(mode.String())
+			if got := show(Render(mode, s, eps, thisNode, c.Zone, ids, RenderOptions{})); got != want.Pod {
+				t.Errorf("%s [%v] pod→ClusterIP: %s, want %s", c.Name, mode, got, want.Pod)
 			}
-			if got := show(Render(mode, s, c.eps, thisNode, "", ids, RenderOptions{})); got != pod {
-				t.Errorf("%s [%v] pod→ClusterIP: %s, want %s", c.name, mode, got, pod)
-			}
-			if ext == "" {
+			if want.External == "" {
 				continue
 			}
-			if got := show(RenderExternal(mode, s, c.eps, thisNode, "", ids, RenderOptions{})); got != ext {
-				t.Errorf("%s [%v] external→LB: %s, want %s", c.name, mode, got, ext)
+			if got := show(RenderExternal(mode, s, eps, thisNode, c.Zone, ids, RenderOptions{})); got != want.External {
+				t.Errorf("%s [%v] external→node port: %s, want %s", c.Name, mode, got, want.External)
 			}
 		}
 	}

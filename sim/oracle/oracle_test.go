@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -113,58 +114,58 @@ func TestIPVSLocalNoNodePort(t *testing.T) {
 	}
 }
 
+// TestTerminatingEndpoints runs the reference vectors with traffic outcomes
+// (harness/testenv/testdata/vectors.yaml: kube-proxy's
+// TestTerminatingEndpointsTrafficPolicyLocal/Cluster and the
+// internalTrafficPolicy cases) through the oracle in every mode: pod to the
+// cluster IP and, where the case has one, external to the node port. Every
+// case is followed by "after endpoints deleted": REJECT for both.
 func TestTerminatingEndpoints(t *testing.T) {
-	// nftables TestTerminatingEndpointsTrafficPolicyLocal / ...Cluster:
-	// service 172.30.1.1:80, LB 1.2.3.4; pod→ClusterIP and external→LB.
-	// Every case is followed by "after endpoints deleted" → REJECT for both.
-	cases := []struct {
-		name      string
-		etpLocal  bool
-		eps       []*cluster.Endpoint
-		pod, ext  string
-		ipvsExtOK bool // ipvs gives the same external outcome
-	}{
-		{"ETP Local: only terminating endpoints exist (locally)", true, []*cluster.Endpoint{
-			ep("10.0.1.2", "ST", testHostname), ep("10.0.1.3", "ST", testHostname), ep("10.0.1.4", "T", testHostname), ep("10.0.1.5", "RS", otherNode),
-		}, "10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80", true},
-		{"ETP Local: terminating endpoints on remote node", true, []*cluster.Endpoint{
-			ep("10.0.1.5", "ST", otherNode),
-		}, "10.0.1.5:80", "DROP", true},
-		{"ETP Local: no usable endpoints on any node", true, []*cluster.Endpoint{
-			ep("10.0.1.5", "T", testHostname), ep("10.0.1.6", "T", otherNode),
-		}, "REJECT", "REJECT", true},
-		{"ETP Cluster: ready endpoints exist", false, []*cluster.Endpoint{
-			ep("10.0.1.1", "RS", testHostname), ep("10.0.1.2", "RS", testHostname), ep("10.0.1.3", "ST", testHostname), ep("10.0.1.4", "T", testHostname), ep("10.0.1.5", "RS", otherNode),
-		}, "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", true},
-		{"ETP Cluster: only terminating endpoints exist", false, []*cluster.Endpoint{
-			ep("10.0.1.2", "ST", testHostname), ep("10.0.1.3", "ST", testHostname), ep("10.0.1.4", "T", testHostname), ep("10.0.1.5", "ST", otherNode),
-		}, "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", true},
-		{"ETP Cluster: terminating endpoints on remote node", false, []*cluster.Endpoint{
-			ep("10.0.1.5", "ST", otherNode),
-		}, "10.0.1.5:80", "10.0.1.5:80", true},
-		{"ETP Cluster: no usable endpoints on any node", false, []*cluster.Endpoint{
-			ep("10.0.1.5", "T", testHostname), ep("10.0.1.6", "T", otherNode),
-		}, "REJECT", "REJECT", true},
-	}
-	for _, c := range cases {
+	for _, c := range testenv.TrafficVectors(t) {
+		sp, eps := vectorPort(c.Service), vectorEndpoints(c.Endpoints)
 		for _, mode := range allModes {
-			sp := svcPort(corev1.ServiceTypeLoadBalancer)
-			sp.ExternalLocal = c.etpLocal
-			if got := Expect(mode, sp, c.eps, testHostname, ""); got.String() != c.pod {
-				t.Errorf("%s [%q] pod→ClusterIP: got %s, want %s", c.name, mode, got, c.pod)
-			}
-			if got := ExpectExternal(mode, sp, c.eps, testHostname, ""); got.String() != c.ext {
-				t.Errorf("%s [%q] external→LB: got %s, want %s", c.name, mode, got, c.ext)
+			want := c.Outcomes(mode)
+			if got := Expect(mode, sp, eps, testHostname, c.Zone); got.String() != want.Pod {
+				t.Errorf("%s [%q] pod→ClusterIP: got %s, want %s", c.Name, mode, got, want.Pod)
 			}
 			// after endpoints deleted
-			if got := Expect(mode, sp, nil, testHostname, ""); got.Kind != Reject {
-				t.Errorf("%s [%q] after delete, pod: got %s, want REJECT", c.name, mode, got)
+			if got := Expect(mode, sp, nil, testHostname, c.Zone); got.Kind != Reject {
+				t.Errorf("%s [%q] after delete, pod: got %s, want REJECT", c.Name, mode, got)
 			}
-			if got := ExpectExternal(mode, sp, nil, testHostname, ""); got.Kind != Reject {
-				t.Errorf("%s [%q] after delete, external: got %s, want REJECT", c.name, mode, got)
+			if want.External == "" {
+				continue
+			}
+			if got := ExpectExternal(mode, sp, eps, testHostname, c.Zone); got.String() != want.External {
+				t.Errorf("%s [%q] external→node port: got %s, want %s", c.Name, mode, got, want.External)
+			}
+			if got := ExpectExternal(mode, sp, nil, testHostname, c.Zone); got.Kind != Reject {
+				t.Errorf("%s [%q] after delete, external: got %s, want REJECT", c.Name, mode, got)
 			}
 		}
 	}
+}
+
+// vectorPort is the reference vectors' service port 172.30.1.1:80.
+func vectorPort(s testenv.VectorService) *cluster.ServicePort {
+	sp := svcPort(corev1.ServiceType(s.Type))
+	sp.NodePort, sp.InternalLocal, sp.ExternalLocal = s.NodePort, s.InternalLocal, s.ExternalLocal
+	return sp
+}
+
+// vectorEndpoints are a reference vector's endpoints, "local" ones on
+// testHostname, "remote" ones on otherNode.
+func vectorEndpoints(ves []testenv.VectorEndpoint) []*cluster.Endpoint {
+	var eps []*cluster.Endpoint
+	for _, v := range ves {
+		node := otherNode
+		if v.Local() {
+			node = testHostname
+		}
+		e := ep(v.IP, v.Cond, node)
+		e.ZoneHints = v.ZoneHints
+		eps = append(eps, e)
+	}
+	return eps
 }
 
 func TestIPVSExternalLocalNoLocalEndpoint(t *testing.T) {
