@@ -5,6 +5,7 @@
 package dataplanetest
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -119,4 +120,42 @@ func OverallState() *cluster.State {
 	sp9.Type, sp9.NodePort = corev1.ServiceTypeNodePort, 30080
 	Add(st, sp9, EP("10.180.0.15", 8080, OtherNode, "R"))
 	return st
+}
+
+// Flow is one flow of a golden trace table: a client to a service port's
+// address.
+type Flow struct {
+	// Name is the service port.
+	Name cluster.ServicePortName
+	// Src is the client: PodIP, ExtIP or NodeIP.
+	Src netip.Addr
+	// Proto is "tcp" or "udp".
+	Proto string
+	// Dst is the cluster IP and port, or NodeIP and the node port.
+	Dst netip.AddrPort
+}
+
+// String is the flow as a trace table prints it, "ns/svc:port src -> proto
+// dst".
+func (f Flow) String() string {
+	return fmt.Sprintf("%s %s -> %s %s", f.Name, f.Src, f.Proto, f.Dst)
+}
+
+// Flows are the flows of a trace table of st: pod, external and host
+// clients to every cluster IP and node port, in service-port order.
+func Flows(st *cluster.State) []Flow {
+	var out []Flow
+	for _, n := range st.SortedServicePorts() {
+		sp := st.Services[n]
+		dsts := []netip.AddrPort{netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port))}
+		if sp.NodePort != 0 {
+			dsts = append(dsts, netip.AddrPortFrom(NodeIP, uint16(sp.NodePort)))
+		}
+		for _, d := range dsts {
+			for _, src := range []netip.Addr{PodIP, ExtIP, NodeIP} {
+				out = append(out, Flow{Name: n, Src: src, Proto: strings.ToLower(string(n.Protocol)), Dst: d})
+			}
+		}
+	}
+	return out
 }

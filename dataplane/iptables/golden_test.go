@@ -14,34 +14,24 @@ import (
 // kind the layout distinguishes (svc5 DROP, svc6 REJECT).
 var overallState = dataplanetest.OverallState
 
-// traceTable traces pod, external and host clients to every cluster IP and
-// node port of st, one line per flow.
+// traceTable traces the kit's flows of st (pod, external and host clients
+// to every cluster IP and node port), one line per flow.
 func traceTable(t *testing.T, f *Fake, st *cluster.State) string {
 	var b strings.Builder
-	for _, n := range st.SortedServicePorts() {
-		sp := st.Services[n]
-		proto := strings.ToLower(string(n.Protocol))
-		dsts := []netip.AddrPort{netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port))}
-		if sp.NodePort != 0 {
-			dsts = append(dsts, netip.AddrPortFrom(nodeIP, uint16(sp.NodePort)))
+	for _, fl := range dataplanetest.Flows(st) {
+		res, err := f.Trace(fl.Src, fl.Proto, fl.Dst.Addr(), int(fl.Dst.Port()), nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, d := range dsts {
-			for _, src := range []netip.Addr{podIP, extIP, nodeIP} {
-				res, err := f.Trace(src, proto, d.Addr(), int(d.Port()), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var outs []string
-				for _, o := range res {
-					m := ""
-					if o.Masquerade {
-						m = " masq"
-					}
-					outs = append(outs, fmt.Sprintf("%s%s %.6f", o.Target, m, o.P))
-				}
-				fmt.Fprintf(&b, "%s %s -> %s %s: %s\n", n, src, proto, d, strings.Join(outs, ", "))
+		var outs []string
+		for _, o := range res {
+			m := ""
+			if o.Masquerade {
+				m = " masq"
 			}
+			outs = append(outs, fmt.Sprintf("%s%s %.6f", o.Target, m, o.P))
 		}
+		fmt.Fprintf(&b, "%s: %s\n", fl, strings.Join(outs, ", "))
 	}
 	return b.String()
 }

@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 	"testing"
 
@@ -24,28 +23,18 @@ func overallState() *cluster.State {
 	return st
 }
 
-// traceTable traces pod, external and host clients to every cluster IP and
-// node port of st, one line per flow.
+// traceTable traces the kit's flows of st (pod, external and host clients
+// to every cluster IP and node port), one line per flow.
 func traceTable(t *testing.T, f *knftables.Fake, st *cluster.State) string {
 	t.Helper()
 	tr := tracer(t, f)
 	var b strings.Builder
-	for _, n := range st.SortedServicePorts() {
-		sp := st.Services[n]
-		proto := strings.ToLower(string(n.Protocol))
-		dsts := []netip.AddrPort{netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port))}
-		if sp.NodePort != 0 {
-			dsts = append(dsts, netip.AddrPortFrom(nodeIP, uint16(sp.NodePort)))
+	for _, fl := range dataplanetest.Flows(st) {
+		res, err := tr.Trace(Packet{Src: fl.Src, Protocol: fl.Proto, Dst: fl.Dst.Addr(), DPort: int(fl.Dst.Port())}, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, d := range dsts {
-			for _, src := range []netip.Addr{podIP, extIP, nodeIP} {
-				res, err := tr.Trace(Packet{Src: src, Protocol: proto, Dst: d.Addr(), DPort: int(d.Port())}, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				fmt.Fprintf(&b, "%s %s -> %s %s: %s\n", n, src, proto, d, res)
-			}
-		}
+		fmt.Fprintf(&b, "%s: %s\n", fl, res)
 	}
 	return b.String()
 }
