@@ -1,8 +1,6 @@
 package iptables
 
 import (
-	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -85,29 +83,8 @@ func ParseCounters(save string, m *ChainMap) []dataplane.Counter {
 	for _, c := range sum {
 		out = append(out, *c)
 	}
-	slices.SortFunc(out, func(a, b dataplane.Counter) int {
-		if c := cluster.CompareNames(a.ServicePort, b.ServicePort); c != 0 {
-			return c
-		}
-		return compareEndpoint(a.Endpoint, b.Endpoint)
-	})
+	dataplane.SortCounters(out)
 	return out
-}
-
-// compareEndpoint orders "ip:port" by address then port, and the verdicts
-// after the endpoints.
-func compareEndpoint(a, b string) int {
-	x, errx := netip.ParseAddrPort(a)
-	y, erry := netip.ParseAddrPort(b)
-	switch {
-	case errx == nil && erry == nil:
-		return x.Compare(y)
-	case errx == nil:
-		return -1
-	case erry == nil:
-		return 1
-	}
-	return strings.Compare(a, b)
 }
 
 func parsePair(s string) (uint64, uint64, bool) {

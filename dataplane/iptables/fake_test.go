@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kpsim/kpsim/dataplane/trace"
 )
 
 func TestFakeRestoreSemantics(t *testing.T) {
@@ -145,8 +147,8 @@ COMMIT
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := trace(t, f, podIP, "172.30.0.1", 80, nil)
-	if res.P("10.7.7.7:1") != 0.75 || res.P(OutcomeDrop) != 0.25 {
-		t.Errorf("got:\n%s", res)
+	res := tracePacket(t, f, podIP, "172.30.0.1", 80, nil)
+	if res.P("10.7.7.7:1") != 0.75 || res.P(trace.OutcomeDrop) != 0.25 {
+		t.Errorf("got:\n%s", res.Lines())
 	}
 }

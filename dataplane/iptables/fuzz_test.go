@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -51,7 +52,7 @@ func FuzzParseCounters(f *testing.F) {
 			}
 			if i > 0 {
 				p := got[i-1]
-				if d := cluster.CompareNames(p.ServicePort, c.ServicePort); d > 0 || d == 0 && compareEndpoint(p.Endpoint, c.Endpoint) >= 0 {
+				if d := cluster.CompareNames(p.ServicePort, c.ServicePort); d > 0 || d == 0 && trace.CompareTarget(p.Endpoint, c.Endpoint) >= 0 {
 					t.Errorf("counters out of order or repeated: %v then %v", p, c)
 				}
 			}

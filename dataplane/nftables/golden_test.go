@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -70,7 +71,7 @@ func traceTable(t *testing.T, f *knftables.Fake, st *cluster.State) string {
 		}
 		for _, d := range dsts {
 			for _, src := range []netip.Addr{podIP, extIP, nodeIP} {
-				res, err := tr.Trace(Packet{Src: src, Protocol: proto, Dst: d.Addr(), DPort: int(d.Port())}, nil)
+				res, err := tr.Trace(trace.Packet{Src: src, Protocol: proto, Dst: d.Addr(), DPort: int(d.Port())}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
