@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/restore"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -54,7 +55,7 @@ func ParseCounters(save string, m *ChainMap) []dataplane.Counter {
 		if !ok {
 			continue
 		}
-		args, err := Tokenize(line[end+1:])
+		args, err := restore.Tokenize(line[end+1:])
 		if err != nil || len(args) < 2 || args[0] != "-A" {
 			continue
 		}
