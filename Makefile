@@ -203,7 +203,7 @@ check-skips:
 # written into the corpus; commit it with the fix.
 FUZZ_TARGETS := \
 	sim/scenario:FuzzLoad \
-	dataplane/iptables:FuzzParseCounters dataplane/iptables:FuzzTokenize dataplane/iptables:FuzzFakeRestore \
+	dataplane/iptables:FuzzParseCounters dataplane/iptables:FuzzFakeRestore dataplane/restore:FuzzTokenize \
 	dataplane/nftables:FuzzParseCountersJSON dataplane/nftables:FuzzParseCountersText dataplane/nftables:FuzzParseCountersDump \
 	dataplane/ipvs:FuzzParseStatsPerCPU dataplane/ipvs:FuzzCanonicalSets dataplane/ipvs:FuzzKubeRules \
 	harness/traffic:FuzzParseArrival harness/traffic:FuzzParseUnreachable

@@ -356,27 +356,7 @@ func (b *Backend) Cleanup() error {
 	if err != nil {
 		return err
 	}
-	var out strings.Builder
-	var dels []string
-	for _, line := range strings.Split(save, "\n") {
-		switch {
-		case strings.HasPrefix(line, "*"):
-			out.WriteString(line + "\n")
-			dels = dels[:0]
-		case strings.HasPrefix(line, ":KUBE-"):
-			name := strings.Fields(line[1:])[0]
-			out.WriteString(":" + name + " - [0:0]\n")
-			dels = append(dels, name)
-		case strings.HasPrefix(line, "-A ") && strings.Contains(line, " -j KUBE-") && !strings.HasPrefix(line, "-A KUBE-"):
-			out.WriteString("-D" + line[2:] + "\n")
-		case line == "COMMIT":
-			for _, d := range dels {
-				out.WriteString("-X " + d + "\n")
-			}
-			out.WriteString("COMMIT\n")
-		}
-	}
-	if err := b.cmds.Restore(out.String(), false); err != nil {
+	if err := b.cmds.Restore(CleanupText(save), false); err != nil {
 		return fmt.Errorf("could not remove rules: %w", err)
 	}
 	b.jumps = jumpsAbsent

@@ -1,12 +1,11 @@
 package iptables
 
 import (
-	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/restore"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -56,7 +55,7 @@ func ParseCounters(save string, m *ChainMap) []dataplane.Counter {
 		if !ok {
 			continue
 		}
-		args, err := Tokenize(line[end+1:])
+		args, err := restore.Tokenize(line[end+1:])
 		if err != nil || len(args) < 2 || args[0] != "-A" {
 			continue
 		}
@@ -85,29 +84,8 @@ func ParseCounters(save string, m *ChainMap) []dataplane.Counter {
 	for _, c := range sum {
 		out = append(out, *c)
 	}
-	slices.SortFunc(out, func(a, b dataplane.Counter) int {
-		if c := cluster.CompareNames(a.ServicePort, b.ServicePort); c != 0 {
-			return c
-		}
-		return compareEndpoint(a.Endpoint, b.Endpoint)
-	})
+	dataplane.SortCounters(out)
 	return out
-}
-
-// compareEndpoint orders "ip:port" by address then port, and the verdicts
-// after the endpoints.
-func compareEndpoint(a, b string) int {
-	x, errx := netip.ParseAddrPort(a)
-	y, erry := netip.ParseAddrPort(b)
-	switch {
-	case errx == nil && erry == nil:
-		return x.Compare(y)
-	case errx == nil:
-		return -1
-	case erry == nil:
-		return 1
-	}
-	return strings.Compare(a, b)
 }
 
 func parsePair(s string) (uint64, uint64, bool) {

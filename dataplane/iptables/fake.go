@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kpsim/kpsim/dataplane/restore"
 )
 
 // Errors the fake returns (wrapped, with the line number).
@@ -173,9 +175,9 @@ func (f *Fake) declare(t *Table, line string) error {
 }
 
 func (f *Fake) command(t *Table, line string) error {
-	args, err := Tokenize(line)
+	args, err := restore.Tokenize(line)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrBadRule, err)
 	}
 	if len(args) < 2 {
 		return fmt.Errorf("%w: %q", ErrBadInput, line)
@@ -228,8 +230,8 @@ func (f *Fake) command(t *Table, line string) error {
 	case "-I", "--insert":
 		c.Rules = slices.Insert(c.Rules, pos, r)
 	default:
-		want := JoinArgs(r.Args)
-		i := slices.IndexFunc(c.Rules, func(x *Rule) bool { return JoinArgs(x.Args) == want })
+		want := restore.JoinArgs(r.Args)
+		i := slices.IndexFunc(c.Rules, func(x *Rule) bool { return restore.JoinArgs(x.Args) == want })
 		if i < 0 {
 			return fmt.Errorf("%w: bad rule (does a matching rule exist in that chain?)", ErrNoChain)
 		}
@@ -379,7 +381,7 @@ func (f *Fake) Dump() string {
 		}
 		for _, c := range order {
 			for _, r := range c.Rules {
-				b.WriteString("-A " + c.Name + " " + JoinArgs(r.Args) + "\n")
+				b.WriteString("-A " + c.Name + " " + restore.JoinArgs(r.Args) + "\n")
 			}
 		}
 		b.WriteString("COMMIT\n")

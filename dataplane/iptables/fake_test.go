@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kpsim/kpsim/dataplane/trace"
 )
 
 func TestFakeRestoreSemantics(t *testing.T) {
@@ -57,6 +59,7 @@ COMMIT
 		{"REJECT in nat", "*nat\n:KUBE-C - [0:0]\n-A KUBE-C -j REJECT\nCOMMIT\n", ErrBadRule},
 		{"missing set", "*nat\n:KUBE-C - [0:0]\n-A KUBE-C -m set --match-set KUBE-AFF-X src -j ACCEPT\nCOMMIT\n", ErrNoSet},
 		{"reap without seconds", "*nat\n:KUBE-C - [0:0]\n-A KUBE-C -m recent --name X --rcheck --reap -j ACCEPT\nCOMMIT\n", ErrBadRule},
+		{"unterminated quote", "*nat\n:KUBE-C - [0:0]\n-A KUBE-C -m comment --comment \"open -j ACCEPT\nCOMMIT\n", ErrBadRule},
 		{"bad probability", "*nat\n:KUBE-C - [0:0]\n-A KUBE-C -m statistic --mode random --probability 2 -j ACCEPT\nCOMMIT\n", ErrBadRule},
 		// A failure in the second table undoes the first.
 		{"all or nothing", "*filter\n:KUBE-F - [0:0]\nCOMMIT\n*nat\n-A KUBE-NOPE -j ACCEPT\nCOMMIT\n", ErrNoChain},
@@ -106,23 +109,6 @@ func TestFakeIPSets(t *testing.T) {
 	}
 }
 
-func TestTokenize(t *testing.T) {
-	got, err := Tokenize(`-A X -m comment --comment "a \"b\" c" -j Y`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"-A", "X", "-m", "comment", "--comment", `a "b" c`, "-j", "Y"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("got %q", got)
-	}
-	if JoinArgs(got) != `-A X -m comment --comment "a \"b\" c" -j Y` {
-		t.Errorf("JoinArgs = %s", JoinArgs(got))
-	}
-	if _, err := Tokenize(`"open`); err == nil {
-		t.Error("unterminated quote accepted")
-	}
-}
-
 // TestTraceGoto and policies: -g returns to the caller's caller, a DROP
 // policy drops what falls off a built-in chain.
 func TestTraceGotoAndPolicy(t *testing.T) {
@@ -145,8 +131,8 @@ COMMIT
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := trace(t, f, podIP, "172.30.0.1", 80, nil)
-	if res.P("10.7.7.7:1") != 0.75 || res.P(OutcomeDrop) != 0.25 {
-		t.Errorf("got:\n%s", res)
+	res := tracePacket(t, f, podIP, "172.30.0.1", 80, nil)
+	if res.P("10.7.7.7:1") != 0.75 || res.P(trace.OutcomeDrop) != 0.25 {
+		t.Errorf("got:\n%s", res.Lines())
 	}
 }

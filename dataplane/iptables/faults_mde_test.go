@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -70,7 +71,7 @@ func TestFaultSkewAtMDE(t *testing.T) {
 		f, _, rs := load(t, testConfig(proxy.FaultSkewAtMDE), st)
 		want := proxy.MDESkewShares(k)
 		got := cascadeShares(t, rs.Restore, ServiceChain(sp.Name), k)
-		res := trace(t, f, podIP, "172.30.0.60", 80, nil)
+		res := tracePacket(t, f, podIP, "172.30.0.60", 80, nil)
 		for i := range want {
 			if math.Abs(got[i]-want[i]) > 1e-8 {
 				t.Errorf("k=%d endpoint %d: programmed share %.12f, target %.12f", k, i, got[i], want[i])
@@ -119,23 +120,23 @@ func TestFaultAffinityLeak(t *testing.T) {
 	for _, mode := range []AffinityMode{AffinityRecent, AffinityIPSet} {
 		t.Run(string(mode), func(t *testing.T) {
 			st, sp, keys := affinityState(600)
-			h := History{AffinityList(mode, sp.Name, keys[2], 600): time.Minute}
+			h := trace.History{AffinityList(mode, sp.Name, keys[2], 600): time.Minute}
 			for _, faults := range [][]proxy.Fault{nil, {proxy.FaultAffinityLeak}, {proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay}} {
 				cfg := testConfig(faults...)
 				cfg.Affinity = mode
 				f, _, rs := load(t, cfg, st)
-				if got := trace(t, f, keeper, "172.30.0.45", 80, h).P(keys[2]); got != 1 {
+				if got := tracePacket(t, f, keeper, "172.30.0.45", 80, h).P(keys[2]); got != 1 {
 					t.Errorf("faults %v: client %s sticks with p %v, want 1", faults, keeper, got)
 				}
-				res := trace(t, f, leaker, "172.30.0.45", 80, h)
+				res := tracePacket(t, f, leaker, "172.30.0.45", 80, h)
 				if len(faults) == 0 {
 					if res.P(keys[2]) != 1 {
-						t.Errorf("correct: client %s does not stick:\n%s", leaker, res)
+						t.Errorf("correct: client %s does not stick:\n%s", leaker, res.Lines())
 					}
 					continue
 				}
-				if d := Uniform(res, keys); d > tol {
-					t.Errorf("leaking client %s is not spread uniformly:\n%s", leaker, res)
+				if d := trace.Uniform(res, keys); d > tol {
+					t.Errorf("leaking client %s is not spread uniformly:\n%s", leaker, res.Lines())
 				}
 				if n := strings.Count(rs.Restore, "-m cluster --cluster-total-nodes 10 ! --cluster-local-node 1 --cluster-hash-seed "+ClientHashSeed); len(faults) == 1 && n != 3 {
 					t.Errorf("%d affinity rules carry the leak's cluster match, want 3:\n%s", n, rs.Restore)
@@ -165,14 +166,14 @@ func TestFaultAffinityOverstay(t *testing.T) {
 				{15 * time.Minute, true, false},
 				{25 * time.Minute, false, false},
 			} {
-				h := History{AffinityList(mode, sp.Name, keys[2], 600): c.age}
+				h := trace.History{AffinityList(mode, sp.Name, keys[2], 600): c.age}
 				for _, cl := range []struct {
 					src    netip.Addr
 					sticky bool
 				}{{stayer, c.stays}, {other, c.other}} {
-					res := trace(t, f, cl.src, "172.30.0.45", 80, h)
+					res := tracePacket(t, f, cl.src, "172.30.0.45", 80, h)
 					if got := res.P(keys[2]) == 1; got != cl.sticky {
-						t.Errorf("entry %v old, client %s (overstays: %v): sticks %v, want %v\n%s", c.age, cl.src, proxy.OverstayingClient(cl.src), got, cl.sticky, res)
+						t.Errorf("entry %v old, client %s (overstays: %v): sticks %v, want %v\n%s", c.age, cl.src, proxy.OverstayingClient(cl.src), got, cl.sticky, res.Lines())
 					}
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -18,7 +19,7 @@ func TestFaultUniformProbability(t *testing.T) {
 	add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80),
 		ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"), ep("10.180.0.3", 80, otherNode, "R"))
 	f, _, rs := load(t, testConfig(proxy.FaultUniformProbability), st)
-	res := trace(t, f, podIP, "172.30.0.10", 80, nil)
+	res := tracePacket(t, f, podIP, "172.30.0.10", 80, nil)
 	for ep, want := range map[string]float64{"10.180.0.1:80": 1.0 / 3, "10.180.0.2:80": 2.0 / 9, "10.180.0.3:80": 4.0 / 9} {
 		if got := res.P(ep); math.Abs(got-want) > tol {
 			t.Errorf("P(%s) = %v, want %v", ep, got, want)
@@ -41,7 +42,7 @@ func TestFaultKeepNotReady(t *testing.T) {
 		{[]proxy.Fault{proxy.FaultKeepNotReady}, "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80"},
 	} {
 		f, _, _ := load(t, testConfig(c.faults...), st)
-		if got := targets(trace(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
+		if got := targets(tracePacket(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
 			t.Errorf("faults %v: %q, want %q", c.faults, got, c.want)
 		}
 	}
@@ -56,11 +57,11 @@ func TestFaultIgnoreLocalPolicy(t *testing.T) {
 		faults []proxy.Fault
 		want   string
 	}{
-		{nil, OutcomeDrop},
+		{nil, trace.OutcomeDrop},
 		{[]proxy.Fault{proxy.FaultIgnoreLocalPolicy}, "10.180.0.1:80, 10.180.0.2:80"},
 	} {
 		f, _, _ := load(t, testConfig(c.faults...), st)
-		if got := targets(trace(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
+		if got := targets(tracePacket(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
 			t.Errorf("faults %v: %q, want %q", c.faults, got, c.want)
 		}
 	}
@@ -82,10 +83,10 @@ func TestFaultAffinityNoTimeout(t *testing.T) {
 				cfg := testConfig(c.faults...)
 				cfg.Affinity = mode
 				f, _, rs := load(t, cfg, st)
-				h := History{AffinityList(mode, sp.Name, keys[2], c.timeout): old}
-				res := trace(t, f, podIP, "172.30.0.45", 80, h)
+				h := trace.History{AffinityList(mode, sp.Name, keys[2], c.timeout): old}
+				res := tracePacket(t, f, podIP, "172.30.0.45", 80, h)
 				if got := res.P(keys[2]) == 1; got != c.sticky {
-					t.Errorf("faults %v: entry %v old sticks = %v, want %v\n%s", c.faults, old, got, c.sticky, res)
+					t.Errorf("faults %v: entry %v old sticks = %v, want %v\n%s", c.faults, old, got, c.sticky, res.Lines())
 				}
 				if c.sticky && (strings.Contains(rs.Restore, "--seconds") || strings.Contains(rs.Restore, "--timeout") || strings.Contains(rs.IPSetRestore, "timeout")) {
 					t.Errorf("a timeout is still rendered:\n%s%s", rs.IPSetRestore, rs.Restore)
@@ -109,7 +110,7 @@ func TestFaultKeepDeletedEndpoint(t *testing.T) {
 		f, b, _ := load(t, testConfig(c.faults...), st)
 		st.Endpoints[sp.Name] = st.Endpoints[sp.Name][:1]
 		apply(t, b, st, []cluster.ServicePortName{sp.Name}, false)
-		if got := targets(trace(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
+		if got := targets(tracePacket(t, f, podIP, "172.30.0.10", 80, nil)); got != c.want {
 			t.Errorf("faults %v: after delete %q, want %q", c.faults, got, c.want)
 		}
 	}
@@ -121,11 +122,11 @@ func TestFaultDropLastEndpoint(t *testing.T) {
 		ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"), ep("10.180.0.3", 80, otherNode, "R"))
 	add(st, clusterIPPort(name("ns", "one", "p"), "172.30.0.11", 80), ep("10.180.0.4", 80, otherNode, "R"))
 	f, _, _ := load(t, testConfig(proxy.FaultDropLastEndpoint), st)
-	res := trace(t, f, podIP, "172.30.0.10", 80, nil)
-	if d := Uniform(res, []string{"10.180.0.1:80", "10.180.0.2:80"}); d > tol {
-		t.Errorf("want 1/2 each on the first two endpoints:\n%s", res)
+	res := tracePacket(t, f, podIP, "172.30.0.10", 80, nil)
+	if d := trace.Uniform(res, []string{"10.180.0.1:80", "10.180.0.2:80"}); d > tol {
+		t.Errorf("want 1/2 each on the first two endpoints:\n%s", res.Lines())
 	}
-	if got := targets(trace(t, f, podIP, "172.30.0.11", 80, nil)); got != OutcomeAccept {
+	if got := targets(tracePacket(t, f, podIP, "172.30.0.11", 80, nil)); got != trace.OutcomeAccept {
 		t.Errorf("single endpoint dropped: %q, want the packet left un-NATed", got)
 	}
 }

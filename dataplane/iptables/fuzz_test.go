@@ -3,10 +3,10 @@ package iptables
 import (
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -51,37 +51,13 @@ func FuzzParseCounters(f *testing.F) {
 			}
 			if i > 0 {
 				p := got[i-1]
-				if d := cluster.CompareNames(p.ServicePort, c.ServicePort); d > 0 || d == 0 && compareEndpoint(p.Endpoint, c.Endpoint) >= 0 {
+				if d := cluster.CompareNames(p.ServicePort, c.ServicePort); d > 0 || d == 0 && trace.CompareTarget(p.Endpoint, c.Endpoint) >= 0 {
 					t.Errorf("counters out of order or repeated: %v then %v", p, c)
 				}
 			}
 		}
 		if again := ParseCounters(save, m); !slices.Equal(got, again) {
 			t.Errorf("two parses of the same text differ: %v, then %v", got, again)
-		}
-	})
-}
-
-// FuzzTokenize: a restore line splits without panicking, and the arguments
-// joined again (JoinArgs, as the renderer writes them) split back to the
-// same arguments.
-func FuzzTokenize(f *testing.F) {
-	f.Add(`-A X -m comment --comment "a \"b\" c" -j Y`)
-	f.Fuzz(func(t *testing.T, line string) {
-		if strings.ContainsAny(line, "\n\r") {
-			return // restore input is split into lines first
-		}
-		args, err := Tokenize(line)
-		if err != nil {
-			return
-		}
-		joined := JoinArgs(args)
-		again, err := Tokenize(joined)
-		if err != nil {
-			t.Fatalf("Tokenize(%q) = %q, joined %q, which does not split: %v", line, args, joined, err)
-		}
-		if !slices.Equal(args, again) {
-			t.Fatalf("Tokenize(%q) = %q, joined %q, splits to %q", line, args, joined, again)
 		}
 	})
 }
@@ -109,36 +85,4 @@ func FuzzFakeRestore(f *testing.F) {
 			t.Fatalf("dump, restore, dump differs:\n%s", lineDiff(dump, d))
 		}
 	})
-}
-
-// TestTokenizeLikeIptablesRestore pins the cases FuzzTokenize found, as
-// iptables-restore reads them: inside quotes a backslash escapes the next
-// character, outside it is literal, and a closing quote ends the argument.
-func TestTokenizeLikeIptablesRestore(t *testing.T) {
-	for _, c := range []struct {
-		line string
-		want []string
-	}{
-		{`-m comment --comment "a \"b\" c"`, []string{"-m", "comment", "--comment", `a "b" c`}},
-		{`"a \\" b`, []string{`a \`, "b"}},
-		{`\"00\`, nil}, // an unterminated quote
-		{`a\b "x\y"`, []string{`a\b`, "xy"}},
-		{`"a"b`, []string{"a", "b"}},
-		{`x"y z"`, []string{"xy z"}},
-		{`"" -j`, []string{"", "-j"}},
-	} {
-		got, err := Tokenize(c.line)
-		if c.want == nil {
-			if err == nil {
-				t.Errorf("Tokenize(%q) = %q, want an error", c.line, got)
-			}
-			continue
-		}
-		if err != nil || !slices.Equal(got, c.want) {
-			t.Errorf("Tokenize(%q) = %q, %v; want %q", c.line, got, err, c.want)
-		}
-	}
-	if got := JoinArgs([]string{`a \`, `"q"`, "plain"}); got != `"a \\" "\"q\"" plain` {
-		t.Errorf("JoinArgs = %s", got)
-	}
 }

@@ -23,15 +23,7 @@ func traceTable(t *testing.T, f *Fake, st *cluster.State) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var outs []string
-		for _, o := range res {
-			m := ""
-			if o.Masquerade {
-				m = " masq"
-			}
-			outs = append(outs, fmt.Sprintf("%s%s %.6f", o.Target, m, o.P))
-		}
-		fmt.Fprintf(&b, "%s: %s\n", fl, strings.Join(outs, ", "))
+		fmt.Fprintf(&b, "%s: %s\n", fl, res)
 	}
 	return b.String()
 }
@@ -69,7 +61,7 @@ func TestGoldenMasqueradeAll(t *testing.T) {
 	if !strings.Contains(rs.Restore, `--dport 80 -j KUBE-MARK-MASQ`) {
 		t.Errorf("no masquerade-all rule:\n%s", rs.Restore)
 	}
-	if got := targets(trace(t, f, podIP, "172.30.0.41", 80, nil)); got != "10.180.0.1:80 masq" {
+	if got := targets(tracePacket(t, f, podIP, "172.30.0.41", 80, nil)); got != "10.180.0.1:80 masq" {
 		t.Errorf("pod traffic with masqueradeAll: %q", got)
 	}
 	// Without a local-traffic detector there is no masquerade rule at all.

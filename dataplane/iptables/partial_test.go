@@ -89,7 +89,7 @@ func TestPartialSyncMissedChange(t *testing.T) {
 	removed := st.Endpoints[n2][0].String()
 	st.Endpoints[n2] = st.Endpoints[n2][1:]
 	apply(t, b, st, nil, false)
-	if p := trace(t, f, podIP, "172.30.0.42", 80, nil).P(removed); p == 0 {
+	if p := tracePacket(t, f, podIP, "172.30.0.42", 80, nil).P(removed); p == 0 {
 		t.Error("a partial render applied a change it was not told about")
 	}
 	rs := apply(t, b, st, nil, true)

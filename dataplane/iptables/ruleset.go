@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kpsim/kpsim/dataplane/restore"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -187,28 +188,9 @@ func (r *Renderer) jumpRestore() string {
 			if rules[i].Table != table {
 				continue
 			}
-			b.WriteString("-A " + rules[i].Chain + " " + JoinArgs(rules[i].Args) + "\n")
+			b.WriteString("-A " + rules[i].Chain + " " + restore.JoinArgs(rules[i].Args) + "\n")
 		}
 		b.WriteString("COMMIT\n")
 	}
 	return b.String()
-}
-
-// quoteEscaper escapes a quoted argument for iptables-restore.
-var quoteEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
-
-// JoinArgs joins iptables arguments into one restore line, quoting those
-// that are empty or hold blanks or quotes as iptables-save does; inside the
-// quotes a quote or a backslash is escaped with a backslash (Tokenize reads
-// it back).
-func JoinArgs(args []string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\"") {
-			q[i] = `"` + quoteEscaper.Replace(a) + `"`
-		} else {
-			q[i] = a
-		}
-	}
-	return strings.Join(q, " ")
 }

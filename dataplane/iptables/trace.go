@@ -24,83 +24,14 @@ package iptables
 
 import (
 	"fmt"
-	"math"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane/trace"
 )
-
-// Outcomes of a trace besides an endpoint "ip:port".
-const (
-	OutcomeDrop   = "DROP"
-	OutcomeReject = "REJECT"
-	// OutcomeAccept is a packet accepted without DNAT: it goes on to its
-	// original destination (for a cluster IP, nowhere).
-	OutcomeAccept = "ACCEPT"
-)
-
-// History is a client's affinity state: for each recent list or ipset name
-// (see AffinityList) that holds the client's address, how long ago it was
-// last recorded there. Names absent from the map do not hold the client.
-type History map[string]time.Duration
-
-// Packet is the first packet of a new connection.
-type Packet struct {
-	Src      netip.Addr
-	Protocol string // "tcp" or "udp"
-	Dst      netip.Addr
-	DPort    int
-}
-
-// Outcome is one possible fate of the connection.
-type Outcome struct {
-	// Target is the endpoint "ip:port" the connection was DNATed to, or
-	// OutcomeDrop, OutcomeReject or OutcomeAccept.
-	Target string
-	// Masquerade reports that the source was masqueraded (SNAT to the
-	// node) on the way out.
-	Masquerade bool
-	// P is the probability of this outcome.
-	P float64
-}
-
-// Result lists a trace's outcomes, sorted by target then masquerade; the
-// probabilities sum to 1 (up to rounding).
-type Result []Outcome
-
-// P is the total probability of a target.
-func (r Result) P(target string) float64 {
-	p := 0.0
-	for _, o := range r {
-		if o.Target == target {
-			p += o.P
-		}
-	}
-	return p
-}
-
-// Targets lists the targets reached with a positive probability.
-func (r Result) Targets() []string {
-	var out []string
-	for _, o := range r {
-		if o.P > 0 && !slices.Contains(out, o.Target) {
-			out = append(out, o.Target)
-		}
-	}
-	return out
-}
-
-// String prints one outcome per line: target, masquerade, probability.
-func (r Result) String() string {
-	var b strings.Builder
-	for _, o := range r {
-		fmt.Fprintf(&b, "%s masq=%t p=%.10f\n", o.Target, o.Masquerade, o.P)
-	}
-	return b.String()
-}
 
 // flow is a share of the connection with its state.
 type flow struct {
@@ -149,8 +80,8 @@ func merge(in []flow) []flow {
 
 type tracer struct {
 	f        *Fake
-	pkt      Packet
-	hist     History
+	pkt      trace.Packet
+	hist     trace.History
 	fromHost bool
 	// setTimeout is each set's entry timeout in seconds (-1: none), from
 	// the -j SET rules that add to it, else from the set.
@@ -162,12 +93,12 @@ const maxDepth = 64
 
 // Trace walks the first packet of a new connection from src to dst:dport
 // through the tables and returns the probability of each outcome.
-func (f *Fake) Trace(src netip.Addr, proto string, dst netip.Addr, dport int, h History) (Result, error) {
-	return f.TracePacket(Packet{Src: src, Protocol: proto, Dst: dst, DPort: dport}, h)
+func (f *Fake) Trace(src netip.Addr, proto string, dst netip.Addr, dport int, h trace.History) (trace.Result, error) {
+	return f.TracePacket(trace.Packet{Src: src, Protocol: proto, Dst: dst, DPort: dport}, h)
 }
 
 // TracePacket is Trace with a Packet.
-func (f *Fake) TracePacket(pkt Packet, h History) (Result, error) {
+func (f *Fake) TracePacket(pkt trace.Packet, h trace.History) (trace.Result, error) {
 	pkt.Protocol = strings.ToLower(pkt.Protocol)
 	t := &tracer{f: f, pkt: pkt, hist: h, fromHost: f.isLocal(pkt.Src), setTimeout: map[string]int{}}
 	for n, s := range f.Sets {
@@ -238,14 +169,14 @@ func (f *Fake) TracePacket(pkt Packet, h History) (Result, error) {
 	return result(append(done, flows...)), nil
 }
 
-func result(flows []flow) Result {
+func result(flows []flow) trace.Result {
 	type key struct {
 		target string
 		masq   bool
 	}
 	sum := map[key]float64{}
 	for _, fl := range flows {
-		k := key{OutcomeAccept, fl.masq}
+		k := key{trace.OutcomeAccept, fl.masq}
 		switch {
 		case fl.reject != "":
 			k = key{fl.reject, false}
@@ -254,22 +185,11 @@ func result(flows []flow) Result {
 		}
 		sum[k] += fl.p
 	}
-	out := make(Result, 0, len(sum))
+	out := make(trace.Result, 0, len(sum))
 	for k, p := range sum {
-		out = append(out, Outcome{Target: k.target, Masquerade: k.masq, P: p})
+		out = append(out, trace.Outcome{Target: k.target, Masquerade: k.masq, P: p})
 	}
-	slices.SortFunc(out, func(a, b Outcome) int {
-		if c := strings.Compare(a.Target, b.Target); c != 0 {
-			return c
-		}
-		switch {
-		case a.Masquerade == b.Masquerade:
-			return 0
-		case !a.Masquerade:
-			return -1
-		}
-		return 1
-	})
+	out.Sort()
 	return out
 }
 
@@ -291,7 +211,7 @@ func (t *tracer) hook(table, chain string, in []flow) ([]flow, error) {
 	}
 	for _, fl := range returned {
 		if c.Policy == "DROP" {
-			fl.reject = OutcomeDrop
+			fl.reject = trace.OutcomeDrop
 		}
 		verdicts = append(verdicts, fl)
 	}
@@ -457,20 +377,4 @@ func (f *Fake) isLocal(a netip.Addr) bool {
 		return true
 	}
 	return slices.Contains(f.LocalAddrs, a)
-}
-
-// Uniform reports the largest deviation of a result's endpoint probabilities
-// from 1/n over the given endpoints (math.Inf(1) if the outcomes include
-// anything else).
-func Uniform(r Result, endpoints []string) float64 {
-	worst := 0.0
-	for _, o := range r {
-		if !slices.Contains(endpoints, o.Target) && o.P > 0 {
-			return math.Inf(1)
-		}
-	}
-	for _, e := range endpoints {
-		worst = max(worst, math.Abs(r.P(e)-1/float64(len(endpoints))))
-	}
-	return worst
 }

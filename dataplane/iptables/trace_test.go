@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -21,7 +21,7 @@ import (
 // cascade of up to 20 rules is uniform to about 1e-9.
 const tol = 1e-9
 
-func trace(t *testing.T, f *Fake, src netip.Addr, dst string, port int, h History) Result {
+func tracePacket(t *testing.T, f *Fake, src netip.Addr, dst string, port int, h trace.History) trace.Result {
 	t.Helper()
 	res, err := f.Trace(src, "tcp", netip.MustParseAddr(dst), port, h)
 	if err != nil {
@@ -32,14 +32,14 @@ func trace(t *testing.T, f *Fake, src netip.Addr, dst string, port int, h Histor
 		sum += o.P
 	}
 	if math.Abs(sum-1) > 1e-12 {
-		t.Fatalf("probabilities sum to %v:\n%s", sum, res)
+		t.Fatalf("probabilities sum to %v:\n%s", sum, res.Lines())
 	}
 	return res
 }
 
 // targets is "a, b" of the result's targets, with " masq" after those
 // masqueraded (kube-proxy's tracePacket format, plus masquerade).
-func targets(r Result) string {
+func targets(r trace.Result) string {
 	var out []string
 	for _, o := range r {
 		if o.P <= 0 {
@@ -68,10 +68,10 @@ func TestTraceSingleEndpoint(t *testing.T) {
 		{extIP, "172.30.0.41", 80, "10.180.0.1:80 masq"}, // from outside the pod range
 		{nodeIP, "172.30.0.41", 80, "10.180.0.1:80 masq"},
 		{netip.MustParseAddr("10.180.0.1"), "172.30.0.41", 80, "10.180.0.1:80 masq"}, // hairpin
-		{podIP, "172.30.0.41", 81, OutcomeAccept},
-		{podIP, "10.0.0.3", 80, OutcomeAccept}, // kube-proxy's "no match"
+		{podIP, "172.30.0.41", 81, trace.OutcomeAccept},
+		{podIP, "10.0.0.3", 80, trace.OutcomeAccept}, // kube-proxy's "no match"
 	} {
-		if got := targets(trace(t, f, c.src, c.dst, c.port, nil)); got != c.want {
+		if got := targets(tracePacket(t, f, c.src, c.dst, c.port, nil)); got != c.want {
 			t.Errorf("%s -> %s:%d = %q, want %q", c.src, c.dst, c.port, got, c.want)
 		}
 	}
@@ -91,9 +91,9 @@ func TestUniformDistribution(t *testing.T) {
 		}
 		add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80), eps...)
 		f, _, _ := load(t, testConfig(), st)
-		res := trace(t, f, podIP, "172.30.0.10", 80, nil)
-		if d := Uniform(res, want); d > tol {
-			t.Errorf("n=%d: largest deviation from 1/n is %g:\n%s", n, d, res)
+		res := tracePacket(t, f, podIP, "172.30.0.10", 80, nil)
+		if d := trace.Uniform(res, want); d > tol {
+			t.Errorf("n=%d: largest deviation from 1/n is %g:\n%s", n, d, res.Lines())
 		}
 	}
 }
@@ -110,7 +110,7 @@ func TestNoEndpointsReject(t *testing.T) {
 		dst  string
 		port int
 	}{{podIP, "172.30.0.46", 80}, {extIP, "172.30.0.46", 80}, {podIP, nodeIP.String(), 30006}, {extIP, nodeIP.String(), 30006}} {
-		if got := targets(trace(t, f, c.src, c.dst, c.port, nil)); got != OutcomeReject {
+		if got := targets(tracePacket(t, f, c.src, c.dst, c.port, nil)); got != trace.OutcomeReject {
 			t.Errorf("%s -> %s:%d = %q, want REJECT", c.src, c.dst, c.port, got)
 		}
 	}
@@ -131,7 +131,7 @@ func TestInternalTrafficPolicy(t *testing.T) {
 		{"cluster", false, []string{thisNode, otherNode, otherNode}, "10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80"},
 		{"local, one local", true, []string{thisNode, otherNode, otherNode}, "10.0.1.1:80"},
 		{"local, two local", true, []string{thisNode, thisNode, otherNode}, "10.0.1.1:80, 10.0.1.2:80"},
-		{"local, none local", true, []string{otherNode, otherNode, otherNode}, OutcomeDrop},
+		{"local, none local", true, []string{otherNode, otherNode, otherNode}, trace.OutcomeDrop},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := newState()
@@ -143,11 +143,11 @@ func TestInternalTrafficPolicy(t *testing.T) {
 			}
 			add(st, sp, eps...)
 			f, _, rs := load(t, testConfig(), st)
-			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != c.want {
+			if got := targets(tracePacket(t, f, podIP, "172.30.1.1", 80, nil)); got != c.want {
 				t.Errorf("got %q, want %q", got, c.want)
 			}
 			wantNoLocal := 0
-			if c.want == OutcomeDrop {
+			if c.want == trace.OutcomeDrop {
 				wantNoLocal = 1
 			}
 			if rs.NoLocalEndpoints["internal"] != wantNoLocal {
@@ -169,24 +169,24 @@ func TestTerminatingEndpoints(t *testing.T) {
 			internal, extern := dataplanetest.VectorTargets(c, "iptables")
 			np := int(sp.NodePort)
 			f, b, _ := load(t, testConfig(), st)
-			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != internal {
+			if got := targets(tracePacket(t, f, podIP, "172.30.1.1", 80, nil)); got != internal {
 				t.Errorf("pod -> cluster IP = %q, want %q", got, internal)
 			}
 			if extern != "" {
-				if got := targets(trace(t, f, extIP, nodeIP.String(), np, nil)); got != extern {
+				if got := targets(tracePacket(t, f, extIP, nodeIP.String(), np, nil)); got != extern {
 					t.Errorf("external -> node port = %q, want %q", got, extern)
 				}
 			}
 			// After the endpoints are deleted: REJECT for both.
 			delete(st.Endpoints, sp.Name)
 			apply(t, b, st, []cluster.ServicePortName{sp.Name}, false)
-			if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != OutcomeReject {
+			if got := targets(tracePacket(t, f, podIP, "172.30.1.1", 80, nil)); got != trace.OutcomeReject {
 				t.Errorf("after delete: pod -> cluster IP = %q, want REJECT", got)
 			}
 			if extern == "" {
 				return
 			}
-			if got := targets(trace(t, f, extIP, nodeIP.String(), np, nil)); got != OutcomeReject {
+			if got := targets(tracePacket(t, f, extIP, nodeIP.String(), np, nil)); got != trace.OutcomeReject {
 				t.Errorf("after delete: external -> node port = %q, want REJECT", got)
 			}
 		})
@@ -210,7 +210,7 @@ func TestNodePortShortCircuit(t *testing.T) {
 		{podIP, "10.180.0.2:80, 10.180.0.3:80"},
 		{nodeIP, "10.180.0.2:80 masq, 10.180.0.3:80 masq"},
 	} {
-		if got := targets(trace(t, f, c.src, nodeIP.String(), 30002, nil)); got != c.want {
+		if got := targets(tracePacket(t, f, c.src, nodeIP.String(), 30002, nil)); got != c.want {
 			t.Errorf("%s -> node port = %q, want %q", c.src, got, c.want)
 		}
 	}
@@ -242,32 +242,22 @@ func TestAffinity(t *testing.T) {
 			cfg.Affinity = mode
 			f, _, _ := load(t, cfg, st)
 			list := func(ep string) string { return AffinityList(mode, sp.Name, ep, 600) }
-			res := trace(t, f, podIP, "172.30.0.45", 80, History{list(keys[1]): 599 * time.Second})
+			res := tracePacket(t, f, podIP, "172.30.0.45", 80, trace.History{list(keys[1]): 599 * time.Second})
 			if got := targets(res); got != keys[1] {
 				t.Errorf("fresh entry: %q, want %s", got, keys[1])
 			}
-			res = trace(t, f, podIP, "172.30.0.45", 80, History{list(keys[1]): 601 * time.Second})
-			if d := Uniform(res, keys); d > tol {
-				t.Errorf("expired entry: not uniform:\n%s", res)
+			res = tracePacket(t, f, podIP, "172.30.0.45", 80, trace.History{list(keys[1]): 601 * time.Second})
+			if d := trace.Uniform(res, keys); d > tol {
+				t.Errorf("expired entry: not uniform:\n%s", res.Lines())
 			}
-			if d := Uniform(trace(t, f, podIP, "172.30.0.45", 80, nil), keys); d > tol {
+			if d := trace.Uniform(tracePacket(t, f, podIP, "172.30.0.45", 80, nil), keys); d > tol {
 				t.Errorf("no entry: not uniform")
 			}
 			// The first list checked wins when two hold the client.
-			res = trace(t, f, podIP, "172.30.0.45", 80, History{list(keys[2]): time.Second, list(keys[0]): time.Second})
+			res = tracePacket(t, f, podIP, "172.30.0.45", 80, trace.History{list(keys[2]): time.Second, list(keys[0]): time.Second})
 			if got := targets(res); got != keys[0] {
 				t.Errorf("two entries: %q, want %s", got, keys[0])
 			}
 		})
-	}
-}
-
-func TestTraceHelpers(t *testing.T) {
-	r := Result{{Target: "a", P: 0.25}, {Target: "a", Masquerade: true, P: 0.25}, {Target: "b", P: 0.5}, {Target: "c"}}
-	if r.P("a") != 0.5 || !slices.Equal(r.Targets(), []string{"a", "b"}) {
-		t.Errorf("P/Targets wrong: %v %v", r.P("a"), r.Targets())
-	}
-	if !math.IsInf(Uniform(r, []string{"a"}), 1) {
-		t.Error("Uniform ignored an outcome outside the endpoints")
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -112,10 +113,7 @@ func New(cfg Config, h Interface, sys System) (*Backend, error) {
 // Tool is the command name of an iptables tool of the configured variant,
 // e.g. "iptables-nft-restore".
 func (b *Backend) Tool(verb string) string {
-	if verb == "" {
-		return "iptables-" + b.cfg.IPTablesVariant
-	}
-	return "iptables-" + b.cfg.IPTablesVariant + "-" + verb
+	return iptables.Tool(b.cfg.IPTablesVariant, verb)
 }
 
 // Sync renders the state and makes the kernel match it. A failure makes the
@@ -708,27 +706,7 @@ func (b *Backend) cleanupIPTables() error {
 	if err != nil {
 		return err
 	}
-	var out strings.Builder
-	var dels []string
-	for _, line := range strings.Split(save, "\n") {
-		switch {
-		case strings.HasPrefix(line, "*"):
-			out.WriteString(line + "\n")
-			dels = dels[:0]
-		case strings.HasPrefix(line, ":KUBE-"):
-			name := strings.Fields(line[1:])[0]
-			out.WriteString(":" + name + " - [0:0]\n")
-			dels = append(dels, name)
-		case strings.HasPrefix(line, "-A ") && strings.Contains(line, " -j KUBE-") && !strings.HasPrefix(line, "-A KUBE-"):
-			out.WriteString("-D" + line[2:] + "\n")
-		case line == "COMMIT":
-			for _, d := range dels {
-				out.WriteString("-X " + d + "\n")
-			}
-			out.WriteString("COMMIT\n")
-		}
-	}
-	if _, err := b.sys.Run(out.String(), b.Tool("restore"), "--noflush"); err != nil {
+	if _, err := b.sys.Run(iptables.CleanupText(save), b.Tool("restore"), "--noflush"); err != nil {
 		return fmt.Errorf("could not remove the iptables rules: %w", err)
 	}
 	return nil

@@ -2,8 +2,6 @@ package ipvs
 
 import (
 	"fmt"
-	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -171,13 +169,6 @@ func (b *Backend) mapCounters(svcs []*libipvs.Service, dests map[Key][]*libipvs.
 	for _, c := range sum {
 		out = append(out, *c)
 	}
-	slices.SortFunc(out, func(a, b dataplane.Counter) int {
-		if c := cluster.CompareNames(a.ServicePort, b.ServicePort); c != 0 {
-			return c
-		}
-		x, _ := netip.ParseAddrPort(a.Endpoint)
-		y, _ := netip.ParseAddrPort(b.Endpoint)
-		return x.Compare(y)
-	})
+	dataplane.SortCounters(out)
 	return out
 }

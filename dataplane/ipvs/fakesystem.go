@@ -17,7 +17,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/restore"
 )
 
 type fakeChain struct {
@@ -336,7 +336,7 @@ func (f *FakeSystem) restore(text string) error {
 				cur.order = append(cur.order, c)
 			}
 		default:
-			args, err := iptables.Tokenize(line)
+			args, err := restore.Tokenize(line)
 			if err != nil || len(args) < 2 {
 				return fail("bad rule")
 			}

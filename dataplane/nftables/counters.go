@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -115,21 +115,16 @@ func (c counts) sorted() []dataplane.Counter {
 	for _, x := range c {
 		out = append(out, *x)
 	}
-	slices.SortFunc(out, func(a, b dataplane.Counter) int {
-		if d := cluster.CompareNames(a.ServicePort, b.ServicePort); d != 0 {
-			return d
-		}
-		return compareTarget(a.Endpoint, b.Endpoint)
-	})
+	dataplane.SortCounters(out)
 	return out
 }
 
 // verdictTarget names a no-endpoint verdict as a counter's endpoint.
 func verdictTarget(v string) string {
 	if strings.Contains(v, ChainReject) || strings.Contains(v, "reject") {
-		return OutcomeReject
+		return trace.OutcomeReject
 	}
-	return OutcomeDrop
+	return trace.OutcomeDrop
 }
 
 // ParseCountersJSON maps the counters of `nft -j list table ip <table>` to

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane/trace"
 )
 
 // The faults at the detection limit, in both layouts.
@@ -29,7 +30,7 @@ func TestFaultSkewAtMDE(t *testing.T) {
 			spn := addWide(st, k)
 			_, f := load(t, testConfig(layout, proxy.FaultSkewAtMDE), st)
 			want := proxy.MDESkewShares(k)
-			res := trace(t, f, podIP, fmt.Sprintf("172.30.1.%d", k), 80, nil)
+			res := tracePacket(t, f, podIP, fmt.Sprintf("172.30.1.%d", k), 80, nil)
 			for i, e := range st.Endpoints[spn] {
 				if got := res.P(e.String()); math.Abs(got-want[i]) > 1e-12 {
 					t.Errorf("%s k=%d endpoint %d: traced share %.15f, target %.15f", layout, k, i, got, want[i])
@@ -90,14 +91,14 @@ func clients(t *testing.T, in func(netip.Addr) bool) (yes, no netip.Addr) {
 func TestFaultAffinityLeak(t *testing.T) {
 	leaker, keeper := clients(t, proxy.LeakingClient)
 	st, spn := affinityState(600)
-	h := History{AffinitySet(spn, "10.180.0.2:80"): time.Minute}
+	h := trace.History{AffinitySet(spn, "10.180.0.2:80"): time.Minute}
 	for _, layout := range layouts {
 		for _, faults := range [][]proxy.Fault{nil, {proxy.FaultAffinityLeak}, {proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay}} {
 			_, f := load(t, testConfig(layout, faults...), st)
-			if got := trace(t, f, keeper, "172.30.0.10", 80, h).P("10.180.0.2:80"); got != 1 {
+			if got := tracePacket(t, f, keeper, "172.30.0.10", 80, h).P("10.180.0.2:80"); got != 1 {
 				t.Errorf("%s %v: client %s sticks with p %v, want 1", layout, faults, keeper, got)
 			}
-			res := trace(t, f, leaker, "172.30.0.10", 80, h)
+			res := tracePacket(t, f, leaker, "172.30.0.10", 80, h)
 			want := map[string]float64{"10.180.0.1:80": 1.0 / 3, "10.180.0.2:80": 1.0 / 3, "10.180.0.3:80": 1.0 / 3}
 			if len(faults) == 0 {
 				want = map[string]float64{"10.180.0.2:80": 1}
@@ -131,12 +132,12 @@ func TestFaultAffinityOverstay(t *testing.T) {
 			{15 * time.Minute, true, false},
 			{25 * time.Minute, false, false},
 		} {
-			h := History{AffinitySet(spn, "10.180.0.2:80"): c.age}
+			h := trace.History{AffinitySet(spn, "10.180.0.2:80"): c.age}
 			for _, cl := range []struct {
 				src    netip.Addr
 				sticky bool
 			}{{stayer, c.stays}, {other, c.other}} {
-				res := trace(t, f, cl.src, "172.30.0.10", 80, h)
+				res := tracePacket(t, f, cl.src, "172.30.0.10", 80, h)
 				if got := res.P("10.180.0.2:80") == 1; got != cl.sticky {
 					t.Errorf("%s: entry %v old, client %s: sticks %v, want %v (%s)", layout, c.age, cl.src, got, cl.sticky, res)
 				}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -23,14 +24,14 @@ func TestFaultUniformProbability(t *testing.T) {
 			spn12 := addWide(st, 12)
 			st.Services[spn12].ClientIPAffinity, st.Services[spn12].AffinityTimeout = affinity, 600
 			_, f := load(t, testConfig(layout, proxy.FaultUniformProbability), st)
-			res := trace(t, f, podIP, "172.30.0.10", 80, nil)
+			res := tracePacket(t, f, podIP, "172.30.0.10", 80, nil)
 			for ep, want := range map[string]float64{"10.180.0.1:80": 1.0 / 3, "10.180.0.2:80": 2.0 / 9, "10.180.0.3:80": 4.0 / 9} {
 				if got := res.P(ep); math.Abs(got-want) > tol {
 					t.Errorf("%s affinity=%v: P(%s) = %v, want %v", layout, affinity, ep, got, want)
 				}
 			}
 			// 12 endpoints: weights rounded to 2^-31 (12^11 > 2^31).
-			res = trace(t, f, podIP, "172.30.1.12", 80, nil)
+			res = tracePacket(t, f, podIP, "172.30.1.12", 80, nil)
 			p := 1.0
 			for i, o := range res {
 				want := p / 12
@@ -89,12 +90,12 @@ func TestFaultIgnoreLocalPolicy(t *testing.T) {
 	sp.InternalLocal = true
 	add(st, sp, ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
 	faultCases(t, st, "172.30.0.10", nil, proxy.FaultIgnoreLocalPolicy,
-		OutcomeDrop, "10.180.0.1:80, 10.180.0.2:80")
+		trace.OutcomeDrop, "10.180.0.1:80, 10.180.0.2:80")
 }
 
 func TestFaultAffinityNoTimeout(t *testing.T) {
 	st, spn := affinityState(600)
-	h := History{AffinitySet(spn, "10.180.0.2:80"): 2 * time.Hour}
+	h := trace.History{AffinitySet(spn, "10.180.0.2:80"): 2 * time.Hour}
 	faultCases(t, st, "172.30.0.10", h, proxy.FaultAffinityNoTimeout,
 		"10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80", "10.180.0.2:80")
 	for _, layout := range layouts {
@@ -114,7 +115,7 @@ func TestFaultDropLastEndpoint(t *testing.T) {
 		"10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80", "10.180.0.1:80, 10.180.0.2:80")
 	// A single endpoint gets nothing: the connection is not DNATed and
 	// cluster-ips-check rejects it.
-	faultCases(t, st, "172.30.0.11", nil, proxy.FaultDropLastEndpoint, "10.180.0.4:80", OutcomeReject)
+	faultCases(t, st, "172.30.0.11", nil, proxy.FaultDropLastEndpoint, "10.180.0.4:80", trace.OutcomeReject)
 }
 
 func TestFaultKeepDeletedEndpoint(t *testing.T) {
@@ -130,7 +131,7 @@ func TestFaultKeepDeletedEndpoint(t *testing.T) {
 			b, f := load(t, cfg, st)
 			st.Endpoints[spn] = st.Endpoints[spn][:1]
 			sync(t, b, st, []cluster.ServicePortName{spn}, false)
-			got := targets(trace(t, f, podIP, "172.30.0.10", 80, nil))
+			got := targets(tracePacket(t, f, podIP, "172.30.0.10", 80, nil))
 			want := "10.180.0.1:80"
 			if fault {
 				want = "10.180.0.1:80, 10.180.0.2:80"
@@ -144,7 +145,7 @@ func TestFaultKeepDeletedEndpoint(t *testing.T) {
 
 // faultCases traces a pod to dst:80 in both layouts without and with the
 // fault.
-func faultCases(t *testing.T, st *cluster.State, dst string, h History, fault proxy.Fault, without, with string) {
+func faultCases(t *testing.T, st *cluster.State, dst string, h trace.History, fault proxy.Fault, without, with string) {
 	t.Helper()
 	for _, layout := range layouts {
 		for _, c := range []struct {
@@ -152,7 +153,7 @@ func faultCases(t *testing.T, st *cluster.State, dst string, h History, fault pr
 			want string
 		}{{testConfig(layout), without}, {testConfig(layout, fault), with}} {
 			_, f := load(t, c.cfg, st)
-			if got := targets(trace(t, f, podIP, dst, 80, h)); got != c.want {
+			if got := targets(tracePacket(t, f, podIP, dst, 80, h)); got != c.want {
 				t.Errorf("%s faults %v: %q, want %q", layout, c.cfg.Faults, got, c.want)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -32,14 +33,14 @@ func checkCounters(t *testing.T, got []dataplane.Counter, known map[cluster.Serv
 		if !known[c.ServicePort] {
 			t.Errorf("counter %d names service port %v, not in the state", i, c.ServicePort)
 		}
-		if c.Endpoint != OutcomeReject && c.Endpoint != OutcomeDrop {
+		if c.Endpoint != trace.OutcomeReject && c.Endpoint != trace.OutcomeDrop {
 			if ap, err := netip.ParseAddrPort(c.Endpoint); err != nil || ap.String() != c.Endpoint {
 				t.Errorf("counter %d: endpoint %q is neither ip:port nor a verdict", i, c.Endpoint)
 			}
 		}
 		if i > 0 {
 			p := got[i-1]
-			if d := cluster.CompareNames(p.ServicePort, c.ServicePort); d > 0 || d == 0 && compareTarget(p.Endpoint, c.Endpoint) >= 0 {
+			if d := cluster.CompareNames(p.ServicePort, c.ServicePort); d > 0 || d == 0 && trace.CompareTarget(p.Endpoint, c.Endpoint) >= 0 {
 				t.Errorf("counters out of order or repeated: %v then %v", p, c)
 			}
 		}

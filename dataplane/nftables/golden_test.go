@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -30,7 +31,7 @@ func traceTable(t *testing.T, f *knftables.Fake, st *cluster.State) string {
 	tr := tracer(t, f)
 	var b strings.Builder
 	for _, fl := range dataplanetest.Flows(st) {
-		res, err := tr.Trace(Packet{Src: fl.Src, Protocol: fl.Proto, Dst: fl.Dst.Addr(), DPort: int(fl.Dst.Port())}, nil)
+		res, err := tr.Trace(trace.Packet{Src: fl.Src, Protocol: fl.Proto, Dst: fl.Dst.Addr(), DPort: int(fl.Dst.Port())}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

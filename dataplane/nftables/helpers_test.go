@@ -11,6 +11,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -88,9 +89,9 @@ func tracer(t testing.TB, f *knftables.Fake) *Tracer {
 	return tr
 }
 
-func trace(t testing.TB, f *knftables.Fake, src netip.Addr, dst string, port int, h History) Result {
+func tracePacket(t testing.TB, f *knftables.Fake, src netip.Addr, dst string, port int, h trace.History) trace.Result {
 	t.Helper()
-	res, err := tracer(t, f).Trace(Packet{Src: src, Protocol: "tcp", Dst: netip.MustParseAddr(dst), DPort: port}, h)
+	res, err := tracer(t, f).Trace(trace.Packet{Src: src, Protocol: "tcp", Dst: netip.MustParseAddr(dst), DPort: port}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func trace(t testing.TB, f *knftables.Fake, src netip.Addr, dst string, port int
 }
 
 // targets lists a result's targets with " masq" where masqueraded.
-func targets(r Result) string {
+func targets(r trace.Result) string {
 	var out []string
 	for _, o := range r {
 		if o.P <= 1e-12 {

@@ -34,79 +34,8 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane/trace"
 )
-
-// Outcomes of a trace besides an endpoint "ip:port".
-const (
-	OutcomeDrop   = "DROP"
-	OutcomeReject = "REJECT"
-	// OutcomeAccept is a packet accepted without DNAT: it goes on to its
-	// original destination (for a cluster IP, nowhere).
-	OutcomeAccept = "ACCEPT"
-)
-
-// History is a client's affinity state: for each affinity set (see
-// AffinitySet) that holds the client's address, how long ago it was last
-// added or refreshed. Sets absent from the map do not hold the client.
-type History map[string]time.Duration
-
-// Packet is the first packet of a new connection.
-type Packet struct {
-	Src      netip.Addr
-	Protocol string // "tcp", "udp" or "sctp"
-	Dst      netip.Addr
-	DPort    int
-}
-
-// Outcome is one possible fate of the connection.
-type Outcome struct {
-	// Target is the endpoint "ip:port" the connection was DNATed to, or
-	// OutcomeDrop, OutcomeReject or OutcomeAccept.
-	Target string
-	// Masquerade reports that the source was masqueraded on the way out.
-	Masquerade bool
-	// P is the probability of this outcome.
-	P float64
-}
-
-// Result lists a trace's outcomes, sorted by target then masquerade; the
-// probabilities sum to 1 (up to rounding).
-type Result []Outcome
-
-// P is the total probability of a target.
-func (r Result) P(target string) float64 {
-	p := 0.0
-	for _, o := range r {
-		if o.Target == target {
-			p += o.P
-		}
-	}
-	return p
-}
-
-// Targets lists the targets reached with a positive probability, in order.
-func (r Result) Targets() []string {
-	var out []string
-	for _, o := range r {
-		if o.P > 0 && !slices.Contains(out, o.Target) {
-			out = append(out, o.Target)
-		}
-	}
-	return out
-}
-
-// String is "target[ masq] p, ..." with six decimals.
-func (r Result) String() string {
-	parts := make([]string, len(r))
-	for i, o := range r {
-		m := ""
-		if o.Masquerade {
-			m = " masq"
-		}
-		parts[i] = fmt.Sprintf("%s%s %.6f", o.Target, m, o.P)
-	}
-	return strings.Join(parts, ", ")
-}
 
 // Tracer traces packets through a snapshot of a Fake's table.
 type Tracer struct {
@@ -190,7 +119,7 @@ type branch struct {
 
 // Trace returns the fates of a new connection's first packet and their
 // probabilities.
-func (t *Tracer) Trace(p Packet, h History) (Result, error) {
+func (t *Tracer) Trace(p trace.Packet, h trace.History) (trace.Result, error) {
 	f := flow{src: p.Src, dst: p.Dst, proto: strings.ToLower(p.Protocol), dport: p.DPort, p: 1}
 	if f.proto == "" {
 		f.proto = "tcp"
@@ -226,56 +155,29 @@ func (t *Tracer) Trace(p Packet, h History) (Result, error) {
 		}
 		cur = next
 	}
-	sum := map[Outcome]float64{}
+	sum := map[trace.Outcome]float64{}
 	for _, b := range cur {
 		if b.f.p == 0 {
 			continue
 		}
-		o := Outcome{Target: OutcomeAccept, Masquerade: b.f.masq}
+		o := trace.Outcome{Target: trace.OutcomeAccept, Masquerade: b.f.masq}
 		switch {
 		case b.v == vDrop:
-			o = Outcome{Target: OutcomeDrop}
+			o = trace.Outcome{Target: trace.OutcomeDrop}
 		case b.v == vReject:
-			o = Outcome{Target: OutcomeReject}
+			o = trace.Outcome{Target: trace.OutcomeReject}
 		case b.f.dnat:
 			o.Target = netip.AddrPortFrom(b.f.dst, uint16(b.f.dport)).String()
 		}
 		sum[o] += b.f.p
 	}
-	out := make(Result, 0, len(sum))
+	out := make(trace.Result, 0, len(sum))
 	for o, p := range sum {
 		o.P = p
 		out = append(out, o)
 	}
-	slices.SortFunc(out, func(a, b Outcome) int {
-		if c := compareTarget(a.Target, b.Target); c != 0 {
-			return c
-		}
-		switch {
-		case a.Masquerade == b.Masquerade:
-			return 0
-		case !a.Masquerade:
-			return -1
-		}
-		return 1
-	})
+	out.Sort()
 	return out, nil
-}
-
-// compareTarget orders endpoints by address then port, and the verdicts
-// after them.
-func compareTarget(a, b string) int {
-	x, errx := netip.ParseAddrPort(a)
-	y, erry := netip.ParseAddrPort(b)
-	switch {
-	case errx == nil && erry == nil:
-		return x.Compare(y)
-	case errx == nil:
-		return -1
-	case erry == nil:
-		return 1
-	}
-	return strings.Compare(a, b)
 }
 
 func (t *Tracer) isLocal(a netip.Addr) bool {
@@ -287,7 +189,7 @@ func (t *Tracer) isLocal(a netip.Addr) bool {
 
 // runHook runs the base chains of one hook in priority order. Accept ends
 // a base chain, not the hook; drop and reject end the packet.
-func (t *Tracer) runHook(hook knftables.BaseChainHook, f flow, h History) ([]branch, error) {
+func (t *Tracer) runHook(hook knftables.BaseChainHook, f flow, h trace.History) ([]branch, error) {
 	type bc struct {
 		name string
 		prio int
@@ -335,7 +237,7 @@ func (t *Tracer) runHook(hook knftables.BaseChainHook, f flow, h History) ([]bra
 
 // runChain evaluates a chain; its branches end with vContinue (fell off the
 // end or returned), vAccept, vDrop or vReject.
-func (t *Tracer) runChain(name string, f flow, h History, depth int) ([]branch, error) {
+func (t *Tracer) runChain(name string, f flow, h trace.History, depth int) ([]branch, error) {
 	if depth > 32 {
 		return nil, fmt.Errorf("could not trace: chain nesting too deep at %s", name)
 	}
@@ -346,7 +248,7 @@ func (t *Tracer) runChain(name string, f flow, h History, depth int) ([]branch, 
 	return t.runRules(c.Rules, 0, f, h, depth)
 }
 
-func (t *Tracer) runRules(rules []*knftables.Rule, i int, f flow, h History, depth int) ([]branch, error) {
+func (t *Tracer) runRules(rules []*knftables.Rule, i int, f flow, h trace.History, depth int) ([]branch, error) {
 	if i == len(rules) {
 		return []branch{{f: f, v: vContinue}}, nil
 	}
@@ -391,7 +293,7 @@ func (t *Tracer) runRules(rules []*knftables.Rule, i int, f flow, h History, dep
 // evalRule evaluates one rule's expressions in order. A branch that fails a
 // match goes on with the next rule (keeping what earlier statements did); a
 // verdict ends the rule.
-func (t *Tracer) evalRule(exprs []expr, f flow, h History) ([]branch, error) {
+func (t *Tracer) evalRule(exprs []expr, f flow, h trace.History) ([]branch, error) {
 	if len(exprs) == 0 {
 		return []branch{{f: f, v: vNext}}, nil
 	}
@@ -420,7 +322,7 @@ func (t *Tracer) evalRule(exprs []expr, f flow, h History) ([]branch, error) {
 
 // expr is one parsed expression or statement of a rule.
 type expr interface {
-	eval(t *Tracer, f flow, h History) ([]exprResult, error)
+	eval(t *Tracer, f flow, h trace.History) ([]exprResult, error)
 }
 
 // exprResult is one branch of an expression: whether it matched, the flow
@@ -438,9 +340,9 @@ func one(match bool, f flow) ([]exprResult, error) {
 }
 
 // matchFunc is a plain match.
-type matchFunc func(t *Tracer, f flow, h History) (bool, error)
+type matchFunc func(t *Tracer, f flow, h trace.History) (bool, error)
 
-func (m matchFunc) eval(t *Tracer, f flow, h History) ([]exprResult, error) {
+func (m matchFunc) eval(t *Tracer, f flow, h trace.History) ([]exprResult, error) {
 	ok, err := m(t, f, h)
 	if err != nil {
 		return nil, err
@@ -451,7 +353,7 @@ func (m matchFunc) eval(t *Tracer, f flow, h History) ([]exprResult, error) {
 // stmtFunc is a statement: it may change the flow and end the rule.
 type stmtFunc func(t *Tracer, f flow) (flow, verdict, string, error)
 
-func (s stmtFunc) eval(t *Tracer, f flow, _ History) ([]exprResult, error) {
+func (s stmtFunc) eval(t *Tracer, f flow, _ trace.History) ([]exprResult, error) {
 	nf, v, target, err := s(t, f)
 	if err != nil {
 		return nil, err
@@ -479,7 +381,7 @@ type numgenExpr struct {
 	key func(f flow) string
 }
 
-func (n *numgenExpr) eval(t *Tracer, f flow, _ History) ([]exprResult, error) {
+func (n *numgenExpr) eval(t *Tracer, f flow, _ trace.History) ([]exprResult, error) {
 	if n.mod == 0 {
 		return nil, fmt.Errorf("numgen modulus 0")
 	}
@@ -578,7 +480,7 @@ type vmapExpr struct {
 	mapName string
 }
 
-func (v *vmapExpr) eval(t *Tracer, f flow, _ History) ([]exprResult, error) {
+func (v *vmapExpr) eval(t *Tracer, f flow, _ trace.History) ([]exprResult, error) {
 	m, ok := t.maps[v.mapName]
 	if !ok {
 		return nil, fmt.Errorf("no map %q", v.mapName)
@@ -698,12 +600,12 @@ func parseRule(s string) ([]expr, error) {
 }
 
 func parseOne(t []string) (expr, int, error) {
-	always := matchFunc(func(*Tracer, flow, History) (bool, error) { return true, nil })
+	always := matchFunc(func(*Tracer, flow, trace.History) (bool, error) { return true, nil })
 	switch {
 	case hasPrefix(t, "ct", "state", "new"):
 		return always, 3, nil
 	case hasPrefix(t, "ct", "status", "dnat"):
-		return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) { return f.dnat, nil }), 3, nil
+		return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) { return f.dnat, nil }), 3, nil
 	case hasPrefix(t, "ip", "daddr", ".", "meta", "l4proto", ".", "th", "dport", "vmap", "*") && strings.HasPrefix(t[9], "@"):
 		return &vmapExpr{mapName: t[9][1:], key: func(f flow) string {
 			return fmt.Sprintf("%s . %s . %d", f.dst, f.proto, f.dport)
@@ -714,7 +616,7 @@ func parseOne(t []string) (expr, int, error) {
 		}}, 7, nil
 	case hasPrefix(t, "ip", "saddr", ".", "ip", "daddr", "*") && strings.HasPrefix(t[5], "@"):
 		set := t[5][1:]
-		return matchFunc(func(tr *Tracer, f flow, _ History) (bool, error) {
+		return matchFunc(func(tr *Tracer, f flow, _ trace.History) (bool, error) {
 			s, ok := tr.sets[set]
 			if !ok {
 				return false, fmt.Errorf("no set %q", set)
@@ -729,15 +631,15 @@ func parseOne(t []string) (expr, int, error) {
 			return nil, 0, fmt.Errorf("bad port %q", t[2])
 		}
 		proto := t[0]
-		return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) {
+		return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) {
 			return f.proto == proto && f.dport == port, nil
 		}), 3, nil
 	case hasPrefix(t, "meta", "l4proto", "*") && t[2] != ".":
 		proto := t[2]
-		return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) { return f.proto == proto, nil }), 3, nil
+		return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) { return f.proto == proto, nil }), 3, nil
 	case hasPrefix(t, "fib", "*", "type", "local") && (t[1] == "saddr" || t[1] == "daddr"):
 		src := t[1] == "saddr"
-		return matchFunc(func(tr *Tracer, f flow, _ History) (bool, error) {
+		return matchFunc(func(tr *Tracer, f flow, _ trace.History) (bool, error) {
 			if src {
 				return tr.isLocal(f.src), nil
 			}
@@ -748,7 +650,7 @@ func parseOne(t []string) (expr, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("bad mark %q", t[2])
 		}
-		return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) { return f.mark&uint32(m) == 0, nil }), 5, nil
+		return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) { return f.mark&uint32(m) == 0, nil }), 5, nil
 	case hasPrefix(t, "mark", "set", "mark", "*", "*") && (t[3] == "or" || t[3] == "xor"):
 		m, err := strconv.ParseUint(t[4], 0, 32)
 		if err != nil {
@@ -866,7 +768,7 @@ func parseJHash(t []string) (expr, int, error) {
 	return &jhashExpr{mod: uint32(mod), seed: uint32(seed), k: uint32(k), neg: t[7] == "!="}, 9, nil
 }
 
-func (j *jhashExpr) eval(_ *Tracer, f flow, _ History) ([]exprResult, error) {
+func (j *jhashExpr) eval(_ *Tracer, f flow, _ trace.History) ([]exprResult, error) {
 	return one(j.holds(f.src), f)
 }
 
@@ -880,7 +782,9 @@ type updateExpr struct {
 	timeout time.Duration // 0: the set's
 }
 
-func (u *updateExpr) eval(_ *Tracer, f flow, _ History) ([]exprResult, error) { return one(true, f) }
+func (u *updateExpr) eval(_ *Tracer, f flow, _ trace.History) ([]exprResult, error) {
+	return one(true, f)
+}
 
 func parseUpdate(t []string) (expr, int, error) {
 	u := &updateExpr{set: strings.TrimPrefix(t[1], "@")}
@@ -956,7 +860,7 @@ func parseAddrMatch(t []string) (expr, int, error) {
 	}
 	if strings.HasPrefix(val, "@") {
 		set := val[1:]
-		return matchFunc(func(tr *Tracer, f flow, h History) (bool, error) {
+		return matchFunc(func(tr *Tracer, f flow, h trace.History) (bool, error) {
 			var in bool
 			if strings.HasPrefix(set, PrefixAffinity) {
 				s := tr.table.Sets[set]
@@ -993,7 +897,7 @@ func parseAddrMatch(t []string) (expr, int, error) {
 		}
 		prefixes = append(prefixes, p)
 	}
-	return matchFunc(func(_ *Tracer, f flow, _ History) (bool, error) {
+	return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) {
 		a := addr(f)
 		in := false
 		for _, p := range prefixes {

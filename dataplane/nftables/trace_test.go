@@ -12,6 +12,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -31,7 +32,7 @@ func TestTraceUniform(t *testing.T) {
 			_, f := load(t, testConfig(layout), st)
 			tr := tracer(t, f)
 			for n := 1; n <= 20; n++ {
-				res, err := tr.Trace(Packet{Src: podIP, Protocol: "tcp", Dst: netip.MustParseAddr(fmt.Sprintf("172.30.1.%d", n)), DPort: 80}, nil)
+				res, err := tr.Trace(trace.Packet{Src: podIP, Protocol: "tcp", Dst: netip.MustParseAddr(fmt.Sprintf("172.30.1.%d", n)), DPort: 80}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -66,16 +67,16 @@ func TestTraceAffinity(t *testing.T) {
 		_, f := load(t, testConfig(layout), st)
 		set := AffinitySet(spn, "10.180.0.2:80")
 		for _, c := range []struct {
-			h    History
+			h    trace.History
 			want string
 		}{
 			{nil, "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80"},
-			{History{set: 10 * time.Second}, "10.180.0.2:80"},
-			{History{set: 599 * time.Second}, "10.180.0.2:80"},
-			{History{set: 600 * time.Second}, "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80"},
-			{History{set: 2 * time.Hour}, "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80"},
+			{trace.History{set: 10 * time.Second}, "10.180.0.2:80"},
+			{trace.History{set: 599 * time.Second}, "10.180.0.2:80"},
+			{trace.History{set: 600 * time.Second}, "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80"},
+			{trace.History{set: 2 * time.Hour}, "10.180.0.1:80, 10.180.0.2:80, 10.180.0.3:80"},
 		} {
-			if got := targets(trace(t, f, podIP, "172.30.0.10", 80, c.h)); got != c.want {
+			if got := targets(tracePacket(t, f, podIP, "172.30.0.10", 80, c.h)); got != c.want {
 				t.Errorf("%s history %v: %q, want %q", layout, c.h, got, c.want)
 			}
 		}
@@ -89,7 +90,7 @@ func TestTraceHairpin(t *testing.T) {
 		st := newTestState()
 		add(st, clusterIPPort(name("ns", "svc", "p"), "172.30.0.10", 80), ep("10.180.0.1", 80, thisNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
 		_, f := load(t, testConfig(layout), st)
-		got := trace(t, f, netip.MustParseAddr("10.180.0.1"), "172.30.0.10", 80, nil).String()
+		got := tracePacket(t, f, netip.MustParseAddr("10.180.0.1"), "172.30.0.10", 80, nil).String()
 		want := "10.180.0.1:80 masq 0.500000, 10.180.0.2:80 0.500000"
 		if got != want {
 			t.Errorf("%s: %s, want %s", layout, got, want)
@@ -110,7 +111,7 @@ func TestTraceInternalTrafficPolicy(t *testing.T) {
 			{"ITP Cluster", false, []string{thisNode, otherNode, otherNode}, "10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80"},
 			{"ITP Local, one local", true, []string{thisNode, otherNode, otherNode}, "10.0.1.1:80"},
 			{"ITP Local, two local", true, []string{thisNode, thisNode, otherNode}, "10.0.1.1:80, 10.0.1.2:80"},
-			{"ITP Local, none local", true, []string{otherNode, otherNode, otherNode}, OutcomeDrop},
+			{"ITP Local, none local", true, []string{otherNode, otherNode, otherNode}, trace.OutcomeDrop},
 		} {
 			st := newTestState()
 			sp := clusterIPPort(name("ns1", "svc1", ""), "172.30.1.1", 80)
@@ -121,7 +122,7 @@ func TestTraceInternalTrafficPolicy(t *testing.T) {
 			}
 			add(st, sp, eps...)
 			_, f := load(t, testConfig(layout), st)
-			if got := targets(trace(t, f, netip.MustParseAddr("10.0.0.2"), "172.30.1.1", 80, nil)); got != c.want {
+			if got := targets(tracePacket(t, f, netip.MustParseAddr("10.0.0.2"), "172.30.1.1", 80, nil)); got != c.want {
 				t.Errorf("%s %s: %q, want %q", layout, c.name, got, c.want)
 			}
 		}
@@ -141,13 +142,13 @@ func TestTraceTerminating(t *testing.T) {
 			b, f := load(t, testConfig(layout), st)
 			check := func(when, internal, ext string) {
 				t.Helper()
-				if got := targets(trace(t, f, podIP, "172.30.1.1", 80, nil)); got != internal {
+				if got := targets(tracePacket(t, f, podIP, "172.30.1.1", 80, nil)); got != internal {
 					t.Errorf("%s %s%s: pod to cluster IP %q, want %q", layout, c.Name, when, got, internal)
 				}
 				if ext == "" {
 					return
 				}
-				if got := targets(trace(t, f, extIP, nodeIP.String(), int(sp.NodePort), nil)); got != ext {
+				if got := targets(tracePacket(t, f, extIP, nodeIP.String(), int(sp.NodePort), nil)); got != ext {
 					t.Errorf("%s %s%s: external to node port %q, want %q", layout, c.Name, when, got, ext)
 				}
 			}
@@ -156,9 +157,9 @@ func TestTraceTerminating(t *testing.T) {
 			delete(st.Endpoints, sp.Name)
 			sync(t, b, st, []cluster.ServicePortName{sp.Name}, false)
 			if ext != "" {
-				ext = OutcomeReject
+				ext = trace.OutcomeReject
 			}
-			check(" (after endpoints deleted)", OutcomeReject, ext)
+			check(" (after endpoints deleted)", trace.OutcomeReject, ext)
 		}
 	}
 }
@@ -221,8 +222,8 @@ func affinityTable(t *testing.T, f *knftables.Fake, st *cluster.State) string {
 		timeout := time.Duration(sp.AffinityTimeout) * time.Second
 		for _, e := range st.Endpoints[spn] {
 			for _, age := range []time.Duration{timeout / 2, 2 * timeout} {
-				h := History{AffinitySet(spn, e.String()): age}
-				res, err := tr.Trace(Packet{Src: podIP, Protocol: "tcp", Dst: sp.ClusterIP, DPort: int(sp.Port)}, h)
+				h := trace.History{AffinitySet(spn, e.String()): age}
+				res, err := tr.Trace(trace.Packet{Src: podIP, Protocol: "tcp", Dst: sp.ClusterIP, DPort: int(sp.Port)}, h)
 				if err != nil {
 					t.Fatal(err)
 				}
