@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/calibrate"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/stats"
@@ -213,7 +214,7 @@ func TestBackendRecoversInNamespace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := iptables.SyntheticState(12, 3)
+			st := calibrate.Synthetic(12, 3)
 			names := st.SortedServicePorts()
 			for _, n := range names[:6] {
 				st.Services[n].ClientIPAffinity, st.Services[n].AffinityTimeout = true, 10800
@@ -228,7 +229,7 @@ func TestBackendRecoversInNamespace(t *testing.T) {
 				delete(st.Endpoints, n)
 			}
 			st.Endpoints[names[8]] = st.Endpoints[names[8]][1:]
-			more := iptables.SyntheticState(14, 2)
+			more := calibrate.Synthetic(14, 2)
 			for _, n := range more.SortedServicePorts()[12:] {
 				st.Services[n], st.Endpoints[n] = more.Services[n], more.Endpoints[n]
 				st.Services[n].ClientIPAffinity, st.Services[n].AffinityTimeout = true, 60
