@@ -18,6 +18,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/testenv"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/apiserver"
 )
@@ -45,7 +46,7 @@ func runBackend(t *testing.T, variant string) {
 	}
 	defer m.Close()
 	id, _ := netns.NewRunID()
-	cfg, err := netns.ConfigFromModel(m, id)
+	cfg, err := topology.FromModel(m, id)
 	if err != nil {
 		t.Fatal(err)
 	}

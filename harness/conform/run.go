@@ -35,6 +35,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -486,7 +487,7 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 	if err != nil {
 		return err
 	}
-	cfg, err := netns.ConfigFromModel(m, id)
+	cfg, err := topology.FromModel(m, id)
 	if err != nil {
 		return err
 	}
