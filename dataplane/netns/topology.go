@@ -344,10 +344,6 @@ func vethPair(a *Namespace, name, alt string, b *Namespace, peer, peerAlt string
 	return al, bl, nil
 }
 
-func hostPrefix(a netip.Addr) *net.IPNet {
-	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
-}
-
 func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 32)}
 }

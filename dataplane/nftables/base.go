@@ -121,16 +121,3 @@ func (r *Renderer) baseRecord() *baseRecord {
 	}
 	return b
 }
-
-// sharedContainers lists the shared maps and sets whose elements belong to
-// service ports (all of the base objects but firewall-ips, which stays
-// empty: load-balancer source ranges are not modelled).
-func (b *baseRecord) sharedContainers() []*objDef {
-	var out []*objDef
-	for _, o := range b.objs {
-		if o.name != MapFirewallIPs {
-			out = append(out, o)
-		}
-	}
-	return out
-}

@@ -728,16 +728,6 @@ func (s *suite) zone(node string) string {
 	return ""
 }
 
-func impossibleNames(rows []report.Row, idx []int) string {
-	var names []string
-	for _, i := range idx {
-		if i < len(rows) {
-			names = append(names, fmt.Sprintf("%s (%.0f)", rows[i].Outcome, rows[i].Observed))
-		}
-	}
-	return strings.Join(names, ", ")
-}
-
 func appendDev(l []report.Deviation, d report.Deviation) []report.Deviation {
 	for _, x := range l {
 		if x == d {

@@ -357,7 +357,6 @@ func (s *soak) newBackend(ns *netns.Namespace, nodeName string) (dataplane.Backe
 func (s *soak) run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	s.cancel = cancel
-	res := s.res
 	ctx, serviceCIDR, id, err := s.setup(ctx)
 	if err != nil {
 		return err
