@@ -14,7 +14,8 @@
 #   make soak     sim soak scenarios/soak.yaml, N = 2,000 changes with every
 #                 50th kernel apply failing, in iptables and nftables mode
 #   make bench    benchmarks (loading, engines, statistics)
-#   make lint     go vet and staticcheck
+#   make lint     go vet and staticcheck (make test runs it first and fails
+#                 on any finding)
 #   make fresh-check  clone HEAD into a temporary folder and run .ci/run there
 #                 with empty HOME, Go module and build caches and VM cache, as
 #                 on a brand-new machine; prints the wall time
@@ -55,12 +56,14 @@ deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "Debian packages present: $(DEB_PACKAGES)"; fi
 
-# test runs every tier. As root (CI), KPSIM_REQUIRE_ALL=1 turns the skip of a
-# privileged test into a failure, and check-skips fails on any skipped test.
+# test runs lint (go vet and staticcheck: any finding fails), then every
+# tier. As root (CI), KPSIM_REQUIRE_ALL=1 turns the skip of a privileged test
+# into a failure, and check-skips fails on any skipped test.
 # The VM assets come first: a Go test resolves the VM's modules on the
 # cached kernel. As a normal user they are not fetched (apt-get needs root)
 # and that test skips, like the other privileged ones.
 test: deps build
+	@$(MAKE) --no-print-directory lint
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory vm-assets; fi
 	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-before.txt
 	@$(MAKE) --no-print-directory test-go

@@ -13,11 +13,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/calibrate"
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/testenv"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/apiserver"
 )
@@ -38,14 +40,24 @@ func TestBackendInNamespaces(t *testing.T) {
 }
 
 func runBackend(t *testing.T, variant string) {
+	topo, backends := syncedDistribution(t, variant)
+	counts, total, n := probeDistribution(t, variant, topo)
+	checkDistribution(t, backends["node-a"], counts, total, n)
+	var _ dataplane.Backend = backends["node-a"]
+}
+
+// syncedDistribution builds the topology of the distribution scenario and
+// syncs an iptables Backend of the variant into each node, checking that
+// iptables-save shows the rules and the jumps as written.
+func syncedDistribution(t *testing.T, variant string) (*netns.Topology, map[string]*iptables.Backend) {
 	ctx := context.Background()
 	m, err := apiserver.Open(ctx, "../../scenarios/conformance/distribution.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(m.Close)
 	id, _ := netns.NewRunID()
-	cfg, err := netns.ConfigFromModel(m, id)
+	cfg, err := topology.FromModel(m, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +65,7 @@ func runBackend(t *testing.T, variant string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer topo.Close()
+	t.Cleanup(func() { topo.Close() })
 	backends := map[string]*iptables.Backend{}
 	for _, n := range topo.Nodes() {
 		b, err := iptables.NewBackend(n.NS, iptables.Config{NodeName: n.Config.Name, ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16")}, variant)
@@ -74,7 +86,13 @@ func runBackend(t *testing.T, variant string) {
 	if missing := iptables.MissingJumps(backends["node-a"].LastRuleset.Jumps, save); strings.Contains(missing, "-A ") {
 		t.Errorf("iptables-save does not print the jump rules as the Backend writes them; missing:\n%s", missing)
 	}
+	return topo, backends
+}
 
+// probeDistribution sends n new connections to the Service from a client
+// pod on node-a and counts their arrivals at each endpoint address.
+func probeDistribution(t *testing.T, variant string, topo *netns.Topology) (counts map[netip.AddrPort]int, total, sent int) {
+	ctx := context.Background()
 	var client *netns.Client
 	for _, c := range topo.Clients() {
 		if c.Node == "node-a" {
@@ -87,8 +105,7 @@ func runBackend(t *testing.T, variant string) {
 	}
 	defer snd.Close()
 	var mu sync.Mutex
-	counts := map[netip.AddrPort]int{}
-	total := 0
+	counts = map[netip.AddrPort]int{}
 	ctx2, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, n := range topo.Nodes() {
@@ -136,6 +153,13 @@ func runBackend(t *testing.T, variant string) {
 	cancel()
 	wg.Wait()
 	t.Logf("%s: %d new connections through DNAT in %s (%.0f/s, one sender)", variant, n, elapsed, n/elapsed.Seconds())
+	return counts, total, n
+}
+
+// checkDistribution checks that every probe arrived, that the split over
+// the three endpoints is uniform, and that node-a's DNAT counters witness
+// the arrivals.
+func checkDistribution(t *testing.T, b *iptables.Backend, counts map[netip.AddrPort]int, total, n int) {
 	eps := []netip.AddrPort{netip.MustParseAddrPort("10.244.0.10:8080"), netip.MustParseAddrPort("10.244.0.11:8080"), netip.MustParseAddrPort("10.244.1.10:8080")}
 	obs := make([]float64, len(eps))
 	sum := 0
@@ -154,7 +178,7 @@ func runBackend(t *testing.T, variant string) {
 		t.Errorf("split %v is not uniform: p = %g", obs, res.P)
 	}
 	// The witness: the SEP chains' DNAT counters on node-a equal the arrivals.
-	cs, err := backends["node-a"].Counters()
+	cs, err := b.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +193,6 @@ func runBackend(t *testing.T, variant string) {
 			t.Errorf("rule counter for %s = %d, backends counted %.0f (all counters %+v)", e, got[e.String()], obs[i], cs)
 		}
 	}
-	var _ dataplane.Backend = backends["node-a"]
 }
 
 // breakingCommands are the real commands, but an armed restore gets a rule
@@ -214,7 +237,7 @@ func TestBackendRecoversInNamespace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st := iptables.SyntheticState(12, 3)
+			st := calibrate.Synthetic(12, 3)
 			names := st.SortedServicePorts()
 			for _, n := range names[:6] {
 				st.Services[n].ClientIPAffinity, st.Services[n].AffinityTimeout = true, 10800
@@ -229,7 +252,7 @@ func TestBackendRecoversInNamespace(t *testing.T) {
 				delete(st.Endpoints, n)
 			}
 			st.Endpoints[names[8]] = st.Endpoints[names[8]][1:]
-			more := iptables.SyntheticState(14, 2)
+			more := calibrate.Synthetic(14, 2)
 			for _, n := range more.SortedServicePorts()[12:] {
 				st.Services[n], st.Endpoints[n] = more.Services[n], more.Endpoints[n]
 				st.Services[n].ClientIPAffinity, st.Services[n].AffinityTimeout = true, 60

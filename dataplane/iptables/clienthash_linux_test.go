@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpsim/kpsim/dataplane/calibrate"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/dataplane/proxy"
@@ -143,7 +144,7 @@ func TestMDEFaultsLoadInNamespace(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer topo.Close()
-				st := iptables.SyntheticState(6, 50)
+				st := calibrate.Synthetic(6, 50)
 				for _, n := range st.SortedServicePorts()[:3] {
 					st.Services[n].ClientIPAffinity, st.Services[n].AffinityTimeout = true, 600
 				}

@@ -380,13 +380,7 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	if n := st.Nodes[r.cfg.NodeName]; n != nil {
 		cat.Zone = n.Zone
 	}
-	r.fUniform = r.cfg.Faults.Has(proxy.FaultUniformProbability)
-	r.fDropLast = r.cfg.Faults.Has(proxy.FaultDropLastEndpoint)
-	r.fNoTimeout = r.cfg.Faults.Has(proxy.FaultAffinityNoTimeout)
-	r.fSkew = r.cfg.Faults.Has(proxy.FaultSkewAtMDE)
-	r.fLeak = r.cfg.Faults.Has(proxy.FaultAffinityLeak)
-	// Without a timeout there is nothing to overstay.
-	r.fOverstay = r.cfg.Faults.Has(proxy.FaultAffinityOverstay) && !r.fNoTimeout
+	r.readFaults()
 	total := 0
 	for _, eps := range st.Endpoints {
 		total += len(eps)
@@ -397,6 +391,32 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 		Full:             full,
 		NoLocalEndpoints: map[string]int{"internal": 0, "external": 0},
 	}
+	s := r.startSections()
+	cache, quickStale := r.renderServices(st, changed, full, cat, large, rs, s)
+	rs.outs, rs.gen = cache, r.gen
+	rs.Chains = &ChainMap{outs: cache}
+	// Finally the jump to KUBE-NODEPORTS, which must be the last rule of
+	// KUBE-SERVICES.
+	s.natRules.add(nodePortsJumpRule)
+	r.deleteStale(rs, s, cache, quickStale)
+	r.assemble(rs, s)
+	return rs, nil
+}
+
+// readFaults sets the renderer's fault switches from its config.
+func (r *Renderer) readFaults() {
+	r.fUniform = r.cfg.Faults.Has(proxy.FaultUniformProbability)
+	r.fDropLast = r.cfg.Faults.Has(proxy.FaultDropLastEndpoint)
+	r.fNoTimeout = r.cfg.Faults.Has(proxy.FaultAffinityNoTimeout)
+	r.fSkew = r.cfg.Faults.Has(proxy.FaultSkewAtMDE)
+	r.fLeak = r.cfg.Faults.Has(proxy.FaultAffinityLeak)
+	// Without a timeout there is nothing to overstay.
+	r.fOverstay = r.cfg.Faults.Has(proxy.FaultAffinityOverstay) && !r.fNoTimeout
+}
+
+// startSections empties the render buffers and writes the top-level chains
+// and the static rules.
+func (r *Renderer) startSections() *sections {
 	s := &r.buf
 	for _, l := range []*lines{&s.filterChains, &s.filterRules, &s.natChains, &s.natRules, &s.ipsetCreate} {
 		l.reset()
@@ -409,7 +429,14 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	for _, l := range r.filterStatic {
 		s.filterRules.add(l)
 	}
+	return s
+}
 
+// renderServices renders (or reuses) every service port's chains into s,
+// in order, and returns the new output cache; quickStale says whether the
+// stale chains can be found from the outputs that moved alone.
+func (r *Renderer) renderServices(st *cluster.State, changed []cluster.ServicePortName, full bool, cat proxy.Categorizer, large bool,
+	rs *Ruleset, s *sections) (_ map[cluster.ServicePortName]*svcOut, quickStale bool) {
 	r.gen++
 	order, sps, same := r.sortedServicePorts(st)
 	// With the same service ports as the last render, its outputs are at
@@ -422,7 +449,7 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 		cache = make(map[cluster.ServicePortName]*svcOut, len(order))
 		r.outs = slices.Grow(r.outs[:0], len(order))[:len(order)]
 	}
-	quickStale := aligned && r.committedOuts != nil && r.committedGen == r.cacheGen
+	quickStale = aligned && r.committedOuts != nil && r.committedGen == r.cacheGen
 	r.moved = r.moved[:0]
 	// changed, sorted, is walked beside order.
 	ch := r.changed[:0]
@@ -475,13 +502,12 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	}
 	clear(sps) // do not keep the state's ServicePorts alive
 	r.cache, r.cacheGen = cache, r.gen
-	rs.outs, rs.gen = cache, r.gen
-	rs.Chains = &ChainMap{outs: cache}
-	// Finally the jump to KUBE-NODEPORTS, which must be the last rule of
-	// KUBE-SERVICES.
-	s.natRules.add(nodePortsJumpRule)
+	return cache, quickStale
+}
 
-	// Stale chains: declare (which flushes) then delete.
+// deleteStale finds the chains and sets no service port uses any more, and
+// declares (which flushes) then deletes each stale chain.
+func (r *Renderer) deleteStale(rs *Ruleset, s *sections, cache map[cluster.ServicePortName]*svcOut, quickStale bool) {
 	rs.Stale, rs.StaleSets = r.stale(cache, quickStale)
 	for _, c := range rs.Stale {
 		s.natChains.b = appendChainLine(s.natChains.b, c, nil)
@@ -496,7 +522,10 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 		}
 		rs.IPSetDestroy = b.String()
 	}
+}
 
+// assemble writes the restore text of s into rs and counts its lines.
+func (r *Renderer) assemble(rs *Ruleset, s *sections) {
 	const head, mid, tail = "*filter\n", "COMMIT\n*nat\n", "COMMIT\n"
 	var b strings.Builder
 	b.Grow(len(head) + s.filterChains.len() + s.filterRules.len() + len(mid) + s.natChains.len() + s.natRules.len() + len(tail))
@@ -515,7 +544,6 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	rs.NATChains = s.natChains.n + s.skippedChains - len(rs.Stale)
 	rs.NATRules = s.natRules.n + s.skippedRules - len(rs.Stale)
 	rs.Jumps = r.jumps
-	return rs, nil
 }
 
 // sortedServicePorts returns st's service ports in order, and their

@@ -96,12 +96,6 @@ func ParseRule(args []string) (*Rule, error) {
 	r := &Rule{Args: args, addTimeout: -1}
 	modules := map[string]bool{}
 	neg := false
-	need := func(i int) (string, error) {
-		if i+1 >= len(args) {
-			return "", fmt.Errorf("%w: %s needs a value", ErrBadRule, args[i])
-		}
-		return args[i+1], nil
-	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "!" {
@@ -110,135 +104,21 @@ func ParseRule(args []string) (*Rule, error) {
 		}
 		wasNeg := neg
 		neg = false
-		// Options with a value.
 		val := ""
-		switch a {
-		case "-p", "--protocol", "-s", "--source", "-d", "--destination", "-m", "--match", "-j", "--jump", "-g", "--goto",
-			"--comment", "--mode", "--probability", "--name", "--seconds", "--match-set", "--mark", "--dst-type", "--src-type",
-			"--ctstate", "--dport", "--destination-port",
-			"--cluster-total-nodes", "--cluster-local-node", "--cluster-hash-seed":
-			v, err := need(i)
-			if err != nil {
-				return nil, err
+		if valueOptions[a] {
+			if i+1 >= len(args) {
+				return nil, fmt.Errorf("%w: %s needs a value", ErrBadRule, a)
 			}
-			val = v
 			i++
+			val = args[i]
 		}
 		switch a {
-		case "-p", "--protocol":
-			r.proto = strings.ToLower(val)
-		case "-s", "--source", "-d", "--destination":
-			p, err := parsePrefix(val)
-			if err != nil {
-				return nil, err
-			}
-			m := addrMatch{set: true, neg: wasNeg, prefix: p}
-			if a == "-s" || a == "--source" {
-				r.src = m
-			} else {
-				r.dst = m
-			}
-		case "-m", "--match":
-			switch val {
-			case "tcp", "udp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack", "cluster":
-				modules[val] = true
-				if val == "cluster" {
-					r.clusters = append(r.clusters, clusterMatch{})
-				}
-			default:
-				return nil, fmt.Errorf("%w: match %q is not modelled", ErrBadRule, val)
-			}
-		case "--comment":
-			if !modules["comment"] {
-				return nil, fmt.Errorf("%w: --comment without -m comment", ErrBadRule)
-			}
-		case "--mode":
-			if !modules["statistic"] || val != "random" {
-				return nil, fmt.Errorf("%w: --mode %s needs -m statistic and mode random", ErrBadRule, val)
-			}
-		case "--probability":
-			if !modules["statistic"] {
-				return nil, fmt.Errorf("%w: --probability without -m statistic", ErrBadRule)
-			}
-			q, err := QuantizedProbability(val)
-			if err != nil {
-				return nil, err
-			}
-			r.probSet, r.prob = true, q
-		case "--name":
-			if !modules["recent"] {
-				return nil, fmt.Errorf("%w: --name without -m recent", ErrBadRule)
-			}
-			r.recentName = val
-		case "--rcheck", "--set", "--reap":
-			if !modules["recent"] {
-				return nil, fmt.Errorf("%w: %s without -m recent", ErrBadRule, a)
-			}
-			r.recentCheck = r.recentCheck || a == "--rcheck"
-			r.recentSet = r.recentSet || a == "--set"
-			if a == "--reap" && r.recentSeconds == 0 {
-				// libxt_recent: "--reap is only valid with --seconds"
-				// (checked once all options are read, below).
-				r.recentSeconds = -1
-			}
-		case "--seconds":
-			if !modules["recent"] {
-				return nil, fmt.Errorf("%w: --seconds without -m recent", ErrBadRule)
-			}
-			n, err := strconv.Atoi(val)
-			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("%w: --seconds %q", ErrBadRule, val)
-			}
-			r.recentSeconds = n
 		case "--match-set":
 			if !modules["set"] || i+1 >= len(args) || args[i+1] != "src" {
 				return nil, fmt.Errorf("%w: --match-set needs -m set and the flag src", ErrBadRule)
 			}
 			r.matchSet = val
 			i++
-		case "--mark":
-			if !modules["mark"] {
-				return nil, fmt.Errorf("%w: --mark without -m mark", ErrBadRule)
-			}
-			v, m, err := parseMark(val)
-			if err != nil {
-				return nil, err
-			}
-			r.markSet, r.markNeg, r.markVal, r.markM = true, wasNeg, v, m
-		case "--dst-type", "--src-type":
-			if !modules["addrtype"] || val != "LOCAL" {
-				return nil, fmt.Errorf("%w: %s %s needs -m addrtype and type LOCAL", ErrBadRule, a, val)
-			}
-			t := 1
-			if wasNeg {
-				t = -1
-			}
-			if a == "--dst-type" {
-				r.dstLocal = t
-			} else {
-				r.srcLocal = t
-			}
-		case "--ctstate":
-			if !modules["conntrack"] {
-				return nil, fmt.Errorf("%w: --ctstate without -m conntrack", ErrBadRule)
-			}
-			r.ctSet, r.ctNeg, r.ctStates = true, wasNeg, map[string]bool{}
-			for _, s := range strings.Split(val, ",") {
-				r.ctStates[s] = true
-			}
-		case "--dport", "--destination-port":
-			if !modules["tcp"] && !modules["udp"] && r.proto != "tcp" && r.proto != "udp" {
-				return nil, fmt.Errorf("%w: --dport without -p tcp or udp", ErrBadRule)
-			}
-			n, err := strconv.Atoi(val)
-			if err != nil || n < 1 || n > 65535 {
-				return nil, fmt.Errorf("%w: --dport %q", ErrBadRule, val)
-			}
-			r.dport, r.dportNeg = n, wasNeg
-		case "--cluster-total-nodes", "--cluster-local-node", "--cluster-hash-seed":
-			if err := r.parseCluster(a, val, wasNeg); err != nil {
-				return nil, err
-			}
 		case "-j", "--jump", "-g", "--goto":
 			r.target = val
 			r.isGoto = a == "-g" || a == "--goto"
@@ -247,13 +127,161 @@ func ParseRule(args []string) (*Rule, error) {
 			}
 			i = len(args)
 		default:
-			return nil, fmt.Errorf("%w: option %q is not modelled", ErrBadRule, a)
+			if err := r.parseOption(a, val, wasNeg, modules); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := r.checkModules(modules); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// valueOptions are the options ParseRule reads with a value.
+var valueOptions = map[string]bool{
+	"-p": true, "--protocol": true, "-s": true, "--source": true, "-d": true, "--destination": true,
+	"-m": true, "--match": true, "-j": true, "--jump": true, "-g": true, "--goto": true,
+	"--comment": true, "--mode": true, "--probability": true, "--name": true, "--seconds": true,
+	"--match-set": true, "--mark": true, "--dst-type": true, "--src-type": true,
+	"--ctstate": true, "--dport": true, "--destination-port": true,
+	"--cluster-total-nodes": true, "--cluster-local-node": true, "--cluster-hash-seed": true,
+}
+
+// parseOption reads one match option a (with its value val, negated by a
+// preceding "!" when neg) into r; modules are the -m matches loaded so far.
+func (r *Rule) parseOption(a, val string, neg bool, modules map[string]bool) error {
+	switch a {
+	case "-p", "--protocol":
+		r.proto = strings.ToLower(val)
+	case "-s", "--source", "-d", "--destination":
+		p, err := parsePrefix(val)
+		if err != nil {
+			return err
+		}
+		m := addrMatch{set: true, neg: neg, prefix: p}
+		if a == "-s" || a == "--source" {
+			r.src = m
+		} else {
+			r.dst = m
+		}
+	case "-m", "--match":
+		switch val {
+		case "tcp", "udp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack", "cluster":
+			modules[val] = true
+			if val == "cluster" {
+				r.clusters = append(r.clusters, clusterMatch{})
+			}
+		default:
+			return fmt.Errorf("%w: match %q is not modelled", ErrBadRule, val)
+		}
+	case "--comment":
+		if !modules["comment"] {
+			return fmt.Errorf("%w: --comment without -m comment", ErrBadRule)
+		}
+	case "--mode", "--probability":
+		return r.parseStatistic(a, val, modules)
+	case "--name", "--rcheck", "--set", "--reap", "--seconds":
+		return r.parseRecent(a, val, modules)
+	case "--mark":
+		if !modules["mark"] {
+			return fmt.Errorf("%w: --mark without -m mark", ErrBadRule)
+		}
+		v, m, err := parseMark(val)
+		if err != nil {
+			return err
+		}
+		r.markSet, r.markNeg, r.markVal, r.markM = true, neg, v, m
+	case "--dst-type", "--src-type", "--ctstate", "--dport", "--destination-port":
+		return r.parseStateMatch(a, val, neg, modules)
+	case "--cluster-total-nodes", "--cluster-local-node", "--cluster-hash-seed":
+		return r.parseCluster(a, val, neg)
+	default:
+		return fmt.Errorf("%w: option %q is not modelled", ErrBadRule, a)
+	}
+	return nil
+}
+
+// parseStatistic reads the statistic match's --mode and --probability.
+func (r *Rule) parseStatistic(a, val string, modules map[string]bool) error {
+	if a == "--mode" {
+		if !modules["statistic"] || val != "random" {
+			return fmt.Errorf("%w: --mode %s needs -m statistic and mode random", ErrBadRule, val)
+		}
+		return nil
+	}
+	if !modules["statistic"] {
+		return fmt.Errorf("%w: --probability without -m statistic", ErrBadRule)
+	}
+	q, err := QuantizedProbability(val)
+	if err != nil {
+		return err
+	}
+	r.probSet, r.prob = true, q
+	return nil
+}
+
+// parseRecent reads the recent match's options.
+func (r *Rule) parseRecent(a, val string, modules map[string]bool) error {
+	if !modules["recent"] {
+		return fmt.Errorf("%w: %s without -m recent", ErrBadRule, a)
+	}
+	switch a {
+	case "--name":
+		r.recentName = val
+	case "--rcheck", "--set", "--reap":
+		r.recentCheck = r.recentCheck || a == "--rcheck"
+		r.recentSet = r.recentSet || a == "--set"
+		if a == "--reap" && r.recentSeconds == 0 {
+			// libxt_recent: "--reap is only valid with --seconds"
+			// (checked once all options are read, in checkModules).
+			r.recentSeconds = -1
+		}
+	case "--seconds":
+		n, err := strconv.Atoi(val)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%w: --seconds %q", ErrBadRule, val)
+		}
+		r.recentSeconds = n
+	}
+	return nil
+}
+
+// parseStateMatch reads the addrtype, conntrack and tcp/udp port options.
+func (r *Rule) parseStateMatch(a, val string, neg bool, modules map[string]bool) error {
+	switch a {
+	case "--dst-type", "--src-type":
+		if !modules["addrtype"] || val != "LOCAL" {
+			return fmt.Errorf("%w: %s %s needs -m addrtype and type LOCAL", ErrBadRule, a, val)
+		}
+		t := 1
+		if neg {
+			t = -1
+		}
+		if a == "--dst-type" {
+			r.dstLocal = t
+		} else {
+			r.srcLocal = t
+		}
+	case "--ctstate":
+		if !modules["conntrack"] {
+			return fmt.Errorf("%w: --ctstate without -m conntrack", ErrBadRule)
+		}
+		r.ctSet, r.ctNeg, r.ctStates = true, neg, map[string]bool{}
+		for _, s := range strings.Split(val, ",") {
+			r.ctStates[s] = true
+		}
+	default: // --dport, --destination-port
+		if !modules["tcp"] && !modules["udp"] && r.proto != "tcp" && r.proto != "udp" {
+			return fmt.Errorf("%w: --dport without -p tcp or udp", ErrBadRule)
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%w: --dport %q", ErrBadRule, val)
+		}
+		r.dport, r.dportNeg = n, neg
+	}
+	return nil
 }
 
 // checkModules applies the matches' final checks, as their libxt

@@ -82,102 +82,144 @@ func Cleanup(o CleanupOptions) (*CleanupReport, error) {
 	if !ValidCleanupPrefix(o.Prefix) {
 		return nil, fmt.Errorf("could not clean up: prefix %q is neither %q nor a run prefix %q", o.Prefix, Prefix, "kpsim-<runid>-")
 	}
-	rep := &CleanupReport{Prefix: o.Prefix}
-	runs := map[string]RunState{}
-	probe := func(id string) (RunState, error) {
-		if st, ok := runs[id]; ok {
-			return st, nil
-		}
-		st, err := ProbeRun(id)
-		if err != nil {
-			return st, err
-		}
-		runs[id] = st
-		return st, nil
-	}
-	// act decides and, unless dry, removes one item.
-	act := func(it Leftover, remove func() error) {
-		st, err := probe(it.RunID)
-		if err != nil {
-			it.Action, it.Error = ActionFailed, err.Error()
-			rep.Items = append(rep.Items, it)
-			return
-		}
-		it.PID, it.Alive = st.PID, st.Alive
-		switch {
-		case st.Alive && !o.Force && o.DryRun:
-			it.Action = ActionKeptAlive
-		case st.Alive && !o.Force:
-			it.Action = ActionSkipped
-		case o.DryRun:
-			it.Action = ActionWould
-		default:
-			if err := remove(); err != nil {
-				it.Action, it.Error = ActionFailed, err.Error()
-			} else {
-				it.Action = ActionRemoved
-			}
-		}
-		rep.Items = append(rep.Items, it)
-	}
-
+	c := &cleaner{o: o, rep: &CleanupReport{Prefix: o.Prefix}, runs: map[string]RunState{}}
 	names, err := listNamespaces(o.Prefix)
 	if err != nil {
 		return nil, err
 	}
-	// Pods first, the fabric last, as Close does: a node's links go with it.
+	uncovered, uncoverErr := c.uncover(names)
+	if uncovered {
+		defer ensureNetnsDir()
+	}
+	c.namespaces(names, uncoverErr)
+	if err := c.links(); err != nil {
+		return nil, err
+	}
+	if err := c.markers(); err != nil {
+		return nil, err
+	}
+	return c.rep, nil
+}
+
+// cleaner is one Cleanup: its options, its report so far, and the runs it
+// has probed.
+type cleaner struct {
+	o    CleanupOptions
+	rep  *CleanupReport
+	runs map[string]RunState
+}
+
+// probe is ProbeRun, once per run.
+func (c *cleaner) probe(id string) (RunState, error) {
+	if st, ok := c.runs[id]; ok {
+		return st, nil
+	}
+	st, err := ProbeRun(id)
+	if err != nil {
+		return st, err
+	}
+	c.runs[id] = st
+	return st, nil
+}
+
+// act decides and, unless dry, removes one item.
+func (c *cleaner) act(it Leftover, remove func() error) {
+	st, err := c.probe(it.RunID)
+	if err != nil {
+		it.Action, it.Error = ActionFailed, err.Error()
+		c.rep.Items = append(c.rep.Items, it)
+		return
+	}
+	it.PID, it.Alive = st.PID, st.Alive
+	switch {
+	case st.Alive && !c.o.Force && c.o.DryRun:
+		it.Action = ActionKeptAlive
+	case st.Alive && !c.o.Force:
+		it.Action = ActionSkipped
+	case c.o.DryRun:
+		it.Action = ActionWould
+	default:
+		if err := remove(); err != nil {
+			it.Action, it.Error = ActionFailed, err.Error()
+		} else {
+			it.Action = ActionRemoved
+		}
+	}
+	c.rep.Items = append(c.rep.Items, it)
+}
+
+// uncover: a namespace mounted before ip netns add bound NetnsDir on itself
+// is hidden under that mount; uncover it first (see ensureNetnsDir) when one
+// of names is hidden and this is no dry run. uncovered says the caller must
+// restore NetnsDir when done; err is why uncovering failed.
+func (c *cleaner) uncover(names []string) (uncovered bool, err error) {
+	if c.o.DryRun {
+		return false, nil
+	}
+	mounts, merr := readMountInfo()
+	if merr != nil {
+		return false, nil
+	}
+	hidden, cover := hiddenNamespaces(mounts)
+	if len(hidden) == 0 || !slices.ContainsFunc(names, func(n string) bool { return slices.Contains(hidden, n) }) {
+		return false, nil
+	}
+	if err := uncoverNetnsDir(mounts, cover); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// namespaces removes the named namespaces: pods first, the fabric last, as
+// Close does (a node's links go with it). uncoverErr joins each failure.
+func (c *cleaner) namespaces(names []string, uncoverErr error) {
 	slices.SortFunc(names, func(a, b string) int {
 		if d := roleOrder(RoleOf(a)) - roleOrder(RoleOf(b)); d != 0 {
 			return d
 		}
 		return strings.Compare(a, b)
 	})
-	// A namespace mounted before ip netns add bound NetnsDir on itself
-	// is hidden under that mount; uncover it first (see ensureNetnsDir).
-	var uncoverErr error
-	if !o.DryRun {
-		if mounts, err := readMountInfo(); err == nil {
-			if hidden, cover := hiddenNamespaces(mounts); len(hidden) > 0 && slices.ContainsFunc(names, func(n string) bool { return slices.Contains(hidden, n) }) {
-				if uncoverErr = uncoverNetnsDir(mounts, cover); uncoverErr == nil {
-					defer ensureNetnsDir()
-				}
-			}
-		}
-	}
 	for _, name := range names {
-		id, _ := MatchPrefix(name, o.Prefix)
-		act(Leftover{Kind: KindNetns, Name: name, RunID: id}, func() error {
+		id, _ := MatchPrefix(name, c.o.Prefix)
+		c.act(Leftover{Kind: KindNetns, Name: name, RunID: id}, func() error {
 			if err := removeNamed(name); err != nil {
 				return errors.Join(err, uncoverErr)
 			}
 			return nil
 		})
 	}
+}
 
-	links, err := rootLinks(o.Prefix)
+// links removes our links in the root namespace.
+func (c *cleaner) links() error {
+	links, err := rootLinks(c.o.Prefix)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, l := range links {
-		id, _ := MatchLink(l.Attrs().Name, l.Attrs().AltNames, o.Prefix)
-		act(Leftover{Kind: KindLink, Name: l.Attrs().Name, RunID: id}, func() error { return deleteRootLink(l) })
+		id, _ := MatchLink(l.Attrs().Name, l.Attrs().AltNames, c.o.Prefix)
+		c.act(Leftover{Kind: KindLink, Name: l.Attrs().Name, RunID: id}, func() error { return deleteRootLink(l) })
 	}
+	return nil
+}
 
+// markers removes the markers of dead runs the prefix selects whole.
+func (c *cleaner) markers() error {
 	ids, err := listMarkers()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, id := range ids {
-		if o.Prefix != Prefix && o.Prefix != RunPrefix(id) {
+		if c.o.Prefix != Prefix && c.o.Prefix != RunPrefix(id) {
 			// A prefix narrower than a whole run selects some of its
 			// namespaces; the run's marker stays.
 			continue
 		}
-		if st, err := probe(id); err == nil && st.Alive && !o.Force {
+		if st, err := c.probe(id); err == nil && st.Alive && !c.o.Force {
 			// A live run's marker is not a leftover: say nothing.
 			continue
 		}
-		act(Leftover{Kind: KindMarker, Name: markerPath(id), RunID: id}, func() error {
+		c.act(Leftover{Kind: KindMarker, Name: markerPath(id), RunID: id}, func() error {
 			err := os.Remove(markerPath(id))
 			if errors.Is(err, os.ErrNotExist) {
 				return nil
@@ -185,7 +227,7 @@ func Cleanup(o CleanupOptions) (*CleanupReport, error) {
 			return err
 		})
 	}
-	return rep, nil
+	return nil
 }
 
 func roleOrder(r Role) int {

@@ -24,12 +24,7 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(id string) int {
-	cfg, err := ConfigFromState(tinyState(), Options{RunID: id, Clients: testClients})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	t, err := New(cfg)
+	t, err := New(tinyConfig(id))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -12,8 +12,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Topology is a run's set of namespaces and links (see README.md for the
@@ -346,10 +344,6 @@ func vethPair(a *Namespace, name, alt string, b *Namespace, peer, peerAlt string
 	return al, bl, nil
 }
 
-func hostPrefix(a netip.Addr) *net.IPNet {
-	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
-}
-
 func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), 32)}
 }
@@ -550,25 +544,28 @@ func (t *Topology) nodeRoutes(n *Node) error {
 }
 
 // SyncEndpoints makes the backend namespaces hold exactly the endpoint
-// addresses of st (placed as ConfigFromState does), adding and removing /32
-// addresses and their routes, for Services that scale during a run. It
-// refuses addresses that clash with a node, gateway or client address.
-func (t *Topology) SyncEndpoints(st *cluster.State) error {
+// addresses given per node name (a node the map does not name holds none;
+// harness/topology.Endpoints places a cluster state's), adding and removing
+// /32 addresses and their routes, for Services that scale during a run. It
+// refuses an unknown node and addresses that clash with a node, gateway or
+// client address.
+func (t *Topology) SyncEndpoints(endpoints map[string][]netip.Addr) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || t.fabric == nil {
 		return errors.New("could not sync endpoints: the topology is not built")
 	}
 	want := &Config{RunID: t.cfg.RunID}
-	index := map[string]int{}
-	for i, n := range t.nodes {
+	for _, n := range t.nodes {
 		c := n.Config
-		c.Endpoints = nil
+		c.Endpoints = slices.Clone(endpoints[c.Name])
+		slices.SortFunc(c.Endpoints, netip.Addr.Compare)
 		want.Nodes = append(want.Nodes, c)
-		index[c.Name] = i
 	}
-	if err := placeEndpoints(want, st, index); err != nil {
-		return fmt.Errorf("could not sync endpoints: %w", err)
+	for name := range endpoints {
+		if _, ok := t.byName[name]; !ok {
+			return fmt.Errorf("could not sync endpoints: the topology has no node %s", name)
+		}
 	}
 	if err := want.Validate(); err != nil {
 		return fmt.Errorf("could not sync endpoints: %w", err)

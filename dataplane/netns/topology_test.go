@@ -18,8 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpsim/kpsim/harness/testenv"
-	"github.com/kpsim/kpsim/sim/cluster"
-	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 func needRoot(t testing.TB) {
@@ -27,23 +25,13 @@ func needRoot(t testing.TB) {
 	testenv.RequireRoot(t)
 }
 
-var testClients = []scenario.Client{
-	{Name: "load"},
-	{Name: "multi", Nodes: []string{"node-a"}, SourceIPs: 2},
-}
-
-// buildTiny builds the two-node topology of tinyState (plus extra
-// endpoints) with a client pod per node and a two-address client on node-a.
-func buildTiny(t *testing.T, extra ...*cluster.Endpoint) *Topology {
+// buildTiny builds the two-node topology of tinyConfig (plus extra
+// endpoints on node-a) with a client pod per node and a two-address client
+// on node-a.
+func buildTiny(t *testing.T, extraA ...netip.Addr) *Topology {
 	t.Helper()
 	needRoot(t)
-	cfg, err := ConfigFromState(tinyState(extra...), Options{
-		NodeNetwork: netip.MustParsePrefix("198.18.0.0/16"),
-		Clients:     testClients,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := newTinyConfig(t, extraA...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	topo, err := Build(ctx, cfg)
@@ -125,7 +113,7 @@ func client(t *testing.T, topo *Topology, node, group string) *Client {
 }
 
 func TestTopologyRouting(t *testing.T) {
-	topo := buildTiny(t, &cluster.Endpoint{IP: netip.MustParseAddr("10.180.0.1"), Port: 80, NodeName: "node-a"})
+	topo := buildTiny(t, netip.MustParseAddr("10.180.0.1"))
 	for _, ep := range []string{"10.244.0.2", "10.244.1.2", "10.244.1.3", "10.180.0.1"} {
 		be, ok := topo.BackendFor(netip.MustParseAddr(ep))
 		if !ok {
@@ -189,10 +177,7 @@ func ourRootLinks(t *testing.T, prefix string) []string {
 
 func TestTopologyClose(t *testing.T) {
 	needRoot(t)
-	cfg, err := ConfigFromState(tinyState(), Options{Clients: testClients})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := newTinyConfig(t)
 	prefix := RunPrefix(cfg.RunID)
 	topo, err := Build(context.Background(), cfg)
 	if err != nil {
@@ -240,10 +225,7 @@ func TestTopologyClose(t *testing.T) {
 
 func TestBuildInterrupted(t *testing.T) {
 	needRoot(t)
-	cfg, err := ConfigFromState(tinyState(), Options{Clients: testClients})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := newTinyConfig(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := Build(ctx, cfg); err == nil || !strings.Contains(err.Error(), "interrupted") {
@@ -308,22 +290,16 @@ func TestExecAndSysctl(t *testing.T) {
 
 func TestSyncEndpoints(t *testing.T) {
 	topo := buildTiny(t)
-	st := tinyState(
-		&cluster.Endpoint{IP: netip.MustParseAddr("10.244.1.20"), Port: 8080, NodeName: "node-b"},
-		&cluster.Endpoint{IP: netip.MustParseAddr("10.180.0.2"), Port: 8080, NodeName: "node-b"},
-	)
-	// Remove 10.244.1.3.
-	for _, eps := range st.Endpoints {
-		for i, ep := range eps {
-			if ep.IP.String() == "10.244.1.3" {
-				eps[i] = eps[len(eps)-1]
-			}
-		}
-		for k := range st.Endpoints {
-			st.Endpoints[k] = eps[:len(eps)-1]
-		}
+	// node-b: 10.244.1.3 goes, 10.244.1.20 and 10.180.0.2 (outside every
+	// pod CIDR) come; given unsorted.
+	want := map[string][]netip.Addr{
+		"node-a": addrs("10.244.0.2"),
+		"node-b": addrs("10.244.1.2", "10.244.1.20", "10.180.0.2"),
 	}
-	if err := topo.SyncEndpoints(st); err != nil {
+	if err := topo.SyncEndpoints(map[string][]netip.Addr{"node-z": addrs("10.244.1.30")}); err == nil || !strings.Contains(err.Error(), "no node node-z") {
+		t.Errorf("SyncEndpoints with an unknown node: %v", err)
+	}
+	if err := topo.SyncEndpoints(want); err != nil {
 		t.Fatal(err)
 	}
 	n, _ := topo.Node("node-b")
@@ -388,39 +364,37 @@ func TestDoLeavesThreadsHome(t *testing.T) {
 	wg.Wait()
 }
 
-// bigState is nodes nodes with eps endpoints each, for benchmarks.
-func bigState(nodes, eps int) *cluster.State {
-	st := &cluster.State{
-		Services:  map[cluster.ServicePortName]*cluster.ServicePort{},
-		Endpoints: map[cluster.ServicePortName][]*cluster.Endpoint{},
-		Nodes:     map[string]*cluster.Node{},
+// bigConfig is nodes nodes with eps endpoints each and two client pods
+// "c" per node (one address each, from the top of the pod block), for
+// benchmarks.
+func bigConfig(b testing.TB, nodes, eps int) *Config {
+	id, err := NewRunID()
+	if err != nil {
+		b.Fatal(err)
 	}
-	spn := cluster.ServicePortName{}
-	spn.Namespace, spn.Name = "ns", "svc"
-	st.Services[spn] = &cluster.ServicePort{Name: spn}
+	cfg := &Config{RunID: id}
 	for i := range nodes {
-		name := "node-" + strconv.Itoa(i+1)
 		pc := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i * 8), 0}), 21)
-		st.Nodes[name] = &cluster.Node{Name: name, IP: netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), PodCIDR: pc}
+		top := netip.AddrFrom4([4]byte{10, 244, byte(i*8 + 7), 254})
+		n := NodeConfig{Name: "node-" + strconv.Itoa(i+1), Addr: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 16),
+			PodCIDR: pc, Gateway: pc.Addr().Next(),
+			Clients: []ClientConfig{{Group: "c", Addrs: []netip.Addr{top}}, {Group: "c", Index: 1, Addrs: []netip.Addr{top.Prev()}}}}
 		a := pc.Addr().Next().Next()
 		for range eps {
-			st.Endpoints[spn] = append(st.Endpoints[spn], &cluster.Endpoint{IP: a, Port: 80, NodeName: name})
+			n.Endpoints = append(n.Endpoints, a)
 			a = a.Next()
 		}
+		cfg.Nodes = append(cfg.Nodes, n)
 	}
-	return st
+	return cfg
 }
 
 // BenchmarkBuild builds and closes 10 nodes x 500 endpoints with 2 client
 // pods per node (31 namespaces, 5000 endpoint addresses and routes).
 func BenchmarkBuild(b *testing.B) {
 	needRoot(b)
-	st := bigState(10, 500)
 	for b.Loop() {
-		cfg, err := ConfigFromState(st, Options{Clients: []scenario.Client{{Name: "c", PodsPerNode: 2}}})
-		if err != nil {
-			b.Fatal(err)
-		}
+		cfg := bigConfig(b, 10, 500)
 		t0 := time.Now()
 		topo, err := Build(context.Background(), cfg)
 		if err != nil {

@@ -20,55 +20,78 @@ type baseRecord struct {
 
 func (r *Renderer) baseRecord() *baseRecord {
 	b := &baseRecord{}
-	mark := r.mark
-	base := func(name string, typ knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) *chainRec {
-		c := &chainRec{name: name, base: &baseChain{typ: typ, hook: hook, priority: prio}}
-		b.chains = append(b.chains, c)
-		return c
-	}
-	pre := base(ChainFilterPrerouting, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority+"-10")
-	in := base(ChainFilterInput, knftables.FilterType, knftables.InputHook, knftables.DNATPriority+"-10")
-	fwd := base(ChainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.DNATPriority+"-10")
-	out := base(ChainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority+"-10")
-	outPost := base(ChainFilterOutputPostDNAT, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority+"+10")
-	var prePost *chainRec
-	if r.cfg.Layout == LayoutFast {
-		prePost = base(ChainFilterPreroutingPostDNAT, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority+"+10")
-	}
-	natPre := base(ChainNATPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority)
-	natOut := base(ChainNATOutput, knftables.NATType, knftables.OutputHook, knftables.DNATPriority)
-	natPost := base(ChainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority)
+	h := r.baseChains(b)
+	r.baseRules(b, h)
+	r.baseObjects(b)
+	return b
+}
 
-	chain := func(name, comment string) *chainRec {
-		c := &chainRec{name: name, comment: comment}
-		b.chains = append(b.chains, c)
-		return c
+// hookChains are the base chains of the table.
+type hookChains struct {
+	pre, in, fwd, out, outPost *chainRec
+	prePost                    *chainRec // fast layout only
+	natPre, natOut, natPost    *chainRec
+}
+
+// base adds a base chain at a hook and priority.
+func (b *baseRecord) base(name string, typ knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) *chainRec {
+	c := &chainRec{name: name, base: &baseChain{typ: typ, hook: hook, priority: prio}}
+	b.chains = append(b.chains, c)
+	return c
+}
+
+// chain adds a regular chain.
+func (b *baseRecord) chain(name, comment string) *chainRec {
+	c := &chainRec{name: name, comment: comment}
+	b.chains = append(b.chains, c)
+	return c
+}
+
+// baseChains adds the base chains at their hooks and priorities.
+func (r *Renderer) baseChains(b *baseRecord) *hookChains {
+	h := &hookChains{}
+	h.pre = b.base(ChainFilterPrerouting, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority+"-10")
+	h.in = b.base(ChainFilterInput, knftables.FilterType, knftables.InputHook, knftables.DNATPriority+"-10")
+	h.fwd = b.base(ChainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.DNATPriority+"-10")
+	h.out = b.base(ChainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority+"-10")
+	h.outPost = b.base(ChainFilterOutputPostDNAT, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority+"+10")
+	if r.cfg.Layout == LayoutFast {
+		h.prePost = b.base(ChainFilterPreroutingPostDNAT, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority+"+10")
 	}
+	h.natPre = b.base(ChainNATPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority)
+	h.natOut = b.base(ChainNATOutput, knftables.NATType, knftables.OutputHook, knftables.DNATPriority)
+	h.natPost = b.base(ChainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority)
+	return h
+}
+
+// baseRules adds the regular chains of the fixed part and the rules of
+// every fixed chain, the jumps from the base chains first.
+func (r *Renderer) baseRules(b *baseRecord, h *hookChains) {
 	// Jumps, in kube-proxy's nftablesJumpChains order. REJECT is only
 	// allowed in prerouting since kernel 5.9, hence the endpoint checks in
 	// input, forward and output.
-	nodePortCheck := chain(ChainNodePortEndpointsCheck, "")
-	svcCheck := chain(ChainServiceEndpointsCheck, "")
-	fw := chain(ChainFirewallCheck, "")
-	services := chain(ChainServices, "")
-	masq := chain(ChainMasquerading, "")
-	clusterIPsCheck := chain(ChainClusterIPsCheck, "")
-	in.addRule("ct state new jump "+nodePortCheck.name, "")
-	in.addRule("ct state new jump "+svcCheck.name, "")
-	fwd.addRule("ct state new jump "+svcCheck.name, "")
-	out.addRule("ct state new jump "+svcCheck.name, "")
-	pre.addRule("ct state new jump "+fw.name, "")
-	out.addRule("ct state new jump "+fw.name, "")
-	natOut.addRule("jump "+services.name, "")
-	natPre.addRule("jump "+services.name, "")
-	natPost.addRule("jump "+masq.name, "")
-	fwd.addRule("ct state new jump "+clusterIPsCheck.name, "")
-	outPost.addRule("ct state new jump "+clusterIPsCheck.name, "")
+	nodePortCheck := b.chain(ChainNodePortEndpointsCheck, "")
+	svcCheck := b.chain(ChainServiceEndpointsCheck, "")
+	fw := b.chain(ChainFirewallCheck, "")
+	services := b.chain(ChainServices, "")
+	masq := b.chain(ChainMasquerading, "")
+	clusterIPsCheck := b.chain(ChainClusterIPsCheck, "")
+	h.in.addRule("ct state new jump "+nodePortCheck.name, "")
+	h.in.addRule("ct state new jump "+svcCheck.name, "")
+	h.fwd.addRule("ct state new jump "+svcCheck.name, "")
+	h.out.addRule("ct state new jump "+svcCheck.name, "")
+	h.pre.addRule("ct state new jump "+fw.name, "")
+	h.out.addRule("ct state new jump "+fw.name, "")
+	h.natOut.addRule("jump "+services.name, "")
+	h.natPre.addRule("jump "+services.name, "")
+	h.natPost.addRule("jump "+masq.name, "")
+	h.fwd.addRule("ct state new jump "+clusterIPsCheck.name, "")
+	h.outPost.addRule("ct state new jump "+clusterIPsCheck.name, "")
 
-	markMasq := chain(ChainMarkForMasquerade, "")
-	markMasq.addRule("mark set mark or "+mark, "")
-	masq.addRule(fmt.Sprintf("mark and %s == 0 return", mark), "")
-	masq.addRule("mark set mark xor "+mark, "")
+	markMasq := b.chain(ChainMarkForMasquerade, "")
+	markMasq.addRule("mark set mark or "+r.mark, "")
+	masq.addRule(fmt.Sprintf("mark and %s == 0 return", r.mark), "")
+	masq.addRule("mark set mark xor "+r.mark, "")
 	masq.addRule("masquerade fully-random", "")
 
 	clusterIPsCheck.addRule("ip daddr @"+SetClusterIPs+" reject", "Reject traffic to invalid ports of ClusterIPs")
@@ -80,7 +103,7 @@ func (r *Renderer) baseRecord() *baseRecord {
 		clusterIPsCheck.addRule("ip daddr { "+strings.Join(cidrs, ", ")+" } drop", "Drop traffic to unallocated ClusterIPs")
 	}
 
-	reject := chain(ChainReject, "helper for @no-endpoint-services / @no-endpoint-nodeports")
+	reject := b.chain(ChainReject, "helper for @no-endpoint-services / @no-endpoint-nodeports")
 	reject.addRule("reject", "")
 	svcCheck.addRule("ip daddr . meta l4proto . th dport vmap @"+MapNoEndpointServices, "")
 	nodePortCheck.addRule("ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @"+MapNoEndpointNodePorts, "")
@@ -88,14 +111,17 @@ func (r *Renderer) baseRecord() *baseRecord {
 	services.addRule("ip daddr . meta l4proto . th dport vmap @"+MapServiceIPs, "")
 	services.addRule("fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @"+MapServiceNodePorts, "")
 
-	if prePost != nil {
+	if h.prePost != nil {
 		// Hairpin masquerade after DNAT, without endpoint chains: the
 		// packet's source and (translated) destination are one endpoint.
 		hairpin := fmt.Sprintf("ct state new ct status dnat ip saddr . ip daddr @%s jump %s", SetHairpinEndpoints, ChainMarkForMasquerade)
-		prePost.addRule(hairpin, "")
-		outPost.addRule(hairpin, "")
+		h.prePost.addRule(hairpin, "")
+		h.outPost.addRule(hairpin, "")
 	}
+}
 
+// baseObjects adds the shared maps and sets.
+func (r *Renderer) baseObjects(b *baseRecord) {
 	counter := ""
 	if !r.cfg.NoCounters {
 		// See endpointMapType: the set's `counter` statement rides on
@@ -119,18 +145,4 @@ func (r *Renderer) baseRecord() *baseRecord {
 			}
 		}
 	}
-	return b
-}
-
-// sharedContainers lists the shared maps and sets whose elements belong to
-// service ports (all of the base objects but firewall-ips, which stays
-// empty: load-balancer source ranges are not modelled).
-func (b *baseRecord) sharedContainers() []*objDef {
-	var out []*objDef
-	for _, o := range b.objs {
-		if o.name != MapFirewallIPs {
-			out = append(out, o)
-		}
-	}
-	return out
 }

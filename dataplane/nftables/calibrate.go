@@ -7,7 +7,7 @@ import (
 	"os/exec"
 
 	"github.com/kpsim/kpsim/dataplane"
-	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/calibrate"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -23,13 +23,13 @@ type CalibrateOptions struct {
 
 // Calibrate measures full and partial syncs of a layout against `nft -f`
 // of the full sync's exact text.
-func Calibrate(ctx context.Context, o CalibrateOptions) (*dataplane.Calibration, error) {
+func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, fmt.Errorf("the nft command is missing (Debian package nftables)")
 	}
 	cfg := Config{NodeName: "node-1", Layout: o.Layout, ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}
-	return dataplane.Calibrate(ctx, dataplane.CalibrationTarget{
-		Mode: "nftables", Variant: string(o.Layout), Synthetic: iptables.SyntheticState,
+	return calibrate.Run(ctx, calibrate.Target{
+		Mode: "nftables", Variant: string(o.Layout), Synthetic: calibrate.Synthetic,
 		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) { return NewNamespaceBackend(ns, cfg) },
 		// The exact text of the full sync, rendered apart (rendering is
 		// deterministic).

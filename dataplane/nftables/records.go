@@ -65,8 +65,7 @@ type elem struct {
 	comment string
 }
 
-func (e elem) keyString() string   { return strings.Join(e.key, " . ") }
-func (e elem) valueString() string { return strings.Join(e.value, " . ") }
+func (e elem) keyString() string { return strings.Join(e.key, " . ") }
 
 func (e elem) equal(o elem) bool {
 	return slices.Equal(e.key, o.key) && slices.Equal(e.value, o.value) && e.comment == o.comment

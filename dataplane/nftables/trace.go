@@ -599,11 +599,29 @@ func parseRule(s string) ([]expr, error) {
 	return out, nil
 }
 
+// parseOne reads the expression or statement at the start of t (matches,
+// then mark, numgen, jhash and DNAT, then the other statements and the
+// verdicts: the first that recognises t wins) and how many tokens it took.
 func parseOne(t []string) (expr, int, error) {
-	always := matchFunc(func(*Tracer, flow, trace.History) (bool, error) { return true, nil })
+	for _, parse := range []func([]string) (expr, int, error){parseMatchExpr, parseNATExpr, parseStatement} {
+		if e, n, err := parse(t); e != nil || err != nil {
+			return e, n, err
+		}
+	}
+	return nil, 0, fmt.Errorf("unknown expression at %q", strings.Join(t, " "))
+}
+
+// alwaysMatch is a match that holds for every packet (a new connection's
+// ct state, a counter).
+var alwaysMatch = matchFunc(func(*Tracer, flow, trace.History) (bool, error) { return true, nil })
+
+// parseMatchExpr reads a match at the start of t: conntrack, verdict maps,
+// addresses, ports, protocol, fib, mark; a nil expr and no error when t
+// starts with none.
+func parseMatchExpr(t []string) (expr, int, error) {
 	switch {
 	case hasPrefix(t, "ct", "state", "new"):
-		return always, 3, nil
+		return alwaysMatch, 3, nil
 	case hasPrefix(t, "ct", "status", "dnat"):
 		return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) { return f.dnat, nil }), 3, nil
 	case hasPrefix(t, "ip", "daddr", ".", "meta", "l4proto", ".", "th", "dport", "vmap", "*") && strings.HasPrefix(t[9], "@"):
@@ -651,6 +669,14 @@ func parseOne(t []string) (expr, int, error) {
 			return nil, 0, fmt.Errorf("bad mark %q", t[2])
 		}
 		return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) { return f.mark&uint32(m) == 0, nil }), 5, nil
+	}
+	return nil, 0, nil
+}
+
+// parseNATExpr reads a mark, numgen, jhash or DNAT expression at the start
+// of t; a nil expr and no error when t starts with none.
+func parseNATExpr(t []string) (expr, int, error) {
+	switch {
 	case hasPrefix(t, "mark", "set", "mark", "*", "*") && (t[3] == "or" || t[3] == "xor"):
 		m, err := strconv.ParseUint(t[4], 0, 32)
 		if err != nil {
@@ -721,13 +747,22 @@ func parseOne(t []string) (expr, int, error) {
 			f.dst, f.dport, f.dnat = ap.Addr(), int(ap.Port()), true
 			return f, vAccept, "", nil
 		}), 3, nil
+	}
+	return nil, 0, nil
+}
+
+// parseStatement reads an update, counter, jump, goto, verdict or
+// masquerade at the start of t; a nil expr and no error when t starts with
+// none.
+func parseStatement(t []string) (expr, int, error) {
+	switch {
 	case hasPrefix(t, "update", "*", "{") || (len(t) >= 3 && t[0] == "update" && strings.HasPrefix(t[2], "{")):
 		// Recording into an affinity set: the history is the trace's
 		// input, so it has no effect on this trace, but an element
 		// timeout of its own sets how long the client is remembered.
 		return parseUpdate(t)
 	case t[0] == "counter":
-		return always, 1, nil
+		return alwaysMatch, 1, nil
 	case len(t) >= 2 && (t[0] == "jump" || t[0] == "goto"):
 		v, target := vJump, t[1]
 		if t[0] == "goto" {
@@ -747,7 +782,7 @@ func parseOne(t []string) (expr, int, error) {
 			return f, vAccept, "", nil
 		}), n, nil
 	}
-	return nil, 0, fmt.Errorf("unknown expression at %q", strings.Join(t, " "))
+	return nil, 0, nil
 }
 
 // jhashExpr is `jhash ip saddr mod N seed S ==|!= K`: the kernel's jhash

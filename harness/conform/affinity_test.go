@@ -14,6 +14,7 @@ import (
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/testenv"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
@@ -155,7 +156,7 @@ func offlineSuite(t *testing.T, file, mode string) (*suite, []*netns.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := netns.ConfigFromModel(m, id)
+	cfg, err := topology.FromModel(m, id)
 	if err != nil {
 		t.Fatal(err)
 	}

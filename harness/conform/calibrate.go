@@ -11,6 +11,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -186,7 +187,7 @@ func simSuite(ctx context.Context, l *scenario.Loaded, o Options, alphaUnit floa
 		out.SetupError = err.Error()
 		return out
 	}
-	cfg, err := netns.ConfigFromModel(m, id)
+	cfg, err := topology.FromModel(m, id)
 	if err != nil {
 		out.SetupError = err.Error()
 		return out

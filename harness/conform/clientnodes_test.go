@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -52,7 +52,7 @@ func TestClientNodes(t *testing.T) {
 
 // TestClientNodesDefault: on every conformance scenario, a check without
 // clientNodes is evaluated from exactly the nodes where the topology the
-// suite builds (netns.ConfigFromModel) places client pods. Among them are
+// suite builds (topology.FromModel) places client pods. Among them are
 // scenarios whose clients are on some nodes only, so a default of "every
 // node" would fail here.
 func TestClientNodesDefault(t *testing.T) {
@@ -76,7 +76,7 @@ func TestClientNodesDefault(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(m.Close)
-			cfg, err := netns.ConfigFromModel(m, "")
+			cfg, err := topology.FromModel(m, "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -35,6 +35,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -486,7 +487,7 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 	if err != nil {
 		return err
 	}
-	cfg, err := netns.ConfigFromModel(m, id)
+	cfg, err := topology.FromModel(m, id)
 	if err != nil {
 		return err
 	}
@@ -725,16 +726,6 @@ func (s *suite) zone(node string) string {
 		return n.Zone
 	}
 	return ""
-}
-
-func impossibleNames(rows []report.Row, idx []int) string {
-	var names []string
-	for _, i := range idx {
-		if i < len(rows) {
-			names = append(names, fmt.Sprintf("%s (%.0f)", rows[i].Outcome, rows[i].Observed))
-		}
-	}
-	return strings.Join(names, ", ")
 }
 
 func appendDev(l []report.Deviation, d report.Deviation) []report.Deviation {

@@ -38,6 +38,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/dataplane/nftables"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -356,7 +357,6 @@ func (s *soak) newBackend(ns *netns.Namespace, nodeName string) (dataplane.Backe
 func (s *soak) run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	s.cancel = cancel
-	res := s.res
 	ctx, serviceCIDR, id, err := s.setup(ctx)
 	if err != nil {
 		return err
@@ -419,7 +419,7 @@ func (s *soak) setup(ctx context.Context) (context.Context, netip.Prefix, string
 	if err != nil {
 		return nil, netip.Prefix{}, "", err
 	}
-	cfg, err := netns.ConfigFromModel(m, id)
+	cfg, err := topology.FromModel(m, id)
 	if err != nil {
 		return nil, netip.Prefix{}, "", err
 	}
@@ -592,7 +592,7 @@ func (s *soak) compare(ctx context.Context, st *cluster.State) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := netns.ConfigFromState(st, netns.Options{RunID: id})
+	cfg, err := topology.FromState(st, topology.Options{RunID: id})
 	if err != nil {
 		return fmt.Errorf("could not derive the reference namespaces: %w", err)
 	}

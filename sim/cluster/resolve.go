@@ -42,7 +42,7 @@ func ResolvePort(service, port string, ports iter.Seq[ServicePortName]) (Service
 	}
 	slices.Sort(names)
 	if port == "" {
-		return ServicePortName{}, fmt.Errorf("service %s has ports %s: name one with port:", service, strings.Join(names, ", "))
+		return ServicePortName{}, fmt.Errorf("service %s has ports %s: name one with the port field", service, strings.Join(names, ", "))
 	}
 	return ServicePortName{}, fmt.Errorf("service %s has no port named %q (it has %s)", service, port, strings.Join(names, ", "))
 }

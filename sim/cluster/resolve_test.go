@@ -27,7 +27,7 @@ func TestResolvePort(t *testing.T) {
 		{"ns-1/svc-1", "p80", ports[0], ""},
 		{"ns-2/svc-2", "", ports[1], ""},
 		{"demo/web", "metrics", ports[3], ""},
-		{"demo/web", "", ServicePortName{}, "service demo/web has ports http, metrics: name one with port:"},
+		{"demo/web", "", ServicePortName{}, "service demo/web has ports http, metrics: name one with the port field"},
 		{"demo/web", "grpc", ServicePortName{}, `service demo/web has no port named "grpc" (it has http, metrics)`},
 		{"ns-2/svc-2", "p80", ServicePortName{}, `service ns-2/svc-2 has no port named "p80" (it has "")`},
 		{"ns-3/svc-3", "", ServicePortName{}, "service ns-3/svc-3 has no service port in the cluster (headless, or not defined)"},

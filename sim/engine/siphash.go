@@ -1,34 +1,15 @@
 package engine
 
-import (
-	"encoding/binary"
-	"math/bits"
-)
+import "math/bits"
 
-// hsiphash is the Linux kernel's hsiphash on 64-bit machines (lib/siphash.c:
+// hsiphash4 is the Linux kernel's hsiphash on 64-bit machines (lib/siphash.c:
 // "on 64-bit, we make HalfSipHash1-3 actually be SipHash1-3"): SipHash with
-// one compression and three finalisation rounds, truncated to 32 bits. IPVS
-// mh hashes with it. The tests check it against the kernel's own vectors
+// one compression and three finalisation rounds, truncated to 32 bits, of a
+// 4-byte buffer holding v in little-endian order, which is what the kernel
+// hashes when it calls hsiphash(&v, sizeof(v), key) with a host-order u32 on
+// x86 (ip_vs_mh_hashkey). IPVS mh hashes with it. The tests check it, and
+// the general hsiphash they keep beside it, against the kernel's own vectors
 // (lib/tests/siphash_kunit.c, test_vectors_hsiphash, BITS_PER_LONG == 64).
-func hsiphash(key [2]uint64, data []byte) uint32 {
-	v0, v1, v2, v3 := sipInit(key)
-	b := uint64(len(data)) << 56
-	for len(data) >= 8 {
-		m := binary.LittleEndian.Uint64(data)
-		v3 ^= m
-		v0, v1, v2, v3 = sipRound(v0, v1, v2, v3)
-		v0 ^= m
-		data = data[8:]
-	}
-	for i := len(data) - 1; i >= 0; i-- {
-		b |= uint64(data[i]) << (8 * uint(i))
-	}
-	return sipFinish(v0, v1, v2, v3, b)
-}
-
-// hsiphash4 is hsiphash of a 4-byte buffer holding v in little-endian order,
-// which is what the kernel hashes when it calls hsiphash(&v, sizeof(v), key)
-// with a host-order u32 on x86 (ip_vs_mh_hashkey).
 func hsiphash4(key [2]uint64, v uint32) uint32 {
 	v0, v1, v2, v3 := sipInit(key)
 	return sipFinish(v0, v1, v2, v3, 4<<56|uint64(v))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/calibrate"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/nftables"
 	"github.com/kpsim/kpsim/harness/conform"
@@ -68,14 +68,14 @@ reads it (results/calibration/<mode>.json).`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			var out []*dataplane.Calibration
+			var out []*calibrate.Calibration
 			logf := func(format string, a ...any) { fmt.Fprintf(s.Err, format, a...) }
 			variants := f.backends
 			if f.mode == "nftables" {
 				variants = f.layouts
 			}
 			for _, v := range variants {
-				var cal *dataplane.Calibration
+				var cal *calibrate.Calibration
 				var err error
 				switch {
 				case f.mode == "iptables" && (v == "nft" || v == "legacy"):

@@ -1,11 +1,14 @@
-package netns
+package topology
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/apiserver"
 )
@@ -23,9 +26,9 @@ func openScenario(t *testing.T, file string) *apiserver.Model {
 	return m
 }
 
-func TestConfigFromModel(t *testing.T) {
+func TestFromModel(t *testing.T) {
 	m := openScenario(t, "../../scenarios/1000-services.yaml")
-	cfg, err := ConfigFromModel(m, "abc123")
+	cfg, err := FromModel(m, "abc123")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,15 +63,15 @@ func TestConfigFromModel(t *testing.T) {
 // TestScenarioTopology builds the 1000-Service scenario's topology (24
 // nodes, 97 namespaces, every endpoint address) and connects across it.
 func TestScenarioTopology(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t)
 	testenv.SkipIfShort(t, "skips the 97-namespace build")
 	m := openScenario(t, "../../scenarios/1000-services.yaml")
-	cfg, err := ConfigFromModel(m, "")
+	cfg, err := FromModel(m, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	topo, err := Build(context.Background(), cfg)
+	topo, err := netns.Build(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,10 +85,42 @@ func TestScenarioTopology(t *testing.T) {
 	t.Logf("built %d namespaces in %v", len(topo.Namespaces()), time.Since(t0).Round(time.Millisecond))
 	first, last := topo.Nodes()[0], topo.Nodes()[len(topo.Nodes())-1]
 	ep := last.Config.Endpoints[len(last.Config.Endpoints)-1]
-	serve(t, last.Backends, ep.String())
 	c := first.Clients[1]
-	got, err := dial(t, c.NS, c.Config.Addrs[3], ep.String())
+	got, err := echoSource(last.Backends, c.NS, c.Config.Addrs[3], ep)
 	if err != nil || got != c.Config.Addrs[3].String() {
 		t.Errorf("%s -> %s: saw %q, %v", c.NS.Name, ep, got, err)
+	}
+}
+
+// echoSource listens on dst:8080 in server, connects to it from client
+// (from src) and returns the source address the server saw.
+func echoSource(server, client *netns.Namespace, src, dst netip.Addr) (string, error) {
+	addr := netip.AddrPortFrom(dst, 8080).String()
+	var ln net.Listener
+	if err := server.Do(func() (err error) { ln, err = net.Listen("tcp4", addr); return err }); err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	seen := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			seen <- err.Error()
+			return
+		}
+		seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+		c.Close()
+	}()
+	d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IP(src.AsSlice())}}
+	var c net.Conn
+	if err := client.Do(func() (err error) { c, err = d.Dial("tcp4", addr); return err }); err != nil {
+		return "", err
+	}
+	c.Close()
+	select {
+	case s := <-seen:
+		return s, nil
+	case <-time.After(3 * time.Second):
+		return "", errors.New("the server saw no connection")
 	}
 }

@@ -1,4 +1,10 @@
-package dataplane
+// Package calibrate measures the real dataplane's sync time against size:
+// for each size, in fresh namespaces, a full sync, a partial sync after one
+// endpoint changes, and the raw load of the full sync's exact text (the floor
+// a sync is held to). Each backend supplies a Target (its own Calibrate
+// wrapper); Synthetic builds the Services measured. The results are the file
+// the simulator's cost model reads (sim/cost).
+package calibrate
 
 import (
 	"bytes"
@@ -11,13 +17,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
-// CalibrationPoint is one measured size, in the JSON shape the simulator's
+// Point is one measured size, in the JSON shape the simulator's
 // cost model reads (sim/cost.Point), plus the raw-restore comparison.
-type CalibrationPoint struct {
+type Point struct {
 	Services            int     `json:"services"`
 	EndpointsPerService int     `json:"endpointsPerService"`
 	Objects             int     `json:"objects"`
@@ -35,11 +42,11 @@ type CalibrationPoint struct {
 
 // Calibration is sync time against size for one variant.
 type Calibration struct {
-	Mode    string             `json:"mode"`
-	Variant string             `json:"variant"`
-	Kernel  string             `json:"kernel,omitempty"`
-	Source  string             `json:"source"`
-	Points  []CalibrationPoint `json:"points"`
+	Mode    string  `json:"mode"`
+	Variant string  `json:"variant"`
+	Kernel  string  `json:"kernel,omitempty"`
+	Source  string  `json:"source"`
+	Points  []Point `json:"points"`
 }
 
 // Median is the median of v (the upper one for an even count).
@@ -49,25 +56,25 @@ func Median(v []float64) float64 {
 	return v[len(v)/2]
 }
 
-// CalibrationTarget is what differs between modes when measuring syncs: how
+// Target is what differs between modes when measuring syncs: how
 // to program a namespace, and how to load a text raw into one.
-type CalibrationTarget struct {
+type Target struct {
 	Mode, Variant string
 	// NewBackend returns a backend programming ns.
-	NewBackend func(ns *netns.Namespace) (Backend, error)
+	NewBackend func(ns *netns.Namespace) (dataplane.Backend, error)
 	// Text returns the exact text the full sync of st sends; it is called
 	// right after that sync, with its backend.
-	Text func(b Backend, st *cluster.State) (string, error)
+	Text func(b dataplane.Backend, st *cluster.State) (string, error)
 	// Raw returns the command that loads text raw (it reads stdin).
 	Raw func(ctx context.Context) *exec.Cmd
 	// Synthetic builds n Services of k ready endpoints on node "node-1".
 	Synthetic func(n, k int) *cluster.State
 }
 
-// Calibrate measures, for each size, in fresh namespaces: a full sync, a
+// Run measures, for each size, in fresh namespaces: a full sync, a
 // partial sync after one endpoint changes, and the raw load of the full
 // sync's exact text; medians of runs.
-func Calibrate(ctx context.Context, t CalibrationTarget, sizes []int, endpoints, runs int, log func(string, ...any)) (*Calibration, error) {
+func Run(ctx context.Context, t Target, sizes []int, endpoints, runs int, log func(string, ...any)) (*Calibration, error) {
 	out := &Calibration{Mode: t.Mode, Variant: t.Variant, Source: "sim calibrate --mode " + t.Mode}
 	for _, n := range sizes {
 		st := t.Synthetic(n, endpoints)
@@ -85,7 +92,7 @@ func Calibrate(ctx context.Context, t CalibrationTarget, sizes []int, endpoints,
 			bytesN, objects = m.bytes, m.objects
 			runtime.GC()
 		}
-		pt := CalibrationPoint{Services: n, EndpointsPerService: endpoints, Objects: objects, FullSeconds: Median(full),
+		pt := Point{Services: n, EndpointsPerService: endpoints, Objects: objects, FullSeconds: Median(full),
 			PartialSeconds: Median(partial), RawRestoreSeconds: Median(raw), RestoreBytes: bytesN, Runs: runs}
 		pt.Ratio = pt.FullSeconds / pt.RawRestoreSeconds
 		pt.PartialOverFull = pt.PartialSeconds / pt.FullSeconds
@@ -118,7 +125,7 @@ func oneNode(ctx context.Context) (*netns.Topology, *netns.Namespace, error) {
 	return t, t.Nodes()[0].NS, nil
 }
 
-func measureOnce(ctx context.Context, t CalibrationTarget, st *cluster.State) (measurement, error) {
+func measureOnce(ctx context.Context, t Target, st *cluster.State) (measurement, error) {
 	var m measurement
 	topo, ns, err := oneNode(ctx)
 	if err != nil {
