@@ -54,9 +54,9 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*Calibration, error) {
 		return nil, err
 	}
 	return dataplane.Calibrate(ctx, dataplane.CalibrationTarget{
-		Mode: "iptables", Variant: o.Variant, Synthetic: SyntheticState,
+		Mode: cluster.ModeIPTables, Variant: o.Variant, Synthetic: SyntheticState,
 		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) {
-			return NewBackend(ns, Config{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}, o.Variant)
+			return NewBackend(ns, Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}}, o.Variant)
 		},
 		Text: func(b dataplane.Backend, _ *cluster.State) (string, error) { return b.(*Backend).LastText, nil },
 		Raw: func(ctx context.Context) *exec.Cmd {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -74,7 +75,7 @@ func testConfig(faults ...proxy.Fault) Config {
 	for _, f := range faults {
 		fs[f] = true
 	}
-	return Config{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}}
 }
 
 func mustRenderer(t *testing.T, cfg Config) *Renderer {

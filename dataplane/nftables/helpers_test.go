@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -79,7 +80,7 @@ func testConfig(layout Layout, faults ...proxy.Fault) Config {
 	for _, f := range faults {
 		fs[f] = true
 	}
-	return Config{NodeName: thisNode, Layout: layout, ClusterCIDR: podCIDR, Faults: fs}
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}, Layout: layout}
 }
 
 // newFakeBackend returns a backend over a fresh Fake.

@@ -19,7 +19,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -44,7 +43,7 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Mode   string
+	Mode   cluster.Mode
 	Faults []string
 	// Seed overrides every scenario's seed when set.
 	Seed *uint64
@@ -100,16 +99,10 @@ const (
 	maxExpiryWait = 10 * time.Second // affinity expiry is checked when timeoutSeconds <= 10
 )
 
-// Modes this harness can program today.
-var supportedModes = []string{"iptables", "nftables", "ipvs"}
-
 // Preflight checks that the machine can run mode: root, and the commands.
 func Preflight(o Options) error {
-	if !slices.Contains(supportedModes, o.Mode) {
-		if slices.Contains(scenario.Modes, o.Mode) {
-			return &EnvironmentError{fmt.Errorf("conformance of %s mode is not available in this build (available: %s)", o.Mode, strings.Join(supportedModes, ", "))}
-		}
-		return fmt.Errorf("unknown mode %q (iptables, nftables or ipvs)", o.Mode)
+	if !o.Mode.Valid() {
+		return fmt.Errorf("unknown mode %q (valid: %s)", o.Mode, cluster.ModeList())
 	}
 	if os.Geteuid() != 0 {
 		return &EnvironmentError{errors.New("sim conform needs root: it creates network namespaces and programs netfilter inside them (nothing on the host is changed)")}
@@ -121,16 +114,16 @@ func Preflight(o Options) error {
 		if o.IPTablesBackend != "" && o.IPTablesBackend != v {
 			continue
 		}
-		if err := iptables.CheckTools(v, o.IPTablesAffinity == "ipset" || o.Mode == oracle.ModeIPVS); err != nil && (o.IPTablesBackend != "" || v == "nft") {
+		if err := iptables.CheckTools(v, o.IPTablesAffinity == "ipset" || o.Mode == cluster.ModeIPVS); err != nil && (o.IPTablesBackend != "" || v == "nft") {
 			return &EnvironmentError{err}
 		}
 	}
-	if o.Mode == oracle.ModeNFTables {
+	if o.Mode == cluster.ModeNFTables {
 		if _, err := exec.LookPath("nft"); err != nil {
 			return &EnvironmentError{errors.New("the nft command is missing (Debian package nftables)")}
 		}
 	}
-	if o.Mode == oracle.ModeIPVS {
+	if o.Mode == cluster.ModeIPVS {
 		if err := ipvs.Available(); err != nil {
 			return &EnvironmentError{fmt.Errorf("%w; sim conform runs IPVS mode in its microVM on such a host (harness/vm)", err)}
 		}
@@ -192,7 +185,7 @@ func load(files []string, o Options) (Options, proxy.Faults, []*scenario.Loaded,
 // Holm level of the whole run, and applies Holm over the run's verdicts.
 func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne func(context.Context, *scenario.Loaded, float64, *report.Run) *report.Suite) *report.Run {
 	faults, _ := proxy.ParseFaults(o.Faults) // load checked them
-	run := &report.Run{Mode: o.Mode, Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
+	run := &report.Run{Mode: string(o.Mode), Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
 	if o.Seed != nil {
 		run.Seed = *o.Seed
 	} else if len(loaded) > 0 {
@@ -214,7 +207,7 @@ func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne f
 
 // plannedVerdicts is m: the verdicts the run will make, known before any
 // namespace exists.
-func plannedVerdicts(loaded []*scenario.Loaded, mode string, seed *uint64) int {
+func plannedVerdicts(loaded []*scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 	units := 0
 	for _, l := range loaded {
 		units += plannedUnits(l, mode, seed) + ipvsExtraUnits(mode, l.Scenario)
@@ -278,7 +271,7 @@ func clientNodes(sc *scenario.Scenario, c *scenario.Check, all []string) []strin
 // plannedUnits counts the verdicts a scenario will produce in mode (not-run
 // verdicts left out): the affinity checks ask their own plan
 // (affinityUnits) in the scenario's initial state.
-func plannedUnits(l *scenario.Loaded, mode string, seed *uint64) int {
+func plannedUnits(l *scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 	sc := l.Scenario
 	var all []string
 	for _, n := range sc.Cluster.Nodes {
@@ -389,7 +382,7 @@ func (s *suite) configure(ctx context.Context, run *report.Run) (*apiserver.Mode
 	if s.o.NFTablesLayout != "" {
 		s.layout = s.o.NFTablesLayout
 	}
-	if s.o.Mode == oracle.ModeNFTables {
+	if s.o.Mode == cluster.ModeNFTables {
 		run.Layout = s.layout
 	}
 	if s.ipset {
@@ -479,7 +472,7 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 	if s.ipset {
 		affinity = "ipset"
 	}
-	if err := iptables.CheckTools(variant, s.ipset || s.o.Mode == oracle.ModeIPVS); err != nil {
+	if err := iptables.CheckTools(variant, s.ipset || s.o.Mode == cluster.ModeIPVS); err != nil {
 		return err
 	}
 	id, err := netns.NewRunID()
@@ -516,15 +509,23 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 			return err
 		}
 		var b dataplane.Backend
-		if s.o.Mode == oracle.ModeIPVS {
-			b, err = ipvs.NewBackend(n.NS, ipvs.Config{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll,
-				Scheduler: px.IPVSScheduler, IPTablesVariant: variant, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}, Faults: faults})
-		} else if s.o.Mode == oracle.ModeNFTables {
-			b, err = nftables.NewNamespaceBackend(n.NS, nftables.Config{NodeName: n.Config.Name, Layout: nftables.Layout(s.layout),
-				ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults})
+		if s.o.Mode == cluster.ModeIPVS {
+			b, err = ipvs.NewBackend(n.NS, ipvs.Config{
+				NodeConfig:      dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
+				Scheduler:       px.IPVSScheduler,
+				IPTablesVariant: variant,
+				NodeIPs:         []netip.Addr{n.Config.Addr.Addr()},
+			})
+		} else if s.o.Mode == cluster.ModeNFTables {
+			b, err = nftables.NewNamespaceBackend(n.NS, nftables.Config{
+				NodeConfig: dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
+				Layout:     nftables.Layout(s.layout),
+			})
 		} else {
-			b, err = iptables.NewBackend(n.NS, iptables.Config{NodeName: n.Config.Name, ClusterCIDR: podCIDR,
-				MasqueradeAll: px.MasqueradeAll, Affinity: iptables.AffinityMode(affinity), Faults: faults}, variant)
+			b, err = iptables.NewBackend(n.NS, iptables.Config{
+				NodeConfig: dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
+				Affinity:   iptables.AffinityMode(affinity),
+			}, variant)
 		}
 		if err != nil {
 			return err
@@ -550,7 +551,7 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 		return err
 	}
 	s.mc = &kernelMachine{s: s, prober: p, start: time.Now()}
-	if s.o.Mode == oracle.ModeIPVS {
+	if s.o.Mode == cluster.ModeIPVS {
 		if err := s.keepResets(); err != nil {
 			return err
 		}
@@ -670,7 +671,7 @@ func (s *suite) runChecks(ctx context.Context) {
 			}
 		default:
 			for _, nd := range nodes {
-				if s.o.Mode == oracle.ModeIPVS && c.Type == scenario.CheckDistribution {
+				if s.o.Mode == cluster.ModeIPVS && c.Type == scenario.CheckDistribution {
 					s.ipvsDistribution(ctx, c, nd) // scheduler-aware (ipvs.go)
 					continue
 				}

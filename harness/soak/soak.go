@@ -45,8 +45,8 @@ import (
 
 // Options configure a soak.
 type Options struct {
-	// Mode is "iptables" or "nftables".
-	Mode string
+	// Mode is cluster.ModeIPTables or cluster.ModeNFTables.
+	Mode cluster.Mode
 	// Events is the number of API changes (N).
 	Events int
 	// FailApplyEvery makes every K-th kernel apply fail (0: never).
@@ -68,7 +68,7 @@ type Options struct {
 // Validate checks the options that do not need the scenario.
 func (o *Options) Validate() error {
 	var errs []string
-	if o.Mode != "iptables" && o.Mode != "nftables" {
+	if o.Mode != cluster.ModeIPTables && o.Mode != cluster.ModeNFTables {
 		errs = append(errs, fmt.Sprintf("unknown --mode %q: iptables or nftables", o.Mode))
 	}
 	if o.Events < 1 || o.Events > MaxEvents {
@@ -110,9 +110,9 @@ func (e *EnvironmentError) Unwrap() error { return e.Err }
 
 // Result holds every figure of a soak.
 type Result struct {
-	Scenario string `json:"scenario"`
-	File     string `json:"file"`
-	Mode     string `json:"mode"`
+	Scenario string       `json:"scenario"`
+	File     string       `json:"file"`
+	Mode     cluster.Mode `json:"mode"`
 	// Variant is the iptables backend (nft, legacy) or the nftables layout.
 	Variant        string             `json:"variant"`
 	Seed           uint64             `json:"seed"`
@@ -224,17 +224,17 @@ type node struct {
 }
 
 // Preflight checks that this machine can run a soak in mode.
-func Preflight(mode, variant string, failures bool) error {
+func Preflight(mode cluster.Mode, variant string, failures bool) error {
 	if os.Geteuid() != 0 {
 		return &EnvironmentError{errors.New("sim soak needs root: it creates network namespaces and programs netfilter inside them (nothing on the host is changed)")}
 	}
-	if err := iptables.CheckTools(variant, true); err != nil && mode == "iptables" {
+	if err := iptables.CheckTools(variant, true); err != nil && mode == cluster.ModeIPTables {
 		return &EnvironmentError{err}
 	}
 	if _, err := lookPath("ipset"); err != nil {
 		return &EnvironmentError{errors.New("the ipset command is missing (Debian package ipset): the soak lists ipsets to prove none leaked")}
 	}
-	if mode == "nftables" {
+	if mode == cluster.ModeNFTables {
 		if _, err := lookPath("nft"); err != nil {
 			return &EnvironmentError{errors.New("the nft command is missing (Debian package nftables)")}
 		}
@@ -299,7 +299,7 @@ func Run(ctx context.Context, file string, o Options) (*Result, error) {
 	res := &Result{Scenario: l.Scenario.Metadata.Name, File: file, Mode: o.Mode, Seed: exp.Seed, Events: o.Events, FailApplyEvery: o.FailApplyEvery,
 		Changes: map[ChangeKind]int{}, Leaks: []string{}, Failed: []string{}}
 	res.Variant = variant
-	if o.Mode == "nftables" {
+	if o.Mode == cluster.ModeNFTables {
 		res.Variant = layout
 	}
 	var fa *FailApply
@@ -346,11 +346,13 @@ func (s *soak) logf(format string, a ...any) { fmt.Fprintf(s.o.Log, "soak: "+for
 
 func (s *soak) newBackend(ns *netns.Namespace, nodeName string) (dataplane.Backend, error) {
 	px := s.l.Scenario.Proxy
-	if s.o.Mode == "nftables" {
-		return nftables.NewNamespaceBackend(ns, nftables.Config{NodeName: nodeName, Layout: nftables.Layout(s.layout), ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll})
+	if s.o.Mode == cluster.ModeNFTables {
+		return nftables.NewNamespaceBackend(ns, nftables.Config{NodeConfig: dataplane.NodeConfig{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll}, Layout: nftables.Layout(s.layout)})
 	}
-	return iptables.NewBackend(ns, iptables.Config{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll,
-		Affinity: iptables.AffinityMode(px.IPTablesAffinity)}, s.variant)
+	return iptables.NewBackend(ns, iptables.Config{
+		NodeConfig: dataplane.NodeConfig{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll},
+		Affinity:   iptables.AffinityMode(px.IPTablesAffinity),
+	}, s.variant)
 }
 
 func (s *soak) run(parent context.Context) error {
@@ -649,7 +651,7 @@ func (s *soak) compare(ctx context.Context, st *cluster.State) error {
 // mode), then the ipsets.
 func (s *soak) dump(ns *netns.Namespace) ([]string, error) {
 	var out []string
-	if s.o.Mode == "nftables" {
+	if s.o.Mode == cluster.ModeNFTables {
 		b, err := ns.Exec("nft", "list", "ruleset")
 		if err != nil {
 			return nil, fmt.Errorf("could not list the nftables ruleset in %s: %w: %s", ns.Name, err, b)

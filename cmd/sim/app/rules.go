@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/nftables"
 	"github.com/kpsim/kpsim/dataplane/proxy"
@@ -99,7 +100,7 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 	}
 	sc := m.Expanded.Scenario
 	if f.mode == "nftables" {
-		ncfg := nftables.Config{NodeName: node, Layout: nftables.Layout(sc.Proxy.NFTablesLayout), MasqueradeAll: sc.Proxy.MasqueradeAll, Faults: faults}
+		ncfg := nftables.Config{NodeConfig: dataplane.NodeConfig{NodeName: node, MasqueradeAll: sc.Proxy.MasqueradeAll, Faults: faults}, Layout: nftables.Layout(sc.Proxy.NFTablesLayout)}
 		if f.layout != "" {
 			ncfg.Layout = nftables.Layout(f.layout)
 		}
@@ -114,10 +115,8 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 		return err
 	}
 	cfg := iptables.Config{
-		NodeName:      node,
-		MasqueradeAll: sc.Proxy.MasqueradeAll,
-		Affinity:      iptables.AffinityMode(sc.Proxy.IPTablesAffinity),
-		Faults:        faults,
+		NodeConfig: dataplane.NodeConfig{NodeName: node, MasqueradeAll: sc.Proxy.MasqueradeAll, Faults: faults},
+		Affinity:   iptables.AffinityMode(sc.Proxy.IPTablesAffinity),
 	}
 	if f.affinity != "" {
 		cfg.Affinity = iptables.AffinityMode(f.affinity)
