@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/backends"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/ipvs"
 	"github.com/kpsim/kpsim/dataplane/netns"
@@ -508,25 +509,10 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 		if err != nil {
 			return err
 		}
-		var b dataplane.Backend
-		if s.o.Mode == cluster.ModeIPVS {
-			b, err = ipvs.NewBackend(n.NS, ipvs.Config{
-				NodeConfig:      dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
-				Scheduler:       px.IPVSScheduler,
-				IPTablesVariant: variant,
-				NodeIPs:         []netip.Addr{n.Config.Addr.Addr()},
-			})
-		} else if s.o.Mode == cluster.ModeNFTables {
-			b, err = nftables.NewNamespaceBackend(n.NS, nftables.Config{
-				NodeConfig: dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
-				Layout:     nftables.Layout(s.layout),
-			})
-		} else {
-			b, err = iptables.NewBackend(n.NS, iptables.Config{
-				NodeConfig: dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
-				Affinity:   iptables.AffinityMode(affinity),
-			}, variant)
-		}
+		b, err := backends.New(s.o.Mode, n.NS,
+			dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
+			backends.Options{IPTablesVariant: variant, Affinity: iptables.AffinityMode(affinity), Layout: nftables.Layout(s.layout),
+				Scheduler: px.IPVSScheduler, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}})
 		if err != nil {
 			return err
 		}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/backends"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/dataplane/nftables"
@@ -346,13 +347,8 @@ func (s *soak) logf(format string, a ...any) { fmt.Fprintf(s.o.Log, "soak: "+for
 
 func (s *soak) newBackend(ns *netns.Namespace, nodeName string) (dataplane.Backend, error) {
 	px := s.l.Scenario.Proxy
-	if s.o.Mode == cluster.ModeNFTables {
-		return nftables.NewNamespaceBackend(ns, nftables.Config{NodeConfig: dataplane.NodeConfig{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll}, Layout: nftables.Layout(s.layout)})
-	}
-	return iptables.NewBackend(ns, iptables.Config{
-		NodeConfig: dataplane.NodeConfig{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll},
-		Affinity:   iptables.AffinityMode(px.IPTablesAffinity),
-	}, s.variant)
+	return backends.New(s.o.Mode, ns, dataplane.NodeConfig{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll},
+		backends.Options{IPTablesVariant: s.variant, Affinity: iptables.AffinityMode(px.IPTablesAffinity), Layout: nftables.Layout(s.layout)})
 }
 
 func (s *soak) run(parent context.Context) error {

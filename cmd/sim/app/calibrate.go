@@ -32,7 +32,7 @@ type calibrateFlags struct {
 }
 
 func newCalibrate(s Streams) *cobra.Command {
-	var f calibrateFlags
+	f := calibrateFlags{mode: modeFlag{cluster.ModeIPTables}} // --mode's default
 	c := &cobra.Command{
 		Use:   "calibrate --mode iptables|nftables",
 		Short: "Measure full and partial sync time of the real dataplane at a ladder of sizes (root)",
@@ -111,7 +111,6 @@ reads it (results/calibration/<mode>.json).`,
 		},
 	}
 	f.out.add(c)
-	f.mode = modeFlag{cluster.ModeIPTables}
 	c.Flags().Var(&f.mode, "mode", "mode to calibrate (iptables)")
 	c.Flags().StringSliceVar(&f.backends, "backend", []string{"nft", "legacy"}, "iptables backends to measure")
 	c.Flags().StringSliceVar(&f.layouts, "layout", []string{"kube-proxy", "fast"}, "nftables layouts to measure")

@@ -36,7 +36,7 @@ type conformFlags struct {
 }
 
 func newConform(s Streams) *cobra.Command {
-	var f conformFlags
+	f := conformFlags{mode: modeFlag{cluster.ModeIPTables}} // --mode's default
 	var ck checkerFlags
 	c := &cobra.Command{
 		Use:   "conform FILE|DIR...",
@@ -124,7 +124,6 @@ the reason, and is neither a pass nor a failure.`,
 	}
 	f.out.add(c)
 	ck.add(c)
-	f.mode = modeFlag{cluster.ModeIPTables}
 	c.Flags().Var(&f.mode, "mode", "kube-proxy mode to program: iptables, nftables or ipvs")
 	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault into the dataplane (repeatable): "+fmt.Sprint(proxy.FaultNames()))
 	c.Flags().Uint64Var(&f.seed, "seed", 0, "override every scenario's seed")
