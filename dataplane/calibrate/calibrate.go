@@ -42,11 +42,11 @@ type Point struct {
 
 // Calibration is sync time against size for one variant.
 type Calibration struct {
-	Mode    string  `json:"mode"`
-	Variant string  `json:"variant"`
-	Kernel  string  `json:"kernel,omitempty"`
-	Source  string  `json:"source"`
-	Points  []Point `json:"points"`
+	Mode    cluster.Mode `json:"mode"`
+	Variant string       `json:"variant"`
+	Kernel  string       `json:"kernel,omitempty"`
+	Source  string       `json:"source"`
+	Points  []Point      `json:"points"`
 }
 
 // Median is the median of v (the upper one for an even count).
@@ -59,7 +59,8 @@ func Median(v []float64) float64 {
 // Target is what differs between modes when measuring syncs: how
 // to program a namespace, and how to load a text raw into one.
 type Target struct {
-	Mode, Variant string
+	Mode    cluster.Mode
+	Variant string
 	// NewBackend returns a backend programming ns.
 	NewBackend func(ns *netns.Namespace) (dataplane.Backend, error)
 	// Text returns the exact text the full sync of st sends; it is called
@@ -75,7 +76,7 @@ type Target struct {
 // partial sync after one endpoint changes, and the raw load of the full
 // sync's exact text; medians of runs.
 func Run(ctx context.Context, t Target, sizes []int, endpoints, runs int, log func(string, ...any)) (*Calibration, error) {
-	out := &Calibration{Mode: t.Mode, Variant: t.Variant, Source: "sim calibrate --mode " + t.Mode}
+	out := &Calibration{Mode: t.Mode, Variant: t.Variant, Source: "sim calibrate --mode " + string(t.Mode)}
 	for _, n := range sizes {
 		st := t.Synthetic(n, endpoints)
 		var full, partial, raw []float64

@@ -68,7 +68,7 @@ func syncedDistribution(t *testing.T, variant string) (*netns.Topology, map[stri
 	t.Cleanup(func() { topo.Close() })
 	backends := map[string]*iptables.Backend{}
 	for _, n := range topo.Nodes() {
-		b, err := iptables.NewBackend(n.NS, iptables.Config{NodeName: n.Config.Name, ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16")}, variant)
+		b, err := iptables.NewBackend(n.NS, iptables.Config{NodeConfig: dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16")}}, variant)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +231,7 @@ func TestBackendRecoversInNamespace(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer topo.Close()
-			cfg := iptables.Config{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9"), Affinity: iptables.AffinityIPSet}
+			cfg := iptables.Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}, Affinity: iptables.AffinityIPSet}
 			cmds := &breakingCommands{Commands: iptables.NamespaceCommands(topo.Nodes()[0].NS, variant)}
 			b, err := iptables.NewBackendWithCommands(cmds, cfg)
 			if err != nil {

@@ -27,9 +27,9 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 		return nil, err
 	}
 	return calibrate.Run(ctx, calibrate.Target{
-		Mode: "iptables", Variant: o.Variant, Synthetic: calibrate.Synthetic,
+		Mode: cluster.ModeIPTables, Variant: o.Variant, Synthetic: calibrate.Synthetic,
 		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) {
-			return NewBackend(ns, Config{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}, o.Variant)
+			return NewBackend(ns, Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}}, o.Variant)
 		},
 		Text: func(b dataplane.Backend, _ *cluster.State) (string, error) { return b.(*Backend).LastText, nil },
 		Raw: func(ctx context.Context) *exec.Cmd {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/calibrate"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
@@ -159,7 +160,7 @@ func TestMDEFaultsLoadInNamespace(t *testing.T) {
 					for _, f := range fs {
 						set[f] = true
 					}
-					b, err := iptables.NewBackend(topo.Nodes()[0].NS, iptables.Config{NodeName: "node-1", Affinity: layout, Faults: set}, variant)
+					b, err := iptables.NewBackend(topo.Nodes()[0].NS, iptables.Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", Faults: set}, Affinity: layout}, variant)
 					if err != nil {
 						t.Fatal(err)
 					}

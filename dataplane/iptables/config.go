@@ -17,9 +17,8 @@ package iptables
 
 import (
 	"fmt"
-	"net/netip"
 
-	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane"
 )
 
 // AffinityMode chooses how ClientIP session affinity is programmed.
@@ -36,40 +35,22 @@ const (
 	AffinityIPSet AffinityMode = "ipset"
 )
 
-// Defaults, as kube-proxy's.
-const (
-	// DefaultMasqueradeBit gives the mark 0x4000.
-	DefaultMasqueradeBit = 14
-	// DefaultLargeClusterThreshold is kube-proxy's
-	// largeClusterEndpointsThreshold: above this many endpoints, the
-	// per-endpoint comments are left out.
-	DefaultLargeClusterThreshold = 1000
-)
+// DefaultLargeClusterThreshold is kube-proxy's
+// largeClusterEndpointsThreshold: above this many endpoints, the
+// per-endpoint comments are left out.
+const DefaultLargeClusterThreshold = 1000
 
 // Config is what the renderer needs besides the cluster state.
 type Config struct {
-	// NodeName is the node whose rules are rendered (it decides which
-	// endpoints are local).
-	NodeName string
-	// ClusterCIDR is the cluster's pod range, kube-proxy's local-traffic
-	// detector: traffic to a cluster IP from outside it is masqueraded.
-	// The zero value disables the detector (no such rule, no pod
-	// short-circuit in KUBE-EXT chains).
-	ClusterCIDR netip.Prefix
-	// MasqueradeAll masquerades all traffic to cluster IPs.
-	MasqueradeAll bool
+	// NodeConfig is the node, the pod range (the zero ClusterCIDR means no
+	// local-traffic rule and no pod short-circuit in KUBE-EXT chains), the
+	// masquerade settings and the faults.
+	dataplane.NodeConfig
 	// Affinity is AffinityRecent (default when empty) or AffinityIPSet.
 	Affinity AffinityMode
-	// Faults are the named faults to build in (nil: none).
-	Faults proxy.Faults
-	// MasqueradeBit is the bit of the masquerade mark (0: 14, mark 0x4000).
-	MasqueradeBit int
 	// LargeClusterThreshold is the endpoint count above which per-endpoint
 	// comments are dropped (0: 1000; negative: never).
 	LargeClusterThreshold int
-	// PreferSameNode turns on the PreferSameTrafficDistribution gate for
-	// topology hints (off by default, as in kube-proxy v1.33).
-	PreferSameNode bool
 	// ConntrackTCPLiberal reports nf_conntrack_tcp_be_liberal=1, which makes
 	// kube-proxy leave out its INVALID-state DROP rule.
 	ConntrackTCPLiberal bool
@@ -83,17 +64,9 @@ func (c *Config) defaults() error {
 	default:
 		return fmt.Errorf("unknown affinity mode %q (valid: %s, %s)", c.Affinity, AffinityRecent, AffinityIPSet)
 	}
-	if c.MasqueradeBit == 0 {
-		c.MasqueradeBit = DefaultMasqueradeBit
-	}
-	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
-		return fmt.Errorf("masquerade bit %d is outside 0..31", c.MasqueradeBit)
-	}
 	if c.LargeClusterThreshold == 0 {
 		c.LargeClusterThreshold = DefaultLargeClusterThreshold
 	}
-	if c.ClusterCIDR.IsValid() && !c.ClusterCIDR.Addr().Is4() {
-		return fmt.Errorf("cluster CIDR %s is not IPv4", c.ClusterCIDR)
-	}
-	return nil
+	c.NodeConfig.Default()
+	return c.NodeConfig.Validate()
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
+
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -36,7 +38,7 @@ func testConfig(faults ...proxy.Fault) Config {
 	for _, f := range faults {
 		fs[f] = true
 	}
-	return Config{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}}
 }
 
 func mustRenderer(t *testing.T, cfg Config) *Renderer {

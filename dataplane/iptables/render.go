@@ -192,21 +192,13 @@ type svcInfo struct {
 	name  string // "ns/name:port"
 	proto string // lower case
 	// h is the suffix of the SVC, SVL and EXT chains.
-	h                hash
-	clusterIP        netip.Addr
-	port, nodePort   int32
-	external         bool // externally accessible (a node port)
-	internalLocal    bool // cluster-IP traffic goes to the SVL chain
-	hasEndpoints     bool
-	hasInternal      bool
-	hasExternal      bool
-	usesExtChain     bool
-	usesClusterChain bool
-	usesLocalChain   bool
-	noLocalInternal  bool
-	noLocalExternal  bool
-	sorted           bool // eps sorted by ip:port, without duplicates
-	nChains, nRules  int  // the service port's own chains and rules
+	h              hash
+	clusterIP      netip.Addr
+	port, nodePort int32
+	// Roles are kube-proxy's role flags of the service port.
+	proxy.Roles
+	sorted          bool // eps sorted by ip:port, without duplicates
+	nChains, nRules int  // the service port's own chains and rules
 }
 
 // epOut is one reachable endpoint: its key, chain and affinity set.
@@ -585,8 +577,7 @@ type svc struct {
 	// cat.AllReachable.
 	o *svcOut
 	// large drops per-endpoint comments (kube-proxy's largeClusterMode).
-	large         bool
-	externalLocal bool
+	large bool
 	// cur is where the next endpoint lookup by pointer starts.
 	cur int
 }
@@ -630,18 +621,9 @@ func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.Servic
 	}
 	r.endpoints(o, sp, cat.AllReachable, prev)
 
-	v := &svc{sp: sp, cat: cat, o: o, large: large, externalLocal: proxy.ExternalPolicyLocal(sp)}
+	v := &svc{sp: sp, cat: cat, o: o, large: large}
 	o.clusterIP, o.port, o.nodePort = sp.ClusterIP, sp.Port, sp.NodePort
-	o.external = proxy.ExternallyAccessible(sp)
-	o.internalLocal = proxy.InternalPolicyLocal(sp)
-	o.hasEndpoints = cat.HasAny
-	o.hasInternal = o.hasEndpoints && !(o.internalLocal && len(cat.Local) == 0)
-	o.hasExternal = o.hasEndpoints && !(v.externalLocal && len(cat.Local) == 0)
-	o.usesClusterChain = len(cat.Cluster) > 0 && proxy.UsesClusterEndpoints(sp)
-	o.usesLocalChain = len(cat.Local) > 0 && proxy.UsesLocalEndpoints(sp)
-	o.usesExtChain = o.hasEndpoints && o.external
-	o.noLocalInternal = o.hasEndpoints && !o.hasInternal
-	o.noLocalExternal = o.hasEndpoints && o.external && !o.hasExternal
+	o.Roles = cat.Roles(sp)
 
 	// The top-level lines go first, as in kube-proxy's output.
 	r.writeTop(s, o)
@@ -720,10 +702,10 @@ func (r *Renderer) use(rs *Ruleset, s *sections, out *svcOut, fresh, written boo
 		s.skippedChains += out.nChains
 		s.skippedRules += out.nRules
 	}
-	if out.noLocalInternal {
+	if out.NoLocalInternal {
 		rs.NoLocalEndpoints["internal"]++
 	}
-	if out.noLocalExternal {
+	if out.NoLocalExternal {
 		rs.NoLocalEndpoints["external"]++
 	}
 }
@@ -731,21 +713,21 @@ func (r *Renderer) use(rs *Ruleset, s *sections, out *svcOut, fresh, written boo
 // serviceChains writes the service port's own chains (SVC, SVL, EXT, SEP).
 func (r *Renderer) serviceChains(v *svc, chains, rules *lines) {
 	o := v.o
-	if o.hasInternal {
+	if o.HasInternal {
 		r.masqueradeRules(rules, o)
 	}
-	if o.usesExtChain {
+	if o.UsesExtChain {
 		chains.b = appendChainLine(chains.b, PrefixEXT, &o.h)
 		chains.end()
 		r.externalChainRules(rules, v)
 	}
-	if o.usesClusterChain {
+	if o.UsesClusterChain {
 		chains.b = appendChainLine(chains.b, PrefixSVC, &o.h)
 		chains.end()
 		r.affinityRules(rules, v, PrefixSVC, v.cat.Cluster)
 		r.cascadeRules(rules, v, PrefixSVC, v.cat.Cluster)
 	}
-	if o.usesLocalChain {
+	if o.UsesLocalChain {
 		chains.b = appendChainLine(chains.b, PrefixSVL, &o.h)
 		chains.end()
 		r.affinityRules(rules, v, PrefixSVL, v.cat.Local)
@@ -807,7 +789,7 @@ func (o *svcOut) holds(name string, set bool) bool {
 	for _, c := range []struct {
 		prefix string
 		used   bool
-	}{{PrefixSVC, o.usesClusterChain}, {PrefixSVL, o.usesLocalChain}, {PrefixEXT, o.usesExtChain}} {
+	}{{PrefixSVC, o.UsesClusterChain}, {PrefixSVL, o.UsesLocalChain}, {PrefixEXT, o.UsesExtChain}} {
 		if h, ok := strings.CutPrefix(name, c.prefix); ok {
 			return c.used && string(o.h[:]) == h
 		}
@@ -825,13 +807,13 @@ func (o *svcOut) appendMissing(chains, sets []string, now *svcOut) ([]string, []
 		keep = &svcOut{}
 	}
 	// The SVC, SVL and EXT names only depend on the service port.
-	if o.usesExtChain && !keep.usesExtChain {
+	if o.UsesExtChain && !keep.UsesExtChain {
 		chains = append(chains, PrefixEXT+string(o.h[:]))
 	}
-	if o.usesClusterChain && !keep.usesClusterChain {
+	if o.UsesClusterChain && !keep.UsesClusterChain {
 		chains = append(chains, PrefixSVC+string(o.h[:]))
 	}
-	if o.usesLocalChain && !keep.usesLocalChain {
+	if o.UsesLocalChain && !keep.UsesLocalChain {
 		chains = append(chains, PrefixSVL+string(o.h[:]))
 	}
 	if len(o.eps) == 0 {
@@ -882,7 +864,7 @@ func (o *svcOut) index(chains map[string]ChainRef, services map[string]cluster.S
 		}
 	}
 	services[ServiceKey(o.proto, o.clusterIP.String(), int(o.port))] = o.spn
-	if o.external {
+	if o.External {
 		services[ServiceKey(o.proto, "", int(o.nodePort))] = o.spn
 	}
 }
@@ -1004,7 +986,7 @@ func appendClusterIPMatch(b []byte, o *svcOut) []byte {
 // appendNoEndpoints appends the comment and target of a REJECT or DROP rule.
 func appendNoEndpoints(b []byte, o *svcOut) (_ []byte, target string) {
 	b = append(append(b, ` -m comment --comment "`...), o.name...)
-	if o.hasEndpoints {
+	if o.HasEndpoints {
 		return append(b, ` has no local endpoints"`...), "DROP"
 	}
 	return append(b, ` has no endpoints"`...), "REJECT"
@@ -1013,7 +995,7 @@ func appendNoEndpoints(b []byte, o *svcOut) (_ []byte, target string) {
 // clusterIPRules sends traffic for the cluster IP to the internal policy
 // chain, when it has endpoints.
 func (r *Renderer) clusterIPRules(w *lines, o *svcOut) {
-	if !o.hasInternal {
+	if !o.HasInternal {
 		return
 	}
 	b := append(w.b, "-A "+ChainServices+` -m comment --comment "`...)
@@ -1025,7 +1007,7 @@ func (r *Renderer) clusterIPRules(w *lines, o *svcOut) {
 
 // internalChainPrefix is the prefix of the chain cluster-IP traffic goes to.
 func (o *svcOut) internalChainPrefix() string {
-	if o.internalLocal {
+	if o.InternalLocal {
 		return PrefixSVL
 	}
 	return PrefixSVC
@@ -1034,7 +1016,7 @@ func (o *svcOut) internalChainPrefix() string {
 // clusterIPFilterRules REJECT traffic for a service port without endpoints,
 // and DROP it for internalTrafficPolicy Local without local endpoints.
 func (r *Renderer) clusterIPFilterRules(w *lines, o *svcOut) {
-	if o.hasInternal {
+	if o.HasInternal {
 		return
 	}
 	b, target := appendNoEndpoints(append(w.b, "-A "+ChainServices...), o)
@@ -1046,16 +1028,16 @@ func (r *Renderer) clusterIPFilterRules(w *lines, o *svcOut) {
 // nodePortRules send node-port traffic to the KUBE-EXT chain (nat), and
 // REJECT or DROP it when there is nowhere to send it (filter).
 func (r *Renderer) nodePortRules(nat, filter *lines, o *svcOut) {
-	if !o.external {
+	if !o.External {
 		return
 	}
-	if o.hasEndpoints {
+	if o.HasEndpoints {
 		b := append(append(nat.b, "-A "+ChainNodePorts+" -m comment --comment "...), o.name...)
 		b = strconv.AppendInt(append(appendMatch(b, o), " --dport "...), int64(o.nodePort), 10)
 		nat.b = appendChain(append(b, " -j "...), PrefixEXT, &o.h)
 		nat.end()
 	}
-	if !o.hasExternal {
+	if !o.HasExternal {
 		b, target := appendNoEndpoints(append(filter.b, "-A "+ChainExternalServices...), o)
 		b = appendMatch(append(b, " -m addrtype --dst-type LOCAL"...), o)
 		b = strconv.AppendInt(append(b, " --dport "...), int64(o.nodePort), 10)
@@ -1093,7 +1075,7 @@ func (r *Renderer) externalChainRules(w *lines, v *svc) {
 		w.b = appendChain(append(b, " -j "...), target, h)
 		w.end()
 	}
-	if !v.externalLocal {
+	if !v.o.ExternalLocal {
 		rule("masquerade traffic for ", "", ChainMarkMasq, nil)
 	} else {
 		if r.cidr != "" {
@@ -1102,10 +1084,10 @@ func (r *Renderer) externalChainRules(w *lines, v *svc) {
 		rule("masquerade LOCAL traffic for ", " -m addrtype --src-type LOCAL", ChainMarkMasq, nil)
 		rule("route LOCAL traffic for ", " -m addrtype --src-type LOCAL", PrefixSVC, &o.h)
 	}
-	if o.hasExternal {
+	if o.HasExternal {
 		b := appendChain(append(w.b, "-A "...), PrefixEXT, &o.h)
 		prefix := PrefixSVC
-		if v.externalLocal {
+		if v.o.ExternalLocal {
 			prefix = PrefixSVL
 		}
 		w.b = appendChain(append(b, " -j "...), prefix, &o.h)

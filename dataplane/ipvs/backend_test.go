@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -552,7 +553,7 @@ CPU    Conns  Packets  Packets            Bytes            Bytes
 }
 
 func TestConfigValidation(t *testing.T) {
-	for _, cfg := range []Config{{Scheduler: "lblc"}, {IPTablesVariant: "xt"}, {MasqueradeBit: 40}, {NodeIPs: []netip.Addr{netip.MustParseAddr("::1")}}} {
+	for _, cfg := range []Config{{Scheduler: "lblc"}, {IPTablesVariant: "xt"}, {NodeConfig: dataplane.NodeConfig{MasqueradeBit: 40}}, {NodeIPs: []netip.Addr{netip.MustParseAddr("::1")}}} {
 		if _, err := NewRenderer(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}

@@ -21,7 +21,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // DummyDevice is the dummy link that holds every service address, so that
@@ -65,16 +67,10 @@ const noTimeout = 180 * 24 * 3600
 
 // Config is what the backend needs besides the cluster state.
 type Config struct {
-	// NodeName is the node whose rules are programmed (it decides which
-	// endpoints are local).
-	NodeName string
-	// ClusterCIDR is kube-proxy's local-traffic detector: traffic to a
-	// cluster IP from outside it is masqueraded. The zero value disables it.
-	ClusterCIDR netip.Prefix
-	// MasqueradeAll masquerades all traffic to cluster IPs.
-	MasqueradeAll bool
-	// MasqueradeBit is the bit of the masquerade mark (0: 14, mark 0x4000).
-	MasqueradeBit int
+	// NodeConfig is the node, the pod range (kube-proxy's local-traffic
+	// detector; the zero ClusterCIDR disables it), the masquerade settings,
+	// the faults and the PreferSameTrafficDistribution gate.
+	dataplane.NodeConfig
 	// Scheduler is the IPVS scheduler of every virtual server ("" is rr).
 	Scheduler string
 	// IPTablesVariant is "nft" (default) or "legacy": which iptables
@@ -83,10 +79,6 @@ type Config struct {
 	// NodeIPs are the node's own addresses: a node port gets one virtual
 	// server per address. Empty: node ports are not programmed.
 	NodeIPs []netip.Addr
-	// PreferSameNode turns on the PreferSameTrafficDistribution gate.
-	PreferSameNode bool
-	// Faults are the named faults to build in (nil: none).
-	Faults proxy.Faults
 	// TCPTimeout, TCPFinTimeout and UDPTimeout are `ipvsadm --set`
 	// (kube-proxy's --ipvs-tcp-timeout, ...); zero keeps the kernel's.
 	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
@@ -99,9 +91,6 @@ type Config struct {
 	// stats estimator to publish the latest packets (0: 2.2 s).
 	StatsWait time.Duration
 }
-
-// DefaultMasqueradeBit gives kube-proxy's mark 0x4000.
-const DefaultMasqueradeBit = 14
 
 func (c *Config) defaults() error {
 	if c.Scheduler == "" {
@@ -117,14 +106,9 @@ func (c *Config) defaults() error {
 	default:
 		return fmt.Errorf("unknown iptables backend %q (nft or legacy)", c.IPTablesVariant)
 	}
-	if c.MasqueradeBit == 0 {
-		c.MasqueradeBit = DefaultMasqueradeBit
-	}
-	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
-		return fmt.Errorf("masquerade bit %d is outside 0..31", c.MasqueradeBit)
-	}
-	if c.ClusterCIDR.IsValid() && !c.ClusterCIDR.Addr().Is4() {
-		return fmt.Errorf("cluster CIDR %s is not IPv4", c.ClusterCIDR)
+	c.NodeConfig.Default()
+	if err := c.NodeConfig.Validate(); err != nil {
+		return err
 	}
 	for _, a := range c.NodeIPs {
 		if !a.Is4() {
@@ -151,11 +135,11 @@ var hashSchedulers = []string{"sh", "dh", "mh"}
 // affinity faults (dataplane metadata) and skew-at-mde with a hash
 // scheduler.
 func (c *Config) buildableFaults() error {
-	if err := c.Faults.CheckModes(proxy.ModeIPVS); err != nil {
+	if err := c.Faults.CheckModes(cluster.ModeIPVS); err != nil {
 		return err
 	}
 	if c.Faults.Has(proxy.FaultSkewAtMDE) && slices.Contains(hashSchedulers, c.Scheduler) {
-		return proxy.NotBuiltError(proxy.FaultSkewAtMDE, proxy.ModeIPVS, fmt.Sprintf(
+		return proxy.NotBuiltError(proxy.FaultSkewAtMDE, cluster.ModeIPVS, fmt.Sprintf(
 			"scheduler %s maps each client address to a real server through a hash table, so weights cannot raise one share by exactly %g (use rr, wrr, lc, wlc, sed or nq)",
 			c.Scheduler, proxy.SkewMDE))
 	}

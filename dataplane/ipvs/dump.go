@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Dump returns what the kernel holds for this node as canonical text, in
@@ -142,7 +143,7 @@ func FaultMapping() []string {
 		proxy.FaultSkewAtMDE:           "with k real servers the first (by address) gets weight 11(k-1) and the others 10k-11 (rr and lc become wrr and wlc): wrr gives the first exactly 1.1/k of each rotation, wlc, sed and nq on average; refused with sh, dh and mh",
 	}
 	for _, f := range []proxy.Fault{proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay} {
-		m[f] = "not built (the backend refuses it): " + f.NotBuilt(proxy.ModeIPVS)
+		m[f] = "not built (the backend refuses it): " + f.NotBuilt(cluster.ModeIPVS)
 	}
 	var out []string
 	for _, f := range proxy.AllFaults() {

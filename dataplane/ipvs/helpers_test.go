@@ -33,7 +33,7 @@ func testConfig(faults ...proxy.Fault) Config {
 	for _, f := range faults {
 		fs[f] = true
 	}
-	return Config{NodeName: thisNode, ClusterCIDR: podCIDR, NodeIPs: []netip.Addr{nodeIP}, Faults: fs, GracefulCheckPeriod: -1}
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}, NodeIPs: []netip.Addr{nodeIP}, GracefulCheckPeriod: -1}
 }
 
 // fakes is a backend over a Fake table and a FakeSystem.

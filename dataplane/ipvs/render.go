@@ -217,11 +217,11 @@ func (r *Renderer) endpointsFor(spn cluster.ServicePortName, sp *cluster.Service
 	if len(cat.Local) > 0 {
 		return cat.Local
 	}
-	name := spn.NamespacedName.String()
-	if cat.HasAny && proxy.InternalPolicyLocal(sp) {
+	name, roles := spn.NamespacedName.String(), cat.Roles(sp)
+	if roles.NoLocalInternal {
 		noLocal["internal"][name] = true
 	}
-	if cat.HasAny && proxy.ExternalPolicyLocal(sp) {
+	if roles.NoLocalExternal {
 		noLocal["external"][name] = true
 	}
 	return cat.Cluster

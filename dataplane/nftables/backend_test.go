@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -117,7 +118,7 @@ func TestBackendCleanup(t *testing.T) {
 func TestRenderForNode(t *testing.T) {
 	st := newTestState()
 	add(st, clusterIPPort(name("ns1", "svc1", "p80"), "172.30.0.41", 80), ep("10.180.0.1", 80, otherNode, "R"))
-	out, err := RenderForNode(st, thisNode, Config{ClusterCIDR: podCIDR})
+	out, err := RenderForNode(st, thisNode, Config{NodeConfig: dataplane.NodeConfig{ClusterCIDR: podCIDR}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +144,8 @@ func TestRenderForNode(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{
 		{Layout: "iptables"},
-		{MasqueradeBit: 40},
-		{ClusterCIDR: mustPrefix("fd00::/64")},
+		{NodeConfig: dataplane.NodeConfig{MasqueradeBit: 40}},
+		{NodeConfig: dataplane.NodeConfig{ClusterCIDR: mustPrefix("fd00::/64")}},
 	} {
 		if _, err := NewRenderer(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)

@@ -27,9 +27,9 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, fmt.Errorf("the nft command is missing (Debian package nftables)")
 	}
-	cfg := Config{NodeName: "node-1", Layout: o.Layout, ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}
+	cfg := Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}, Layout: o.Layout}
 	return calibrate.Run(ctx, calibrate.Target{
-		Mode: "nftables", Variant: string(o.Layout), Synthetic: calibrate.Synthetic,
+		Mode: cluster.ModeNFTables, Variant: string(o.Layout), Synthetic: calibrate.Synthetic,
 		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) { return NewNamespaceBackend(ns, cfg) },
 		// The exact text of the full sync, rendered apart (rendering is
 		// deterministic).

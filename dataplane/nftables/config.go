@@ -26,7 +26,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/dataplane"
 )
 
 // Layout selects the table layout.
@@ -41,39 +41,22 @@ const (
 	LayoutFast Layout = "fast"
 )
 
-// Defaults, as kube-proxy's.
-const (
-	// DefaultTable is kube-proxy's table name (family ip).
-	DefaultTable = "kube-proxy"
-	// DefaultMasqueradeBit gives the mark 0x4000.
-	DefaultMasqueradeBit = 14
-)
+// DefaultTable is kube-proxy's table name (family ip).
+const DefaultTable = "kube-proxy"
 
 // Config is what the renderer needs besides the cluster state.
 type Config struct {
-	// NodeName is the node whose rules are rendered (it decides which
-	// endpoints are local).
-	NodeName string
+	// NodeConfig is the node, the pod range (kube-proxy's local-traffic
+	// detector; the zero ClusterCIDR disables it), the masquerade settings,
+	// the faults and the PreferSameTrafficDistribution gate.
+	dataplane.NodeConfig
 	// Layout is LayoutKubeProxy (default when empty) or LayoutFast.
 	Layout Layout
 	// Table is the nftables table (family ip); empty means "kube-proxy".
 	Table string
-	// ClusterCIDR is the pod range, kube-proxy's local-traffic detector:
-	// traffic to a cluster IP from outside it is masqueraded, and pod
-	// traffic to external destinations is short-circuited. The zero value
-	// disables the detector.
-	ClusterCIDR netip.Prefix
 	// ServiceCIDRs, when set, add kube-proxy's "drop traffic to unallocated
 	// ClusterIPs" rule to cluster-ips-check.
 	ServiceCIDRs []netip.Prefix
-	// MasqueradeAll masquerades all traffic to cluster IPs.
-	MasqueradeAll bool
-	// MasqueradeBit is the bit of the masquerade mark (0: 14, mark 0x4000).
-	MasqueradeBit int
-	// Faults are the named faults to build in (nil: none).
-	Faults proxy.Faults
-	// PreferSameNode turns on the PreferSameTrafficDistribution gate.
-	PreferSameNode bool
 	// NoCounters leaves out the per-endpoint and per-verdict counters (the
 	// `counter` statement of endpoint DNAT rules and the `counter` flag of
 	// the no-endpoint maps and DNAT maps). kube-proxy has none; with
@@ -92,14 +75,9 @@ func (c *Config) defaults() error {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
-	if c.MasqueradeBit == 0 {
-		c.MasqueradeBit = DefaultMasqueradeBit
-	}
-	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
-		return fmt.Errorf("masquerade bit %d is outside 0..31", c.MasqueradeBit)
-	}
-	if c.ClusterCIDR.IsValid() && !c.ClusterCIDR.Addr().Is4() {
-		return fmt.Errorf("cluster CIDR %s is not IPv4", c.ClusterCIDR)
+	c.NodeConfig.Default()
+	if err := c.NodeConfig.Validate(); err != nil {
+		return err
 	}
 	for _, p := range c.ServiceCIDRs {
 		if !p.Addr().Is4() {

@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/dataplane/trace"
@@ -42,7 +43,7 @@ func testConfig(layout Layout, faults ...proxy.Fault) Config {
 	for _, f := range faults {
 		fs[f] = true
 	}
-	return Config{NodeName: thisNode, Layout: layout, ClusterCIDR: podCIDR, Faults: fs}
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}, Layout: layout}
 }
 
 // newFakeBackend returns a backend over a fresh Fake.

@@ -28,9 +28,9 @@ type view struct {
 
 	clusterChain, localChain, extChain string
 
-	hasEndpoints, hasInternal, hasExternal         bool
-	usesClusterChain, usesLocalChain, usesExtChain bool
-	internalChain, externalPolicyChain             string
+	// Roles are kube-proxy's role flags of the service port.
+	proxy.Roles
+	internalChain, externalPolicyChain string
 
 	// bases caches EndpointBase per endpoint: the hash is the costliest
 	// part of rendering a service port.
@@ -58,30 +58,21 @@ func newView(spn cluster.ServicePortName, sp *cluster.ServicePort, cat proxy.Cat
 		spn: spn, sp: sp, name: spn.String(), proto: protocol(spn), cat: cat,
 		clusterChain: ServiceChain(spn), localChain: LocalChain(spn), extChain: ExternalChain(spn),
 	}
-	v.hasEndpoints = cat.HasAny
-	v.usesClusterChain = len(cat.Cluster) > 0 && proxy.UsesClusterEndpoints(sp)
-	v.usesLocalChain = len(cat.Local) > 0 && proxy.UsesLocalEndpoints(sp)
-	v.internalChain, v.hasInternal = v.clusterChain, v.hasEndpoints
-	if proxy.InternalPolicyLocal(sp) {
+	v.Roles = cat.Roles(sp)
+	v.internalChain, v.externalPolicyChain = v.clusterChain, v.clusterChain
+	if v.InternalLocal {
 		v.internalChain = v.localChain
-		v.hasInternal = v.hasEndpoints && len(cat.Local) > 0
 	}
-	v.externalPolicyChain, v.hasExternal = v.clusterChain, v.hasEndpoints
-	if proxy.ExternalPolicyLocal(sp) {
+	if v.ExternalLocal {
 		v.externalPolicyChain = v.localChain
-		v.hasExternal = v.hasEndpoints && len(cat.Local) > 0
 	}
-	// The external chain is needed whenever there are endpoints at all:
-	// its short-circuit rules apply even without local endpoints.
-	v.usesExtChain = v.hasEndpoints && proxy.ExternallyAccessible(sp)
 	return v
 }
 
 // buildRecord renders one service port.
 func (r *Renderer) buildRecord(v *view) *svcRecord {
 	rec := &svcRecord{spn: v.spn}
-	rec.noLocalInternal = v.hasEndpoints && !v.hasInternal
-	rec.noLocalExternal = v.hasEndpoints && proxy.ExternallyAccessible(v.sp) && !v.hasExternal
+	rec.noLocalInternal, rec.noLocalExternal = v.NoLocalInternal, v.NoLocalExternal
 	if r.cfg.Layout == LayoutFast && !r.cascade(v) {
 		r.fastMapRecord(rec, v)
 		return rec
@@ -96,26 +87,26 @@ func (r *Renderer) buildRecord(v *view) *svcRecord {
 			rec.chains = append(rec.chains, &chainRec{name: v.endpointChain(ep)})
 		}
 	}
-	if v.usesClusterChain {
+	if v.UsesClusterChain {
 		rec.ensureChain(v.clusterChain)
 	}
-	if v.usesLocalChain {
+	if v.UsesLocalChain {
 		rec.ensureChain(v.localChain)
 	}
-	if v.usesExtChain {
+	if v.UsesExtChain {
 		rec.ensureChain(v.extChain)
 	}
-	if v.hasInternal {
+	if v.HasInternal {
 		r.masqueradeRules(rec.ensureChain(v.internalChain), v)
 	}
-	if v.usesExtChain {
+	if v.UsesExtChain {
 		r.externalRules(rec.ensureChain(v.extChain), v)
 	}
 	r.affinitySets(rec, v)
-	if v.usesClusterChain {
+	if v.UsesClusterChain {
 		r.policyRules(rec.chain(v.clusterChain), v, v.cat.Cluster)
 	}
-	if v.usesLocalChain {
+	if v.UsesLocalChain {
 		r.policyRules(rec.chain(v.localChain), v, v.cat.Local)
 	}
 	switch r.cfg.Layout {
@@ -141,20 +132,20 @@ func (r *Renderer) dispatchElements(rec *svcRecord, v *view, internal, nodePort 
 	}
 	add(SetClusterIPs, false, []string{ip}, nil, "")
 	internalVerdict, externalVerdict := noEndpointVerdictReject, noEndpointVerdictReject
-	if v.hasEndpoints {
+	if v.HasEndpoints {
 		internalVerdict, externalVerdict = noEndpointVerdictDrop, noEndpointVerdictDrop
 	}
-	if v.hasInternal {
+	if v.HasInternal {
 		add(MapServiceIPs, true, []string{ip, v.proto, port}, []string{internal}, "")
 	} else {
 		add(MapNoEndpointServices, true, []string{ip, v.proto, port}, []string{internalVerdict}, v.name)
 	}
 	if proxy.ExternallyAccessible(v.sp) {
 		np := strconv.Itoa(int(v.sp.NodePort))
-		if v.hasEndpoints {
+		if v.HasEndpoints {
 			add(MapServiceNodePorts, true, []string{v.proto, np}, []string{nodePort}, "")
 		}
-		if !v.hasExternal {
+		if !v.HasExternal {
 			add(MapNoEndpointNodePorts, true, []string{v.proto, np}, []string{externalVerdict}, v.name)
 		}
 	}
@@ -177,7 +168,7 @@ func (r *Renderer) masqueradeRules(c *chainRec, v *view) {
 // host traffic to the Cluster chain (masquerading host traffic) and send the
 // rest to the Local chain.
 func (r *Renderer) externalRules(c *chainRec, v *view) {
-	if !proxy.ExternalPolicyLocal(v.sp) {
+	if !v.ExternalLocal {
 		c.addRule("jump "+ChainMarkForMasquerade, "")
 	} else {
 		if r.cfg.ClusterCIDR.IsValid() {
@@ -186,7 +177,7 @@ func (r *Renderer) externalRules(c *chainRec, v *view) {
 		c.addRule("fib saddr type local jump "+ChainMarkForMasquerade, "masquerade local traffic")
 		c.addRule("fib saddr type local goto "+v.clusterChain, "short-circuit local traffic")
 	}
-	if v.hasExternal {
+	if v.HasExternal {
 		c.addRule("goto "+v.externalPolicyChain, "")
 	}
 }
@@ -474,11 +465,11 @@ func (r *Renderer) fastMapRecord(rec *svcRecord, v *view) {
 		return "goto " + c.name
 	}
 	internal, nodePort := "", ""
-	if v.hasInternal {
+	if v.HasInternal {
 		internal = endpoints(kindClusterIP, []string{ip, v.proto, port}, v.cat.Internal(v.sp))
 	}
-	if v.usesExtChain {
-		if !proxy.ExternalPolicyLocal(v.sp) {
+	if v.UsesExtChain {
+		if !v.ExternalLocal {
 			nodePort = endpoints(kindNodePort, []string{v.proto, np}, v.cat.Cluster)
 		} else {
 			// kube-proxy's external chain, with the policy chains
@@ -491,7 +482,7 @@ func (r *Renderer) fastMapRecord(rec *svcRecord, v *view) {
 			}
 			c.addRule("fib saddr type local jump "+ChainMarkForMasquerade, "masquerade local traffic")
 			c.addRule("fib saddr type local "+short, "short-circuit local traffic")
-			if v.hasExternal {
+			if v.HasExternal {
 				c.addRule(endpoints(kindNodePortLocal, []string{v.proto, np}, v.cat.Local), "")
 			}
 			nodePort = "goto " + c.name

@@ -267,13 +267,3 @@ func (c Categorized) External(sp *cluster.ServicePort) []*cluster.Endpoint {
 	}
 	return c.Cluster
 }
-
-// HasInternal reports whether cluster-IP traffic has somewhere to go.
-func (c Categorized) HasInternal(sp *cluster.ServicePort) bool {
-	return c.HasAny && len(c.Internal(sp)) > 0
-}
-
-// HasExternal reports whether external traffic has somewhere to go.
-func (c Categorized) HasExternal(sp *cluster.ServicePort) bool {
-	return c.HasAny && len(c.External(sp)) > 0
-}

@@ -111,12 +111,12 @@ func TestPolicySelection(t *testing.T) {
 	eps := []*cluster.Endpoint{ep("1", here, "R"), ep("5", there, "R")}
 	sp := port(true, false, 0)
 	got := Categorize(eps, sp, here, "")
-	if ips(got.Internal(sp)) != "10.0.1.1" || !got.HasInternal(sp) || got.HasExternal(sp) {
+	if ips(got.Internal(sp)) != "10.0.1.1" || !got.Roles(sp).HasInternal || got.Roles(sp).UsesExtChain {
 		t.Errorf("itp local: internal %s", ips(got.Internal(sp)))
 	}
 	sp = port(false, true, 30001)
 	got = Categorize(eps, sp, there+"x", "")
-	if ips(got.Internal(sp)) != "10.0.1.1,10.0.1.5" || got.HasExternal(sp) || ips(got.External(sp)) != "" {
+	if ips(got.Internal(sp)) != "10.0.1.1,10.0.1.5" || got.Roles(sp).HasExternal || ips(got.External(sp)) != "" {
 		t.Errorf("etp local on a node without endpoints: internal %s external %s", ips(got.Internal(sp)), ips(got.External(sp)))
 	}
 	if !ExternallyAccessible(sp) || !ExternalPolicyLocal(sp) || !UsesClusterEndpoints(sp) || !UsesLocalEndpoints(sp) {
@@ -128,7 +128,7 @@ func TestPolicySelection(t *testing.T) {
 			t.Errorf("%s without a node port: the predicates read it as reachable from outside", typ)
 		}
 		got := Categorize(eps, sp, there+"x", "")
-		if got.Cluster != nil || got.HasInternal(sp) || !got.HasAny {
+		if got.Cluster != nil || got.Roles(sp).HasInternal || !got.HasAny {
 			t.Errorf("%s without a node port, itp Local, no local endpoint: cluster %s", typ, ips(got.Cluster))
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"math/bits"
 	"net/netip"
 	"slices"
+
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // SkewMDE is the relative raise of the first endpoint's share under
@@ -126,31 +128,24 @@ func LeakingClient(a netip.Addr) bool { return ClientBucket(a, LeakBuckets) == 0
 // client.
 func OverstayingClient(a netip.Addr) bool { return ClientBucket(a, OverstayBuckets) == 0 }
 
-// Modes of the dataplane, as the harness names them.
-const (
-	ModeIPTables = "iptables"
-	ModeNFTables = "nftables"
-	ModeIPVS     = "ipvs"
-)
-
 // notBuilt says, per fault and mode, why the fault cannot be built there
 // (absent: it can).
-var notBuilt = map[Fault]map[string]string{
+var notBuilt = map[Fault]map[cluster.Mode]string{
 	FaultAffinityLeak: {
-		ModeIPVS: "ClientIP affinity is the kernel's persistence template, per virtual server: no per-client match can make some clients skip it",
+		cluster.ModeIPVS: "ClientIP affinity is the kernel's persistence template, per virtual server: no per-client match can make some clients skip it",
 	},
 	FaultAffinityOverstay: {
-		ModeIPVS: "the persistence timeout belongs to the virtual server, one for every client",
+		cluster.ModeIPVS: "the persistence timeout belongs to the virtual server, one for every client",
 	},
 }
 
-// Modes lists the modes (ModeIPTables, ModeNFTables, ModeIPVS) in which the
-// fault can be built. Some faults also depend on the mode's settings: in
+// Modes lists the modes (in cluster.Modes order) in which the fault can be
+// built. Some faults also depend on the mode's settings: in
 // IPVS, FaultSkewAtMDE needs a scheduler that honours weights (see
 // dataplane/ipvs).
-func (f Fault) Modes() []string {
-	var out []string
-	for _, m := range []string{ModeIPTables, ModeNFTables, ModeIPVS} {
+func (f Fault) Modes() []cluster.Mode {
+	var out []cluster.Mode
+	for _, m := range cluster.Modes() {
 		if f.NotBuilt(m) == "" {
 			out = append(out, m)
 		}
@@ -160,7 +155,7 @@ func (f Fault) Modes() []string {
 
 // NotBuilt is the one-line reason the fault cannot be built in mode, or ""
 // when it can.
-func (f Fault) NotBuilt(mode string) string { return notBuilt[f][mode] }
+func (f Fault) NotBuilt(mode cluster.Mode) string { return notBuilt[f][mode] }
 
 // ErrFaultNotBuilt is wrapped by the error a backend returns, at
 // construction, for a fault it cannot build.
@@ -168,13 +163,13 @@ var ErrFaultNotBuilt = errors.New("cannot be built")
 
 // NotBuiltError is the error for fault f in mode, with the reason: "<fault>
 // cannot be built in <mode> mode: <reason>". It wraps ErrFaultNotBuilt.
-func NotBuiltError(f Fault, mode, reason string) error {
+func NotBuiltError(f Fault, mode cluster.Mode, reason string) error {
 	return fmt.Errorf("%s %w in %s mode: %s", f, ErrFaultNotBuilt, mode, reason)
 }
 
 // CheckModes returns the error of the first fault of fs (in documentation
 // order) that cannot be built in mode, or nil.
-func (fs Faults) CheckModes(mode string) error {
+func (fs Faults) CheckModes(mode cluster.Mode) error {
 	for _, f := range AllFaults() {
 		if fs.Has(f) && !slices.Contains(f.Modes(), mode) {
 			return NotBuiltError(f, mode, f.NotBuilt(mode))

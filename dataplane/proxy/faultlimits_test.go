@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -102,18 +103,18 @@ func TestFaultModes(t *testing.T) {
 			t.Errorf("%s is built nowhere", f)
 		}
 	}
-	if m := FaultAffinityLeak.Modes(); !slices.Equal(m, []string{ModeIPTables, ModeNFTables}) {
+	if m := FaultAffinityLeak.Modes(); !slices.Equal(m, []cluster.Mode{cluster.ModeIPTables, cluster.ModeNFTables}) {
 		t.Errorf("affinity-leak modes %v", m)
 	}
-	if FaultSkewAtMDE.NotBuilt(ModeIPVS) != "" || FaultAffinityOverstay.NotBuilt(ModeIPVS) == "" {
+	if FaultSkewAtMDE.NotBuilt(cluster.ModeIPVS) != "" || FaultAffinityOverstay.NotBuilt(cluster.ModeIPVS) == "" {
 		t.Error("wrong IPVS metadata")
 	}
 	fs, _ := ParseFaults([]string{"affinity-leak"})
-	err := fs.CheckModes(ModeIPVS)
+	err := fs.CheckModes(cluster.ModeIPVS)
 	if !errors.Is(err, ErrFaultNotBuilt) || !strings.HasPrefix(err.Error(), "affinity-leak cannot be built in ipvs mode: ") {
 		t.Errorf("error %v", err)
 	}
-	if err := fs.CheckModes(ModeNFTables); err != nil {
+	if err := fs.CheckModes(cluster.ModeNFTables); err != nil {
 		t.Error(err)
 	}
 }

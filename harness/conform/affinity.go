@@ -156,8 +156,8 @@ func (a *affinityCheck) prepare() error {
 	// its ipvs connection would outlive the probe and hold its template),
 	// and never more than one recent list holds in iptables mode.
 	_, need := stickySize(len(a.eps), len(a.bound), a.c.Power)
-	if extra := need - len(a.bound); extra > 0 && s.o.Mode != oracle.ModeIPVS && len(a.eps) > 1 {
-		if s.o.Mode == oracle.ModeIPTables {
+	if extra := need - len(a.bound); extra > 0 && s.o.Mode != cluster.ModeIPVS && len(a.eps) > 1 {
+		if s.o.Mode == cluster.ModeIPTables {
 			extra = min(extra, s.recentCapacity()-len(a.bound))
 		}
 		extra = max(0, min(extra, len(a.spare)))

@@ -79,12 +79,12 @@ type affinityPlan struct {
 // planAffinity decides which verdicts run and with which test. eligible is
 // the number of endpoints the oracle allows from the client node; 0 means
 // the check cannot run at all (an error, no verdict).
-func planAffinity(mode, scheduler string, sp *cluster.ServicePort, eligible int) affinityPlan {
+func planAffinity(mode cluster.Mode, scheduler string, sp *cluster.ServicePort, eligible int) affinityPlan {
 	if scheduler == "" {
 		scheduler = scenario.DefaultIPVSScheduler
 	}
 	var p affinityPlan
-	ipvs := mode == oracle.ModeIPVS
+	ipvs := mode == cluster.ModeIPVS
 	random := !ipvs || scheduler == "mh"
 	switch {
 	case eligible < 2:
@@ -125,7 +125,7 @@ func planAffinity(mode, scheduler string, sp *cluster.ServicePort, eligible int)
 // uses the same plan. eligible is the number of endpoints the oracle
 // allows; with none (or without ClientIP affinity) the check is an error
 // and makes no verdict.
-func affinityVerdicts(mode, scheduler string, sp *cluster.ServicePort, eligible int) (run, notRun int) {
+func affinityVerdicts(mode cluster.Mode, scheduler string, sp *cluster.ServicePort, eligible int) (run, notRun int) {
 	if sp == nil || !sp.ClientIPAffinity || eligible < 1 {
 		return 0, 0
 	}
@@ -143,12 +143,12 @@ func affinityVerdicts(mode, scheduler string, sp *cluster.ServicePort, eligible 
 // expiryWait is how long the affinity check lets its clients idle before
 // checking that they choose afresh, and whether it checks at all (see
 // suite.expiryIdle).
-func expiryWait(mode string, sp *cluster.ServicePort) (idle time.Duration, checked bool) {
+func expiryWait(mode cluster.Mode, sp *cluster.ServicePort) (idle time.Duration, checked bool) {
 	timeout := time.Duration(sp.AffinityTimeout) * time.Second
 	if timeout > maxExpiryWait {
 		return timeout + time.Second, false
 	}
-	if mode != oracle.ModeIPVS {
+	if mode != cluster.ModeIPVS {
 		return timeout + time.Second, true
 	}
 	life := ipvsCloseTimeout
@@ -229,7 +229,7 @@ func expiryCycles(trials, c int, idle time.Duration) int {
 // check, from the same plan the check follows. A check whose service port
 // cannot be resolved, or from whose node the oracle expects no endpoint,
 // is an error at run time and makes no verdict.
-func affinityUnits(or oracle.Oracle, mode, scheduler string, st *cluster.State, c *scenario.Check, nodes []string) (run, notRun int) {
+func affinityUnits(or oracle.Oracle, mode cluster.Mode, scheduler string, st *cluster.State, c *scenario.Check, nodes []string) (run, notRun int) {
 	spn, err := cluster.ResolvePort(c.Service, c.Port, maps.Keys(st.Services))
 	if err != nil {
 		return 0, 0

@@ -141,7 +141,7 @@ func (f *fakeMachine) draw() netip.AddrPort {
 // offlineSuite is a suite around a scenario without namespaces: the
 // model, the oracle and the clients' addresses as netns would place them,
 // for a machine that is not the kernel.
-func offlineSuite(t *testing.T, file, mode string) (*suite, []*netns.Client) {
+func offlineSuite(t *testing.T, file string, mode cluster.Mode) (*suite, []*netns.Client) {
 	t.Helper()
 	l, err := scenario.LoadFile(file)
 	if err != nil {
@@ -174,7 +174,7 @@ func offlineSuite(t *testing.T, file, mode string) (*suite, []*netns.Client) {
 // affinityCalibration runs the real affinity check of scenarios/
 // conformance/affinity.yaml through fakeMachine, runs times per dataplane
 // variant, and returns the verdicts of each run.
-func affinityCalibration(t *testing.T, mode, variant string, runs int, alpha float64) [][]*report.Check {
+func affinityCalibration(t *testing.T, mode cluster.Mode, variant string, runs int, alpha float64) [][]*report.Check {
 	s, clients := offlineSuite(t, conformanceDir+"/affinity.yaml", mode)
 	c := &s.l.Scenario.Checks[0]
 	spn, sp, err := s.spn(c)
@@ -182,7 +182,7 @@ func affinityCalibration(t *testing.T, mode, variant string, runs int, alpha flo
 		t.Fatal(err)
 	}
 	var eps []netip.AddrPort
-	for _, e := range oracle.Expect(oracle.ModeIPTables, sp, s.state().Endpoints[spn], "node-a", "").Endpoints() {
+	for _, e := range oracle.Expect(cluster.ModeIPTables, sp, s.state().Endpoints[spn], "node-a", "").Endpoints() {
 		eps = append(eps, netip.MustParseAddrPort(e))
 	}
 	shares := stats.Uniform(len(eps))
@@ -196,7 +196,7 @@ func affinityCalibration(t *testing.T, mode, variant string, runs int, alpha flo
 	for i := range runs {
 		f := &fakeMachine{cl: clients, eps: eps, shares: shares, timeout: time.Duration(sp.AffinityTimeout) * time.Second, fault: variant,
 			rng: rand.New(rand.NewPCG(uint64(i), 0xaff1)), binds: map[netip.Addr]*fakeBinding{}, touched: map[netip.Addr]bool{},
-			rr: mode == oracle.ModeIPVS, ptr: i}
+			rr: mode == cluster.ModeIPVS, ptr: i}
 		f.phase()
 		s.mc, s.rng, s.alphaUnit = f, rand.New(rand.NewPCG(uint64(i), 0x5eed)), alpha
 		s.out = &report.Suite{Scenario: "affinity", Figures: map[string]any{}}
@@ -226,7 +226,7 @@ func TestAffinityCalibration(t *testing.T) {
 	verdicts := []string{"first choice", "stickiness", "expiry"}
 	for _, variant := range []string{fakeCorrect, fakeLeak, fakeOverstay, fakeUniformProb, fakeSkewAtMDE} {
 		t.Run(variant, func(t *testing.T) {
-			res := affinityCalibration(t, oracle.ModeIPTables, variant, runs, alpha)
+			res := affinityCalibration(t, cluster.ModeIPTables, variant, runs, alpha)
 			for vi, name := range verdicts {
 				rejected, power := 0, 0.0
 				for _, run := range res {
@@ -276,7 +276,8 @@ func TestAffinityPlan(t *testing.T) {
 	short := &cluster.ServicePort{ClientIPAffinity: true, AffinityTimeout: 3}
 	long := &cluster.ServicePort{ClientIPAffinity: true, AffinityTimeout: 60}
 	for _, tc := range []struct {
-		mode, sched string
+		mode        cluster.Mode
+		sched       string
 		sp          *cluster.ServicePort
 		eligible    int
 		run, notRun int
@@ -342,7 +343,7 @@ func TestAffinitySizes(t *testing.T) {
 func TestAffinityRotation(t *testing.T) {
 	alpha := stats.DefaultFamilyAlpha / 33
 	for _, variant := range []string{fakeCorrect, fakeTemplates} {
-		res := affinityCalibration(t, oracle.ModeIPVS, variant, 20, alpha)
+		res := affinityCalibration(t, cluster.ModeIPVS, variant, 20, alpha)
 		for _, rc := range res[0] {
 			t.Logf("%s: %s: %s p %g: %s", variant, rc.Phase, rc.Test, rc.P, rc.Message)
 		}
@@ -366,12 +367,12 @@ func TestAffinityRotation(t *testing.T) {
 func TestAffinityUnits(t *testing.T) {
 	for _, tc := range []struct {
 		file        string
-		mode        string
+		mode        cluster.Mode
 		run, notRun int
 	}{
-		{"affinity.yaml", oracle.ModeIPTables, 3, 0},
-		{"affinity.yaml", oracle.ModeIPVS, 3, 0},
-		{"affinity-many-clients.yaml", oracle.ModeNFTables, 2, 1},
+		{"affinity.yaml", cluster.ModeIPTables, 3, 0},
+		{"affinity.yaml", cluster.ModeIPVS, 3, 0},
+		{"affinity-many-clients.yaml", cluster.ModeNFTables, 2, 1},
 	} {
 		s, _ := offlineSuite(t, conformanceDir+"/"+tc.file, tc.mode)
 		sc := s.l.Scenario
@@ -387,14 +388,14 @@ func TestAffinityUnits(t *testing.T) {
 // (passes) and a toy uniform random choice, which a chi-square would pass
 // and the balance check must fail.
 func TestIPVSBalance(t *testing.T) {
-	s, clients := offlineSuite(t, conformanceDir+"/ipvs/wrr.yaml", oracle.ModeIPVS)
+	s, clients := offlineSuite(t, conformanceDir+"/ipvs/wrr.yaml", cluster.ModeIPVS)
 	c := &s.l.Scenario.Checks[0]
 	spn, sp, err := s.spn(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var eps []netip.AddrPort
-	for _, e := range oracle.Expect(oracle.ModeIPVS, sp, s.state().Endpoints[spn], "node-a", "").Endpoints() {
+	for _, e := range oracle.Expect(cluster.ModeIPVS, sp, s.state().Endpoints[spn], "node-a", "").Endpoints() {
 		eps = append(eps, netip.MustParseAddrPort(e))
 	}
 	for _, rr := range []bool{true, false} {

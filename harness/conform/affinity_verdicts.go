@@ -10,6 +10,7 @@ import (
 
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 )
 
@@ -307,7 +308,7 @@ func (a *affinityCheck) freshRound(ctx context.Context) error {
 	}
 	need, _ := firstChoiceSize(probsOf(a.want), a.c.MDE, a.c.Power, a.s.alphaUnit)
 	rounds := 1
-	if a.plan.Expiry.Kind == kindBinomial && a.s.o.Mode != oracle.ModeIPVS {
+	if a.plan.Expiry.Kind == kindBinomial && a.s.o.Mode != cluster.ModeIPVS {
 		rounds = maxFreshRounds
 	}
 	for r := 0; r < rounds; r++ {
@@ -363,7 +364,7 @@ func (a *affinityCheck) decideFirst() {
 		if k < 2 {
 			rc.Message = "a single eligible endpoint: every first choice must reach it"
 		}
-		if a.s.o.Mode == oracle.ModeIPVS && a.s.scheduler() == "dh" {
+		if a.s.o.Mode == cluster.ModeIPVS && a.s.scheduler() == "dh" {
 			// dh hashes the destination: one endpoint for every client.
 			seen := map[string]bool{}
 			for _, e := range all {

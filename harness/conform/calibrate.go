@@ -12,6 +12,7 @@ import (
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/topology"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -21,13 +22,13 @@ import (
 // the rate at which they fail, tested against the family alpha with an
 // exact binomial test.
 type Calibration struct {
-	Mode     string  `json:"mode"`
-	Runs     int     `json:"runs"`
-	Verdicts int     `json:"verdictsPerRun"`
-	Failed   int     `json:"failedRuns"`
-	Errored  int     `json:"erroredRuns"`
-	Alpha    float64 `json:"familyAlpha"`
-	LossRate float64 `json:"lossRate"`
+	Mode     cluster.Mode `json:"mode"`
+	Runs     int          `json:"runs"`
+	Verdicts int          `json:"verdictsPerRun"`
+	Failed   int          `json:"failedRuns"`
+	Errored  int          `json:"erroredRuns"`
+	Alpha    float64      `json:"familyAlpha"`
+	LossRate float64      `json:"lossRate"`
 	// Rate is Failed/Runs with its 99.9 % Clopper-Pearson interval.
 	Rate, Low, High float64
 	// P is the exact binomial test of "the false-failure rate is at most

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // TestHarnessCalibration runs the whole conformance suite on a correct
@@ -30,8 +31,8 @@ func TestHarnessCalibration(t *testing.T) {
 		// runs the calibration without it.
 		runs, files = 3, smallScenarios(files)
 	}
-	for _, mode := range []string{"iptables", "nftables", "ipvs"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, mode := range cluster.Modes() {
+		t.Run(string(mode), func(t *testing.T) {
 			c, err := Calibrate(context.Background(), files, Options{Mode: mode}, runs, 20261201, 0)
 			if err != nil {
 				t.Fatal(err)

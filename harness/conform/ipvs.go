@@ -79,8 +79,8 @@ func (s *suite) scheduler() string {
 // ipvsExtraUnits counts the verdicts the IPVS scheduler checks add to a
 // scenario's plan (the hash and least-connection schedulers' checks replace
 // the chi-square verdict, the others add one).
-func ipvsExtraUnits(mode string, sc *scenario.Scenario) int {
-	if mode != oracle.ModeIPVS {
+func ipvsExtraUnits(mode cluster.Mode, sc *scenario.Scenario) int {
+	if mode != cluster.ModeIPVS {
 		return 0
 	}
 	switch sc.Proxy.IPVSScheduler {

@@ -18,7 +18,7 @@ func TestExpiryIdle(t *testing.T) {
 	udp := tcp(3)
 	udp.Name.Protocol = corev1.ProtocolUDP
 	for _, tc := range []struct {
-		mode    string
+		mode    cluster.Mode
 		sp      *cluster.ServicePort
 		idle    time.Duration
 		checked bool

@@ -50,7 +50,7 @@ const probeSpacing = 10 * time.Microsecond
 // newSimMachine builds the engines of every node of the suite's model and
 // programs them from its API state.
 func newSimMachine(s *suite, cls []*netns.Client, seed uint64, lossRate float64) (*simMachine, error) {
-	mode, err := engine.ParseMode(s.o.Mode)
+	mode, err := engine.ModeOf(s.o.Mode)
 	if err != nil {
 		return nil, err
 	}

@@ -7,8 +7,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/ipvs"
 	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -64,7 +66,7 @@ objects:
 		t.Fatalf("node port %d, want %d, the first of the range", sp.NodePort, scenario.NodePortMin)
 	}
 
-	r, err := ipvs.NewRenderer(ipvs.Config{NodeName: "node-a"})
+	r, err := ipvs.NewRenderer(ipvs.Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-a"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ objects:
 	for _, d := range vs.Dests {
 		dests = append(dests, d.Addr.String())
 	}
-	want := oracle.Expect(oracle.ModeIPVS, sp, st.Endpoints[spn], "node-a", "")
+	want := oracle.Expect(cluster.ModeIPVS, sp, st.Endpoints[spn], "node-a", "")
 	if diff := cmp.Diff(want.Endpoints(), dests); diff != "" {
 		t.Errorf("ipvs real servers differ from the oracle's endpoints (-oracle +dataplane):\n%s", diff)
 	}

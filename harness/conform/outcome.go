@@ -90,7 +90,7 @@ func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, p
 		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: d})
 	}
 	// The documented semantics, where the mode departs from them.
-	if c.Type == scenario.CheckInternalTrafficLocal && s.o.Mode == oracle.ModeIPVS && want.Kind == oracle.Endpoints && len(want.Deviations) > 0 {
+	if c.Type == scenario.CheckInternalTrafficLocal && s.o.Mode == cluster.ModeIPVS && want.Kind == oracle.Endpoints && len(want.Deviations) > 0 {
 		rc.SpecVerdict = "does not meet the documented semantics (no local endpoint should drop): " + strings.Join(want.Deviations, "; ")
 	}
 	plan, err := s.planOutcome(c, want)

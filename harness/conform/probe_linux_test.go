@@ -11,6 +11,7 @@ import (
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/harness/traffic"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -27,7 +28,11 @@ func TestProbeBlocksIndependent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ name, mode, backend string }{
+	for _, c := range []struct {
+		name    string
+		mode    cluster.Mode
+		backend string
+	}{
 		{"iptables-nft", "iptables", "nft"}, {"iptables-legacy", "iptables", "legacy"}, {"nftables", "nftables", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Repetition is N real runs of the same suite on a correct dataplane, each
@@ -19,9 +20,9 @@ import (
 // fixed-size chi-square's p-value is uniform; probes that reuse conntrack
 // tuples make the counts over-dispersed and the p-values pile up near 0.
 type Repetition struct {
-	Mode  string `json:"mode"`
-	Runs  int    `json:"runs"`
-	Fixed bool   `json:"fixedSize"`
+	Mode  cluster.Mode `json:"mode"`
+	Runs  int          `json:"runs"`
+	Fixed bool         `json:"fixedSize"`
 	// FailedRuns counts runs with a failed verdict after Holm.
 	FailedRuns int `json:"failedRuns"`
 	// ErroredRuns counts runs with an error verdict (environment).

@@ -19,7 +19,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/backends"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/ipvs"
 	"github.com/kpsim/kpsim/dataplane/netns"
@@ -45,7 +45,7 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Mode   string
+	Mode   cluster.Mode
 	Faults []string
 	// Seed overrides every scenario's seed when set.
 	Seed *uint64
@@ -101,16 +101,10 @@ const (
 	maxExpiryWait = 10 * time.Second // affinity expiry is checked when timeoutSeconds <= 10
 )
 
-// Modes this harness can program today.
-var supportedModes = []string{"iptables", "nftables", "ipvs"}
-
 // Preflight checks that the machine can run mode: root, and the commands.
 func Preflight(o Options) error {
-	if !slices.Contains(supportedModes, o.Mode) {
-		if slices.Contains(scenario.Modes, o.Mode) {
-			return &EnvironmentError{fmt.Errorf("conformance of %s mode is not available in this build (available: %s)", o.Mode, strings.Join(supportedModes, ", "))}
-		}
-		return fmt.Errorf("unknown mode %q (iptables, nftables or ipvs)", o.Mode)
+	if !o.Mode.Valid() {
+		return fmt.Errorf("unknown mode %q (valid: %s)", o.Mode, cluster.ModeList())
 	}
 	if os.Geteuid() != 0 {
 		return &EnvironmentError{errors.New("sim conform needs root: it creates network namespaces and programs netfilter inside them (nothing on the host is changed)")}
@@ -122,16 +116,16 @@ func Preflight(o Options) error {
 		if o.IPTablesBackend != "" && o.IPTablesBackend != v {
 			continue
 		}
-		if err := iptables.CheckTools(v, o.IPTablesAffinity == "ipset" || o.Mode == oracle.ModeIPVS); err != nil && (o.IPTablesBackend != "" || v == "nft") {
+		if err := iptables.CheckTools(v, o.IPTablesAffinity == "ipset" || o.Mode == cluster.ModeIPVS); err != nil && (o.IPTablesBackend != "" || v == "nft") {
 			return &EnvironmentError{err}
 		}
 	}
-	if o.Mode == oracle.ModeNFTables {
+	if o.Mode == cluster.ModeNFTables {
 		if _, err := exec.LookPath("nft"); err != nil {
 			return &EnvironmentError{errors.New("the nft command is missing (Debian package nftables)")}
 		}
 	}
-	if o.Mode == oracle.ModeIPVS {
+	if o.Mode == cluster.ModeIPVS {
 		if err := ipvs.Available(); err != nil {
 			return &EnvironmentError{fmt.Errorf("%w; sim conform runs IPVS mode in its microVM on such a host (harness/vm)", err)}
 		}
@@ -193,7 +187,7 @@ func load(files []string, o Options) (Options, proxy.Faults, []*scenario.Loaded,
 // Holm level of the whole run, and applies Holm over the run's verdicts.
 func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne func(context.Context, *scenario.Loaded, float64, *report.Run) *report.Suite) *report.Run {
 	faults, _ := proxy.ParseFaults(o.Faults) // load checked them
-	run := &report.Run{Mode: o.Mode, Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
+	run := &report.Run{Mode: string(o.Mode), Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
 	if o.Seed != nil {
 		run.Seed = *o.Seed
 	} else if len(loaded) > 0 {
@@ -215,7 +209,7 @@ func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne f
 
 // plannedVerdicts is m: the verdicts the run will make, known before any
 // namespace exists.
-func plannedVerdicts(loaded []*scenario.Loaded, mode string, seed *uint64) int {
+func plannedVerdicts(loaded []*scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 	units := 0
 	for _, l := range loaded {
 		units += plannedUnits(l, mode, seed) + ipvsExtraUnits(mode, l.Scenario)
@@ -279,7 +273,7 @@ func clientNodes(sc *scenario.Scenario, c *scenario.Check, all []string) []strin
 // plannedUnits counts the verdicts a scenario will produce in mode (not-run
 // verdicts left out): the affinity checks ask their own plan
 // (affinityUnits) in the scenario's initial state.
-func plannedUnits(l *scenario.Loaded, mode string, seed *uint64) int {
+func plannedUnits(l *scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 	sc := l.Scenario
 	var all []string
 	for _, n := range sc.Cluster.Nodes {
@@ -390,7 +384,7 @@ func (s *suite) configure(ctx context.Context, run *report.Run) (*apiserver.Mode
 	if s.o.NFTablesLayout != "" {
 		s.layout = s.o.NFTablesLayout
 	}
-	if s.o.Mode == oracle.ModeNFTables {
+	if s.o.Mode == cluster.ModeNFTables {
 		run.Layout = s.layout
 	}
 	if s.ipset {
@@ -480,7 +474,7 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 	if s.ipset {
 		affinity = "ipset"
 	}
-	if err := iptables.CheckTools(variant, s.ipset || s.o.Mode == oracle.ModeIPVS); err != nil {
+	if err := iptables.CheckTools(variant, s.ipset || s.o.Mode == cluster.ModeIPVS); err != nil {
 		return err
 	}
 	id, err := netns.NewRunID()
@@ -516,17 +510,10 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 		if err != nil {
 			return err
 		}
-		var b dataplane.Backend
-		if s.o.Mode == oracle.ModeIPVS {
-			b, err = ipvs.NewBackend(n.NS, ipvs.Config{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll,
-				Scheduler: px.IPVSScheduler, IPTablesVariant: variant, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}, Faults: faults})
-		} else if s.o.Mode == oracle.ModeNFTables {
-			b, err = nftables.NewNamespaceBackend(n.NS, nftables.Config{NodeName: n.Config.Name, Layout: nftables.Layout(s.layout),
-				ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults})
-		} else {
-			b, err = iptables.NewBackend(n.NS, iptables.Config{NodeName: n.Config.Name, ClusterCIDR: podCIDR,
-				MasqueradeAll: px.MasqueradeAll, Affinity: iptables.AffinityMode(affinity), Faults: faults}, variant)
-		}
+		b, err := backends.New(s.o.Mode, n.NS,
+			dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
+			backends.Options{IPTablesVariant: variant, Affinity: iptables.AffinityMode(affinity), Layout: nftables.Layout(s.layout),
+				Scheduler: px.IPVSScheduler, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}})
 		if err != nil {
 			return err
 		}
@@ -551,7 +538,7 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 		return err
 	}
 	s.mc = &kernelMachine{s: s, prober: p, start: time.Now()}
-	if s.o.Mode == oracle.ModeIPVS {
+	if s.o.Mode == cluster.ModeIPVS {
 		if err := s.keepResets(); err != nil {
 			return err
 		}
@@ -671,7 +658,7 @@ func (s *suite) runChecks(ctx context.Context) {
 			}
 		default:
 			for _, nd := range nodes {
-				if s.o.Mode == oracle.ModeIPVS && c.Type == scenario.CheckDistribution {
+				if s.o.Mode == cluster.ModeIPVS && c.Type == scenario.CheckDistribution {
 					s.ipvsDistribution(ctx, c, nd) // scheduler-aware (ipvs.go)
 					continue
 				}

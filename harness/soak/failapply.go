@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // FailApply makes every K-th kernel apply fail for real. It puts a wrapper
@@ -29,8 +31,8 @@ type FailApply struct {
 }
 
 // failTools are the apply tools a mode uses.
-func failTools(mode, variant string) []string {
-	if mode == "nftables" {
+func failTools(mode cluster.Mode, variant string) []string {
+	if mode == cluster.ModeNFTables {
 		return []string{"nft"}
 	}
 	return []string{"iptables-" + variant + "-restore"}
@@ -76,7 +78,7 @@ fi
 // directory under dir (os.TempDir when empty), puts it first on PATH and
 // enables injection. Call Remove when done: it restores PATH and removes
 // the directory.
-func InstallFailApply(dir, mode, variant string, every int) (*FailApply, error) {
+func InstallFailApply(dir string, mode cluster.Mode, variant string, every int) (*FailApply, error) {
 	if every < 2 {
 		return nil, fmt.Errorf("could not inject apply failures: every %d: must be at least 2 (a retry must be able to succeed)", every)
 	}

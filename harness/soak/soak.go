@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/backends"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/dataplane/nftables"
@@ -46,8 +47,8 @@ import (
 
 // Options configure a soak.
 type Options struct {
-	// Mode is "iptables" or "nftables".
-	Mode string
+	// Mode is cluster.ModeIPTables or cluster.ModeNFTables.
+	Mode cluster.Mode
 	// Events is the number of API changes (N).
 	Events int
 	// FailApplyEvery makes every K-th kernel apply fail (0: never).
@@ -69,7 +70,7 @@ type Options struct {
 // Validate checks the options that do not need the scenario.
 func (o *Options) Validate() error {
 	var errs []string
-	if o.Mode != "iptables" && o.Mode != "nftables" {
+	if o.Mode != cluster.ModeIPTables && o.Mode != cluster.ModeNFTables {
 		errs = append(errs, fmt.Sprintf("unknown --mode %q: iptables or nftables", o.Mode))
 	}
 	if o.Events < 1 || o.Events > MaxEvents {
@@ -111,9 +112,9 @@ func (e *EnvironmentError) Unwrap() error { return e.Err }
 
 // Result holds every figure of a soak.
 type Result struct {
-	Scenario string `json:"scenario"`
-	File     string `json:"file"`
-	Mode     string `json:"mode"`
+	Scenario string       `json:"scenario"`
+	File     string       `json:"file"`
+	Mode     cluster.Mode `json:"mode"`
 	// Variant is the iptables backend (nft, legacy) or the nftables layout.
 	Variant        string             `json:"variant"`
 	Seed           uint64             `json:"seed"`
@@ -225,17 +226,17 @@ type node struct {
 }
 
 // Preflight checks that this machine can run a soak in mode.
-func Preflight(mode, variant string, failures bool) error {
+func Preflight(mode cluster.Mode, variant string, failures bool) error {
 	if os.Geteuid() != 0 {
 		return &EnvironmentError{errors.New("sim soak needs root: it creates network namespaces and programs netfilter inside them (nothing on the host is changed)")}
 	}
-	if err := iptables.CheckTools(variant, true); err != nil && mode == "iptables" {
+	if err := iptables.CheckTools(variant, true); err != nil && mode == cluster.ModeIPTables {
 		return &EnvironmentError{err}
 	}
 	if _, err := lookPath("ipset"); err != nil {
 		return &EnvironmentError{errors.New("the ipset command is missing (Debian package ipset): the soak lists ipsets to prove none leaked")}
 	}
-	if mode == "nftables" {
+	if mode == cluster.ModeNFTables {
 		if _, err := lookPath("nft"); err != nil {
 			return &EnvironmentError{errors.New("the nft command is missing (Debian package nftables)")}
 		}
@@ -300,7 +301,7 @@ func Run(ctx context.Context, file string, o Options) (*Result, error) {
 	res := &Result{Scenario: l.Scenario.Metadata.Name, File: file, Mode: o.Mode, Seed: exp.Seed, Events: o.Events, FailApplyEvery: o.FailApplyEvery,
 		Changes: map[ChangeKind]int{}, Leaks: []string{}, Failed: []string{}}
 	res.Variant = variant
-	if o.Mode == "nftables" {
+	if o.Mode == cluster.ModeNFTables {
 		res.Variant = layout
 	}
 	var fa *FailApply
@@ -347,11 +348,8 @@ func (s *soak) logf(format string, a ...any) { fmt.Fprintf(s.o.Log, "soak: "+for
 
 func (s *soak) newBackend(ns *netns.Namespace, nodeName string) (dataplane.Backend, error) {
 	px := s.l.Scenario.Proxy
-	if s.o.Mode == "nftables" {
-		return nftables.NewNamespaceBackend(ns, nftables.Config{NodeName: nodeName, Layout: nftables.Layout(s.layout), ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll})
-	}
-	return iptables.NewBackend(ns, iptables.Config{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll,
-		Affinity: iptables.AffinityMode(px.IPTablesAffinity)}, s.variant)
+	return backends.New(s.o.Mode, ns, dataplane.NodeConfig{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll},
+		backends.Options{IPTablesVariant: s.variant, Affinity: iptables.AffinityMode(px.IPTablesAffinity), Layout: nftables.Layout(s.layout)})
 }
 
 func (s *soak) run(parent context.Context) error {
@@ -649,7 +647,7 @@ func (s *soak) compare(ctx context.Context, st *cluster.State) error {
 // mode), then the ipsets.
 func (s *soak) dump(ns *netns.Namespace) ([]string, error) {
 	var out []string
-	if s.o.Mode == "nftables" {
+	if s.o.Mode == cluster.ModeNFTables {
 		b, err := ns.Exec("nft", "list", "ruleset")
 		if err != nil {
 			return nil, fmt.Errorf("could not list the nftables ruleset in %s: %w: %s", ns.Name, err, b)

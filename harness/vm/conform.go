@@ -15,6 +15,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/conform"
 	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -27,8 +28,8 @@ func InVM() bool { return os.Getenv(InVMEnv) == "1" }
 
 // NeedsVM reports whether `sim conform --mode mode` must run in the VM on
 // this host: IPVS mode on a kernel without IPVS.
-func NeedsVM(mode string) bool {
-	return mode == "ipvs" && !InVM() && ipvs.Available() != nil
+func NeedsVM(mode cluster.Mode) bool {
+	return mode == cluster.ModeIPVS && !InVM() && ipvs.Available() != nil
 }
 
 // resultFile is where sim writes its JSON report in the guest.
@@ -67,7 +68,7 @@ func Conform(ctx context.Context, files []string, co conform.Options, o Options)
 		in[vmFiles[i]] = b
 	}
 	args := append([]string{"conform"}, vmFiles...)
-	args = append(args, "--mode", co.Mode, "--json", "/results/"+resultFile)
+	args = append(args, "--mode", string(co.Mode), "--json", "/results/"+resultFile)
 	for _, f := range co.Faults {
 		if f != "" {
 			args = append(args, "--fault", f)

@@ -206,7 +206,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	q := s.PerService
 	p("per service port\tmin %d, p50 %d, p90 %d, p99 %d, max %d\n", q.Min, q.P50, q.P90, q.P99, q.Max)
 	p("proxy\tmodes %s; ipvs scheduler %s; minSyncPeriod %s; syncPeriod %s; iptables backend %s\n",
-		strings.Join(s.Proxy.Modes, ","), s.Proxy.IPVSScheduler, s.Proxy.MinSyncPeriod.Duration, s.Proxy.SyncPeriod.Duration, s.Proxy.IPTablesBackend)
+		cluster.JoinModes(s.Proxy.Modes, ","), s.Proxy.IPVSScheduler, s.Proxy.MinSyncPeriod.Duration, s.Proxy.SyncPeriod.Duration, s.Proxy.IPTablesBackend)
 	if t := s.Traffic; t != nil {
 		p("traffic\t%d clients, %d client pods, %d source IPs, %d connections\n", t.Clients, t.ClientPods, t.SourceIPs, t.Connections)
 	}

@@ -27,7 +27,7 @@ import (
 
 // Counts are the objects one node programs.
 type Counts struct {
-	Mode string `json:"mode"`
+	Mode cluster.Mode `json:"mode"`
 	// iptables: rules per table and chains.
 	NatRules    int `json:"natRules,omitempty"`
 	FilterRules int `json:"filterRules,omitempty"`
@@ -75,10 +75,10 @@ type ServicePortInput struct {
 // Count computes a node's objects in one mode. masquerade says whether the
 // per-Service masquerade rule is written (a pod CIDR is known or
 // masqueradeAll).
-func Count(mode string, in []ServicePortInput, masquerade bool) Counts {
+func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
 	c := Counts{Mode: mode}
 	switch mode {
-	case "iptables":
+	case cluster.ModeIPTables:
 		// Constant chains and jumps (KUBE-SERVICES, -MARK-MASQ, -POSTROUTING,
 		// -FORWARD, -NODEPORTS, -EXTERNAL-SERVICES, -PROXY-FIREWALL, ...).
 		c.Chains, c.NatRules, c.FilterRules = 12, 6, 8
@@ -104,7 +104,7 @@ func Count(mode string, in []ServicePortInput, masquerade bool) Counts {
 			}
 		}
 		c.Objects = c.NatRules + c.FilterRules + c.Chains // restore lines
-	case "nftables":
+	case cluster.ModeNFTables:
 		c.NFTChains, c.NFTRules = 14, 20
 		for _, s := range in {
 			c.MapElements++ // service-ips or no-endpoint-services
@@ -122,7 +122,7 @@ func Count(mode string, in []ServicePortInput, masquerade bool) Counts {
 			}
 		}
 		c.Objects = c.NFTRules + c.MapElements + c.NFTChains + c.Sets
-	case "ipvs":
+	case cluster.ModeIPVS:
 		c.IPVSRules = 24 // the constant rule set of kube-proxy's IPVS mode
 		for _, s := range in {
 			c.VirtualServers++
@@ -139,11 +139,11 @@ func Count(mode string, in []ServicePortInput, masquerade bool) Counts {
 // Calibration is sync time against size for one mode and variant, as `sim
 // calibrate` writes it.
 type Calibration struct {
-	Mode    string  `json:"mode"`
-	Variant string  `json:"variant"` // e.g. "nft", "legacy", "kube-proxy", "fast"
-	Kernel  string  `json:"kernel,omitempty"`
-	Source  string  `json:"source"`
-	Points  []Point `json:"points"`
+	Mode    cluster.Mode `json:"mode"`
+	Variant string       `json:"variant"` // e.g. "nft", "legacy", "kube-proxy", "fast"
+	Kernel  string       `json:"kernel,omitempty"`
+	Source  string       `json:"source"`
+	Points  []Point      `json:"points"`
 }
 
 // Point is one measured size.
@@ -160,20 +160,20 @@ type Point struct {
 // endpoints. Used only when results/calibration has no file for the mode.
 func Defaults() []Calibration {
 	src := "design.md defaults (measured on the reference machine, not on this one)"
-	pt := func(mode string, services int, seconds float64) Point {
+	pt := func(mode cluster.Mode, services int, seconds float64) Point {
 		return Point{Services: services, EndpointsPerService: 10, Objects: SyntheticObjects(mode, services, 10), FullSeconds: seconds}
 	}
 	return []Calibration{
-		{Mode: "iptables", Variant: "nft", Source: src, Points: []Point{pt("iptables", 1000, 0.83), pt("iptables", 5000, 4.7)}},
-		{Mode: "iptables", Variant: "legacy", Source: src, Points: []Point{pt("iptables", 1000, 0.50), pt("iptables", 5000, 2.1)}},
-		{Mode: "nftables", Variant: "kube-proxy", Source: src, Points: []Point{pt("nftables", 1000, 1.0), pt("nftables", 2000, 2.7), pt("nftables", 3000, 16.8), pt("nftables", 5000, 60)}},
-		{Mode: "nftables", Variant: "fast", Source: src, Points: []Point{pt("nftables", 1000, 0.24), pt("nftables", 5000, 2.7)}},
+		{Mode: cluster.ModeIPTables, Variant: "nft", Source: src, Points: []Point{pt(cluster.ModeIPTables, 1000, 0.83), pt(cluster.ModeIPTables, 5000, 4.7)}},
+		{Mode: cluster.ModeIPTables, Variant: "legacy", Source: src, Points: []Point{pt(cluster.ModeIPTables, 1000, 0.50), pt(cluster.ModeIPTables, 5000, 2.1)}},
+		{Mode: cluster.ModeNFTables, Variant: "kube-proxy", Source: src, Points: []Point{pt(cluster.ModeNFTables, 1000, 1.0), pt(cluster.ModeNFTables, 2000, 2.7), pt(cluster.ModeNFTables, 3000, 16.8), pt(cluster.ModeNFTables, 5000, 60)}},
+		{Mode: cluster.ModeNFTables, Variant: "fast", Source: src, Points: []Point{pt(cluster.ModeNFTables, 1000, 0.24), pt(cluster.ModeNFTables, 5000, 2.7)}},
 	}
 }
 
 // SyntheticObjects is the size measure of services x endpoints ClusterIP
 // Services in kube-proxy's layout: the x axis of every calibration.
-func SyntheticObjects(mode string, services, endpoints int) int {
+func SyntheticObjects(mode cluster.Mode, services, endpoints int) int {
 	in := make([]ServicePortInput, services)
 	for i := range in {
 		in[i] = ServicePortInput{Endpoints: endpoints, Reachable: endpoints}
@@ -221,7 +221,7 @@ func LoadCalibrations(dir string) ([]Calibration, error) {
 }
 
 // Find returns the calibration of a mode and variant.
-func Find(cs []Calibration, mode, variant string) (Calibration, bool) {
+func Find(cs []Calibration, mode cluster.Mode, variant string) (Calibration, bool) {
 	for _, c := range cs {
 		if c.Mode == mode && c.Variant == variant {
 			return c, true

@@ -161,7 +161,7 @@ func TestRenderAgreesWithOracle(t *testing.T) {
 			covered[s.NodePort != 0]++
 		}
 		for _, mode := range []Mode{IPTables, NFTables, IPVS} {
-			want := or.Expect(mode.String(), s, eps, thisNode, zone)
+			want := or.Expect(mode.Cluster(), s, eps, thisNode, zone)
 			got := Render(mode, s, eps, thisNode, zone, ids, opts)
 			if msg := agree(want, got); msg != "" {
 				t.Fatalf("iteration %d, %v, %s: %s\nendpoints: %s", iter, mode, describe(s), msg, dump(eps))
@@ -169,7 +169,7 @@ func TestRenderAgreesWithOracle(t *testing.T) {
 			if s.NodePort == 0 {
 				continue // no destination outside the cluster IP
 			}
-			want = or.ExpectExternal(mode.String(), s, eps, thisNode, zone)
+			want = or.ExpectExternal(mode.Cluster(), s, eps, thisNode, zone)
 			got = RenderExternal(mode, s, eps, thisNode, zone, ids, opts)
 			if msg := agree(want, got); msg != "" {
 				t.Fatalf("iteration %d, %v external, %s: %s\nendpoints: %s", iter, mode, describe(s), msg, dump(eps))

@@ -1,11 +1,12 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Mode is a kube-proxy mode.
@@ -18,31 +19,35 @@ const (
 	IPVS
 )
 
-// ErrUnknownMode is wrapped by ParseMode's error.
-var ErrUnknownMode = errors.New("unknown proxy mode")
+// ErrUnknownMode is wrapped by ModeOf's error (it is cluster.ErrUnknownMode).
+var ErrUnknownMode = cluster.ErrUnknownMode
 
-// ParseMode reads a mode as kube-proxy's --proxy-mode spells it.
-func ParseMode(s string) (Mode, error) {
-	switch s {
-	case "iptables":
-		return IPTables, nil
-	case "nftables":
-		return NFTables, nil
-	case "ipvs":
-		return IPVS, nil
+// modeNames is each Mode's cluster.Mode, indexed by Mode.
+var modeNames = [...]cluster.Mode{IPTables: cluster.ModeIPTables, NFTables: cluster.ModeNFTables, IPVS: cluster.ModeIPVS}
+
+// ModeOf is the engine's index of a kube-proxy mode: the one conversion
+// from cluster.Mode. Its error wraps ErrUnknownMode.
+func ModeOf(m cluster.Mode) (Mode, error) {
+	for i, n := range modeNames {
+		if i > 0 && n == m {
+			return Mode(i), nil
+		}
 	}
-	return 0, fmt.Errorf("could not parse mode %q: %w", s, ErrUnknownMode)
+	return 0, fmt.Errorf("%w %q (valid: %s)", ErrUnknownMode, m, cluster.ModeList())
+}
+
+// Cluster is the mode as cluster.Mode ("" for the zero Mode).
+func (m Mode) Cluster() cluster.Mode {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return ""
 }
 
 // String is the mode's kube-proxy name.
 func (m Mode) String() string {
-	switch m {
-	case IPTables:
-		return "iptables"
-	case NFTables:
-		return "nftables"
-	case IPVS:
-		return "ipvs"
+	if m > 0 && int(m) < len(modeNames) {
+		return string(modeNames[m])
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }

@@ -69,7 +69,7 @@ func (c Check) String() string {
 // what a client must get (Expect). Times are virtual, since the start of
 // the run. Not safe for concurrent use.
 type Affinity struct {
-	mode     string
+	mode     cluster.Mode
 	timeout  time.Duration
 	linger   time.Duration
 	capacity int
@@ -86,7 +86,7 @@ type binding struct {
 // NewAffinity starts tracking a service port whose current outcome is
 // current.
 // Without ClientIP affinity no client is ever bound.
-func (o Oracle) NewAffinity(mode string, sp *cluster.ServicePort, current Outcome) *Affinity {
+func (o Oracle) NewAffinity(mode cluster.Mode, sp *cluster.ServicePort, current Outcome) *Affinity {
 	a := &Affinity{mode: mode, capacity: o.recentCapacity(), clients: map[netip.Addr]*binding{}, linger: ipvsTCPTimeWait}
 	if sp.ClientIPAffinity {
 		a.timeout = time.Duration(sp.AffinityTimeout) * time.Second
@@ -99,7 +99,7 @@ func (o Oracle) NewAffinity(mode string, sp *cluster.ServicePort, current Outcom
 }
 
 // NewAffinity is Oracle{}.NewAffinity.
-func NewAffinity(mode string, sp *cluster.ServicePort, current Outcome) *Affinity {
+func NewAffinity(mode cluster.Mode, sp *cluster.ServicePort, current Outcome) *Affinity {
 	return Oracle{}.NewAffinity(mode, sp, current)
 }
 
@@ -125,14 +125,14 @@ func (a *Affinity) binding(client netip.Addr, now time.Duration) (Binding, bool)
 		return Binding{}, false
 	}
 	out := Binding{Endpoint: b.endpoint, Last: b.last, Until: b.last + a.timeout, MayHoldUntil: b.last + a.timeout}
-	if a.mode == ModeIPVS && b.busy > out.MayHoldUntil {
+	if a.mode == cluster.ModeIPVS && b.busy > out.MayHoldUntil {
 		k := (b.busy - b.last + a.timeout - 1) / a.timeout
 		out.MayHoldUntil = b.last + k*a.timeout
 	}
 	if now >= out.MayHoldUntil {
 		return Binding{}, false
 	}
-	if a.mode == ModeIPTables {
+	if a.mode == cluster.ModeIPTables {
 		out.AtRisk = a.atRisk(client, b, now)
 	}
 	return out, true
@@ -207,7 +207,7 @@ func (a *Affinity) Observe(client netip.Addr, endpoint string, start, end time.D
 // Overflow lists the endpoints holding more live bindings at now than an
 // iptables recent list keeps, with their counts; nil outside iptables mode.
 func (a *Affinity) Overflow(now time.Duration) map[string]int {
-	if a.mode != ModeIPTables || a.timeout <= 0 {
+	if a.mode != cluster.ModeIPTables || a.timeout <= 0 {
 		return nil
 	}
 	counts := map[string]int{}

@@ -12,7 +12,7 @@ import (
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
-func affinityFixture(mode string, timeout int32) (*cluster.ServicePort, []*cluster.Endpoint, *Affinity) {
+func affinityFixture(mode cluster.Mode, timeout int32) (*cluster.ServicePort, []*cluster.Endpoint, *Affinity) {
 	sp := svcPort(corev1.ServiceTypeClusterIP)
 	sp.ClientIPAffinity, sp.AffinityTimeout = true, timeout
 	eps := []*cluster.Endpoint{ep("10.0.1.1", "RS", otherNode), ep("10.0.1.2", "RS", otherNode), ep("10.0.1.3", "RS", otherNode)}
@@ -20,7 +20,7 @@ func affinityFixture(mode string, timeout int32) (*cluster.ServicePort, []*clust
 }
 
 func TestAffinityHoldsAndExpires(t *testing.T) {
-	for _, mode := range []string{ModeIPTables, ModeNFTables} {
+	for _, mode := range []cluster.Mode{cluster.ModeIPTables, cluster.ModeNFTables} {
 		_, _, a := affinityFixture(mode, 10)
 		c := netip.MustParseAddr("10.0.0.2")
 		if _, bound := a.Expect(c, 0); bound {
@@ -56,23 +56,23 @@ func TestAffinityHoldsAndExpires(t *testing.T) {
 }
 
 func TestAffinityForgetsRemovedEndpoint(t *testing.T) {
-	sp, eps, a := affinityFixture(ModeNFTables, 100)
+	sp, eps, a := affinityFixture(cluster.ModeNFTables, 100)
 	c := netip.MustParseAddr("10.0.0.2")
 	a.Observe(c, "10.0.1.1:80", 0, time.Second)
 	eps[0].Ready = false
-	a.Update(Expect(ModeNFTables, sp, eps, testHostname, ""))
+	a.Update(Expect(cluster.ModeNFTables, sp, eps, testHostname, ""))
 	if _, bound := a.Expect(c, time.Second); bound {
 		t.Errorf("bound to a not-ready endpoint")
 	}
 	eps[0].Ready = true
-	a.Update(Expect(ModeNFTables, sp, eps, testHostname, ""))
+	a.Update(Expect(cluster.ModeNFTables, sp, eps, testHostname, ""))
 	if _, bound := a.Expect(c, 2*time.Second); bound {
 		t.Errorf("binding came back with the endpoint")
 	}
 }
 
 func TestAffinityIPVSMayOutlastTimeout(t *testing.T) {
-	_, _, a := affinityFixture(ModeIPVS, 10)
+	_, _, a := affinityFixture(cluster.ModeIPVS, 10)
 	c := netip.MustParseAddr("10.0.0.2")
 	a.Observe(c, "10.0.1.1:80", 0, 5*time.Second) // TCP: in the table until 125 s
 	b, ok := a.Binding(c, 11*time.Second)
@@ -95,9 +95,9 @@ func TestAffinityIPVSMayOutlastTimeout(t *testing.T) {
 }
 
 func TestAffinityRecentCapacity(t *testing.T) {
-	sp, eps, _ := affinityFixture(ModeIPTables, 1000)
+	sp, eps, _ := affinityFixture(cluster.ModeIPTables, 1000)
 	o := Oracle{RecentCapacity: 3}
-	a := o.NewAffinity(ModeIPTables, sp, o.Expect(ModeIPTables, sp, eps, testHostname, ""))
+	a := o.NewAffinity(cluster.ModeIPTables, sp, o.Expect(cluster.ModeIPTables, sp, eps, testHostname, ""))
 	var clients []netip.Addr
 	for i := range 5 {
 		c := netip.MustParseAddr(fmt.Sprintf("10.0.0.%d", 10+i))
@@ -132,7 +132,7 @@ func TestAffinityRecentCapacity(t *testing.T) {
 func TestNoAffinityNeverBinds(t *testing.T) {
 	sp := svcPort(corev1.ServiceTypeClusterIP)
 	eps := []*cluster.Endpoint{ep("10.0.1.1", "RS", otherNode)}
-	a := NewAffinity(ModeIPTables, sp, Expect(ModeIPTables, sp, eps, testHostname, ""))
+	a := NewAffinity(cluster.ModeIPTables, sp, Expect(cluster.ModeIPTables, sp, eps, testHostname, ""))
 	c := netip.MustParseAddr("10.0.0.2")
 	a.Observe(c, "10.0.1.1:80", 0, 0)
 	if _, bound := a.Expect(c, 0); bound {

@@ -11,8 +11,8 @@
 // simulator's engines (design principle 1): the decision of which endpoints
 // are eligible is made here, independently.
 //
-// Modes are kube-proxy's names ("iptables", "nftables", "ipvs"); the empty
-// mode is the documented behaviour without any mode's specifics.
+// Modes are cluster.Mode values; the empty mode is the documented behaviour
+// without any mode's specifics.
 package oracle
 
 import (
@@ -24,13 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kpsim/kpsim/sim/cluster"
-)
-
-// Mode names.
-const (
-	ModeIPTables = "iptables"
-	ModeNFTables = "nftables"
-	ModeIPVS     = "ipvs"
 )
 
 // DefaultRecentCapacity is the number of client addresses one iptables
@@ -110,12 +103,12 @@ type Oracle struct {
 }
 
 // Expect is Oracle{}.Expect.
-func Expect(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, clientNode, nodeZone string) Outcome {
+func Expect(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, clientNode, nodeZone string) Outcome {
 	return Oracle{}.Expect(mode, sp, eps, clientNode, nodeZone)
 }
 
 // ExpectExternal is Oracle{}.ExpectExternal.
-func ExpectExternal(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
+func ExpectExternal(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
 	return Oracle{}.ExpectExternal(mode, sp, eps, node, nodeZone)
 }
 
@@ -135,7 +128,7 @@ func ExpectExternal(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoin
 // ipvs departs from the Local rule (reported in Deviations): a service port
 // reachable from outside (it has a node port) falls back to the cluster's
 // endpoints; one that is not has no real server and rejects.
-func (o Oracle) Expect(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, clientNode, nodeZone string) Outcome {
+func (o Oracle) Expect(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, clientNode, nodeZone string) Outcome {
 	name := sp.Name.String()
 	var out Outcome
 	switch {
@@ -148,10 +141,10 @@ func (o Oracle) Expect(mode string, sp *cluster.ServicePort, eps []*cluster.Endp
 		switch {
 		case len(local) > 0:
 			out = uniform(local, name+": endpoints on node "+clientNode+" (internalTrafficPolicy Local)")
-		case mode == ModeIPVS && externallyAccessible(sp):
+		case mode == cluster.ModeIPVS && externallyAccessible(sp):
 			out = uniform(o.clusterSet(eps, clientNode, nodeZone), name+": no endpoint on node "+clientNode+"; ipvs uses the cluster's")
 			out.Deviations = append(out.Deviations, "ipvs: internalTrafficPolicy Local without a local endpoint falls back to the cluster's endpoints (kube-proxy PR #97081); the documentation says the traffic is dropped")
-		case mode == ModeIPVS:
+		case mode == cluster.ModeIPVS:
 			out = Outcome{Kind: Reject, Reason: name + " has no endpoint on node " + clientNode + "; the ipvs virtual server has no real server"}
 			out.Deviations = append(out.Deviations, "ipvs: internalTrafficPolicy Local without a local endpoint leaves the ClusterIP virtual server without real servers (the fallback of PR #97081 is empty for a service port not reachable from outside), so connections are rejected; the documentation says the traffic is dropped")
 		default:
@@ -169,7 +162,7 @@ func (o Oracle) Expect(mode string, sp *cluster.ServicePort, eps []*cluster.Endp
 // cluster's. In ipvs mode, Local without a local endpoint forwards to the
 // cluster's endpoints without SNAT, so replies are lost: a deviation whose
 // effect is a drop.
-func (o Oracle) ExpectExternal(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
+func (o Oracle) ExpectExternal(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
 	name := sp.Name.String()
 	if !anyUsable(eps) {
 		return Outcome{Kind: Reject, Reason: name + " has no usable endpoints"}
@@ -186,7 +179,7 @@ func (o Oracle) ExpectExternal(mode string, sp *cluster.ServicePort, eps []*clus
 		return out
 	}
 	out := Outcome{Kind: Drop, Reason: name + " has no endpoint on node " + node + " (externalTrafficPolicy Local)"}
-	if mode == ModeIPVS {
+	if mode == cluster.ModeIPVS {
 		out.Deviations = append(out.Deviations, "ipvs: externalTrafficPolicy Local without a local endpoint forwards to the cluster's endpoints without SNAT, so replies do not reach the client")
 	}
 	return out
@@ -200,12 +193,12 @@ func (o Oracle) ExpectExternal(mode string, sp *cluster.ServicePort, eps []*clus
 // being masqueraded. In ipvs mode the external virtual servers keep their
 // externalTrafficPolicy Local endpoints (falling back to the cluster's
 // when the node has none), which departs from that when the node has some.
-func (o Oracle) ExpectShortCircuit(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
+func (o Oracle) ExpectShortCircuit(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
 	name := sp.Name.String()
 	if !anyUsable(eps) {
 		return Outcome{Kind: Reject, Reason: name + " has no usable endpoints"}
 	}
-	if mode == ModeIPVS && sp.ExternalLocal {
+	if mode == cluster.ModeIPVS && sp.ExternalLocal {
 		if local := localSet(eps, node); len(local) > 0 {
 			out := uniform(local, name+": ipvs keeps the local endpoints of node "+node+" for its external addresses")
 			out.Deviations = append(out.Deviations, "ipvs: traffic from pods or the node to an externalTrafficPolicy Local address is not short-circuited to the cluster's endpoints; it only reaches this node's")
@@ -219,24 +212,24 @@ func (o Oracle) ExpectShortCircuit(mode string, sp *cluster.ServicePort, eps []*
 }
 
 // ExpectShortCircuit is Oracle{}.ExpectShortCircuit.
-func ExpectShortCircuit(mode string, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
+func ExpectShortCircuit(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
 	return Oracle{}.ExpectShortCircuit(mode, sp, eps, node, nodeZone)
 }
 
-func (o Oracle) modeDeviations(mode string, sp *cluster.ServicePort, out Outcome) []string {
+func (o Oracle) modeDeviations(mode cluster.Mode, sp *cluster.ServicePort, out Outcome) []string {
 	if out.Kind != Endpoints {
 		return nil
 	}
 	var d []string
 	if sp.ClientIPAffinity {
 		switch mode {
-		case ModeIPTables:
+		case cluster.ModeIPTables:
 			d = append(d, fmt.Sprintf("iptables: each endpoint's recent list keeps at most %d client addresses (xt_recent ip_list_tot); past that, affinity is lost for the least recently seen clients", o.recentCapacity()))
-		case ModeIPVS:
+		case cluster.ModeIPVS:
 			d = append(d, "ipvs: a persistence template is re-armed while the client's connections (TIME_WAIT included) remain, so affinity can outlast timeoutSeconds (kubernetes#89358)")
 		}
 	}
-	if mode == ModeIPVS {
+	if mode == cluster.ModeIPVS {
 		switch o.IPVSScheduler {
 		case "sh":
 			d = append(d, "ipvs sh: the endpoint is a hash of the client address, so shares are uniform only over many clients")

@@ -20,7 +20,7 @@ const (
 	otherNode    = "host1"
 )
 
-var allModes = []string{"", ModeIPTables, ModeNFTables, ModeIPVS}
+var allModes = []cluster.Mode{"", cluster.ModeIPTables, cluster.ModeNFTables, cluster.ModeIPVS}
 
 func svcPort(typ corev1.ServiceType) *cluster.ServicePort {
 	return &cluster.ServicePort{
@@ -69,13 +69,13 @@ func TestInternalTrafficPolicy(t *testing.T) {
 			sp.InternalLocal = c.local
 			got := Expect(mode, sp, c.eps, testHostname, "")
 			want := c.want
-			if mode == ModeIPVS {
+			if mode == cluster.ModeIPVS {
 				want = c.ipvs
 			}
 			if got.String() != want {
 				t.Errorf("%s [%q]: got %s, want %s", c.name, mode, got, want)
 			}
-			deviates := mode == ModeIPVS && c.want == "DROP"
+			deviates := mode == cluster.ModeIPVS && c.want == "DROP"
 			if hasDeviation(got, "ipvs: internalTrafficPolicy Local") != deviates {
 				t.Errorf("%s [%q]: deviations %q, want the ipvs deviation noted: %v", c.name, mode, got.Deviations, deviates)
 			}
@@ -90,11 +90,11 @@ func TestIPVSLocalFallbackForExternallyAccessible(t *testing.T) {
 	eps := []*cluster.Endpoint{ep("10.0.1.1", "RS", "host0"), ep("10.0.1.2", "RS", "host1")}
 	sp := svcPort(corev1.ServiceTypeNodePort)
 	sp.NodePort, sp.InternalLocal = 30080, true
-	got := Expect(ModeIPVS, sp, eps, testHostname, "")
+	got := Expect(cluster.ModeIPVS, sp, eps, testHostname, "")
 	if got.String() != "10.0.1.1:80, 10.0.1.2:80" || !hasDeviation(got, "falls back") {
 		t.Errorf("got %s %q", got, got.Deviations)
 	}
-	if got := Expect(ModeIPTables, sp, eps, testHostname, ""); got.Kind != Drop {
+	if got := Expect(cluster.ModeIPTables, sp, eps, testHostname, ""); got.Kind != Drop {
 		t.Errorf("iptables: %s", got)
 	}
 }
@@ -108,7 +108,7 @@ func TestIPVSLocalNoNodePort(t *testing.T) {
 	for _, typ := range []corev1.ServiceType{corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer} {
 		sp := svcPort(typ)
 		sp.InternalLocal = true
-		if got := Expect(ModeIPVS, sp, eps, testHostname, ""); got.Kind != Reject || !hasDeviation(got, "without real servers") {
+		if got := Expect(cluster.ModeIPVS, sp, eps, testHostname, ""); got.Kind != Reject || !hasDeviation(got, "without real servers") {
 			t.Errorf("%s without node port: got %s %q, want REJECT with the ipvs deviation", typ, got, got.Deviations)
 		}
 	}
@@ -124,7 +124,7 @@ func TestTerminatingEndpoints(t *testing.T) {
 	for _, c := range testenv.TrafficVectors(t) {
 		sp, eps := vectorPort(c.Service), vectorEndpoints(c.Endpoints)
 		for _, mode := range allModes {
-			want := c.Outcomes(mode)
+			want := c.Outcomes(string(mode))
 			if got := Expect(mode, sp, eps, testHostname, c.Zone); got.String() != want.Pod {
 				t.Errorf("%s [%q] pod→ClusterIP: got %s, want %s", c.Name, mode, got, want.Pod)
 			}
@@ -171,7 +171,7 @@ func vectorEndpoints(ves []testenv.VectorEndpoint) []*cluster.Endpoint {
 func TestIPVSExternalLocalNoLocalEndpoint(t *testing.T) {
 	sp := svcPort(corev1.ServiceTypeLoadBalancer)
 	sp.ExternalLocal = true
-	got := ExpectExternal(ModeIPVS, sp, []*cluster.Endpoint{ep("10.0.1.5", "RS", otherNode)}, testHostname, "")
+	got := ExpectExternal(cluster.ModeIPVS, sp, []*cluster.Endpoint{ep("10.0.1.5", "RS", otherNode)}, testHostname, "")
 	if got.Kind != Drop || !hasDeviation(got, "without SNAT") {
 		t.Errorf("got %s %q, want DROP with the ipvs deviation", got, got.Deviations)
 	}
@@ -183,11 +183,11 @@ func TestLocalTerminatingFallbackIsPerSet(t *testing.T) {
 	eps := []*cluster.Endpoint{ep("10.0.1.1", "ST", testHostname), ep("10.0.1.2", "RS", otherNode)}
 	sp := svcPort(corev1.ServiceTypeClusterIP)
 	sp.InternalLocal = true
-	if got := Expect(ModeIPTables, sp, eps, testHostname, ""); got.String() != "10.0.1.1:80" {
+	if got := Expect(cluster.ModeIPTables, sp, eps, testHostname, ""); got.String() != "10.0.1.1:80" {
 		t.Errorf("local: got %s", got)
 	}
 	sp.InternalLocal = false
-	if got := Expect(ModeIPTables, sp, eps, testHostname, ""); got.String() != "10.0.1.2:80" {
+	if got := Expect(cluster.ModeIPTables, sp, eps, testHostname, ""); got.String() != "10.0.1.2:80" {
 		t.Errorf("cluster: got %s", got)
 	}
 }
@@ -221,7 +221,7 @@ func TestTopologyHints(t *testing.T) {
 	}
 	for _, c := range cases {
 		o := Oracle{PreferSameNode: c.sameNode}
-		if got := o.Expect(ModeNFTables, sp, c.eps, c.node, c.zone); got.String() != c.want {
+		if got := o.Expect(cluster.ModeNFTables, sp, c.eps, c.node, c.zone); got.String() != c.want {
 			t.Errorf("%s: got %s, want %s", c.name, got, c.want)
 		}
 	}
@@ -233,7 +233,7 @@ func TestUniformProbabilities(t *testing.T) {
 		eps = append(eps, ep(ip, "RS", otherNode))
 	}
 	eps = append(eps, ep("10.0.1.8", "", otherNode), ep("10.0.1.9", "ST", otherNode))
-	got := Expect(ModeIPTables, svcPort(corev1.ServiceTypeClusterIP), eps, testHostname, "")
+	got := Expect(cluster.ModeIPTables, svcPort(corev1.ServiceTypeClusterIP), eps, testHostname, "")
 	if got.Kind != Endpoints || len(got.Probs) != 7 {
 		t.Fatalf("got %s", got)
 	}
@@ -256,16 +256,16 @@ func TestModeDeviations(t *testing.T) {
 	sp := svcPort(corev1.ServiceTypeClusterIP)
 	sp.ClientIPAffinity, sp.AffinityTimeout = true, 10800
 	eps := []*cluster.Endpoint{ep("10.0.1.1", "RS", otherNode)}
-	if got := Expect(ModeIPTables, sp, eps, testHostname, ""); !hasDeviation(got, "recent list") {
+	if got := Expect(cluster.ModeIPTables, sp, eps, testHostname, ""); !hasDeviation(got, "recent list") {
 		t.Errorf("iptables: %q", got.Deviations)
 	}
-	if got := Expect(ModeIPVS, sp, eps, testHostname, ""); !hasDeviation(got, "89358") {
+	if got := Expect(cluster.ModeIPVS, sp, eps, testHostname, ""); !hasDeviation(got, "89358") {
 		t.Errorf("ipvs: %q", got.Deviations)
 	}
-	if got := Expect(ModeNFTables, sp, eps, testHostname, ""); len(got.Deviations) != 0 {
+	if got := Expect(cluster.ModeNFTables, sp, eps, testHostname, ""); len(got.Deviations) != 0 {
 		t.Errorf("nftables: %q", got.Deviations)
 	}
-	if got := (Oracle{IPVSScheduler: "dh"}).Expect(ModeIPVS, svcPort(corev1.ServiceTypeClusterIP), eps, testHostname, ""); !hasDeviation(got, "dh") {
+	if got := (Oracle{IPVSScheduler: "dh"}).Expect(cluster.ModeIPVS, svcPort(corev1.ServiceTypeClusterIP), eps, testHostname, ""); !hasDeviation(got, "dh") {
 		t.Errorf("ipvs dh: %q", got.Deviations)
 	}
 }
@@ -297,7 +297,7 @@ func TestTracePacketVectors(t *testing.T) {
 	svc2.ExternalLocal, svc2.NodePort = true, 3001
 	svc4, eps4 := mk("svc4", corev1.ServiceTypeClusterIP, "10.180.0.4", "10.180.0.5")
 	svc6, _ := mk("svc6", corev1.ServiceTypeClusterIP)
-	for _, mode := range []string{"", ModeIPTables, ModeNFTables} {
+	for _, mode := range []cluster.Mode{"", cluster.ModeIPTables, cluster.ModeNFTables} {
 		for _, c := range []struct {
 			name string
 			got  Outcome

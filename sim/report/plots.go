@@ -146,10 +146,10 @@ func (r *Report) rulesPlot(w io.Writer) error {
 		for _, s := range curveServices {
 			xys = append(xys, plotter.XY{X: float64(s), Y: float64(cost.SyntheticObjects(m.Mode, s, eps))})
 		}
-		if err := addLine(p, i, m.Mode+" (cost model)", xys, false); err != nil {
+		if err := addLine(p, i, string(m.Mode)+" (cost model)", xys, false); err != nil {
 			return err
 		}
-		if err := addPoints(p, i, m.Mode+" (this run, largest node)", plotter.XYs{{X: r.services(), Y: float64(max(1, m.Rules.ObjectsMax))}}, draw.CircleGlyph{}); err != nil {
+		if err := addPoints(p, i, string(m.Mode)+" (this run, largest node)", plotter.XYs{{X: r.services(), Y: float64(max(1, m.Rules.ObjectsMax))}}, draw.CircleGlyph{}); err != nil {
 			return err
 		}
 	}
@@ -207,7 +207,7 @@ func (r *Report) syncPlot(w io.Writer) error {
 			}
 		}
 		if m.Sync.FullSeconds > 0 {
-			if err := addPoints(p, i, m.Mode+" (this run: full, p50)", plotter.XYs{{X: r.services(), Y: m.Sync.FullSeconds}, {X: r.services(), Y: math.Max(m.Sync.P50Seconds, 1e-3)}}, draw.CircleGlyph{}); err != nil {
+			if err := addPoints(p, i, string(m.Mode)+" (this run: full, p50)", plotter.XYs{{X: r.services(), Y: m.Sync.FullSeconds}, {X: r.services(), Y: math.Max(m.Sync.P50Seconds, 1e-3)}}, draw.CircleGlyph{}); err != nil {
 				return err
 			}
 		}
@@ -341,7 +341,7 @@ func (r *Report) flappingPlot(w io.Writer) error {
 		l.Color = plotutil.Color(i)
 		l.Width = vg.Points(1)
 		bottom.Add(l)
-		bottom.Legend.Add(m.Mode, l)
+		bottom.Legend.Add(string(m.Mode), l)
 	}
 	bottom.Y.Min = 0
 	top.X.Min, bottom.X.Min = 0, 0

@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
 )
 
@@ -79,7 +80,7 @@ type Step struct {
 
 // Mode is everything simulated for one kube-proxy mode.
 type Mode struct {
-	Mode        string        `json:"mode"`
+	Mode        cluster.Mode  `json:"mode"`
 	Connections Connections   `json:"connections"`
 	Rules       Rules         `json:"rules"`
 	Sync        Sync          `json:"sync"`
@@ -369,12 +370,12 @@ type Timeline struct {
 
 // Check is one scenario check in one mode.
 type Check struct {
-	Mode        string `json:"mode"`
-	Name        string `json:"name"`
-	Type        string `json:"type"`
-	ServicePort string `json:"servicePort"`
-	Verdict     string `json:"verdict"`
-	Message     string `json:"message,omitempty"`
+	Mode        cluster.Mode `json:"mode"`
+	Name        string       `json:"name"`
+	Type        string       `json:"type"`
+	ServicePort string       `json:"servicePort"`
+	Verdict     string       `json:"verdict"`
+	Message     string       `json:"message,omitempty"`
 	// Alpha is the family-wise level of the report's Holm family, which
 	// holds the check's chi-square units (distribution checks).
 	Alpha      float64  `json:"alpha,omitempty"`

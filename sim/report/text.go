@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // row is one line of the per-mode summary: a label and one cell per mode.
@@ -77,7 +79,7 @@ func (r *Report) rows() []row {
 			return fmt.Sprintf("%.4f (%s)", a.Stickiness, count(a.Bound))
 		}},
 		{"affinity: recent-list losses", func(m *Mode) string {
-			if m.Mode != "iptables" {
+			if m.Mode != cluster.ModeIPTables {
 				return "n/a"
 			}
 			return count(m.Affinity.RecentEvictedLive)
@@ -128,7 +130,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	hdr := []string{"MODE"}
 	for _, m := range r.Modes {
-		hdr = append(hdr, m.Mode)
+		hdr = append(hdr, string(m.Mode))
 	}
 	fmt.Fprintln(tw, strings.Join(hdr, "\t"))
 	for _, rw := range r.rows() {
@@ -272,7 +274,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	for _, m := range r.Modes {
 		a := m.Affinity
 		p("- %s: %d ClientIP service ports; stickiness %.4f over %s connections of bound clients (99 %% CI %.4f–%.4f)", m.Mode, a.ServicePorts, a.Stickiness, count(a.Bound), a.CILow, a.CIHigh)
-		if m.Mode == "iptables" {
+		if m.Mode == cluster.ModeIPTables {
 			p("; recent-list losses %s", count(a.RecentEvictedLive))
 		}
 		p(". Local: %d service ports; black-holed (DROP) max %s, mean %s of a client node's connections (dropped or rejected: max %s).\n", m.Local.ServicePorts, pct(m.Local.MaxFraction), pct(m.Local.MeanFraction), pct(m.Local.MaxRefusedFraction))

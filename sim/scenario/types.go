@@ -6,6 +6,8 @@ package scenario
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // APIVersion and Kind identify a scenario document.
@@ -119,7 +121,7 @@ type AffinityGen struct {
 
 // Proxy configures the kube-proxy modes to model or program.
 type Proxy struct {
-	Modes            []string         `json:"modes,omitempty"`
+	Modes            []cluster.Mode   `json:"modes,omitempty"`
 	IPVSScheduler    string           `json:"ipvsScheduler,omitempty"`
 	MinSyncPeriod    *metav1.Duration `json:"minSyncPeriod,omitempty"`
 	SyncPeriod       *metav1.Duration `json:"syncPeriod,omitempty"`

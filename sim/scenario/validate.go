@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Defaults, documented in scenarios/README.md.
@@ -39,7 +41,6 @@ var (
 
 // Enumerations.
 var (
-	Modes            = []string{"iptables", "nftables", "ipvs"}
 	IPVSSchedulers   = []string{"rr", "wrr", "lc", "wlc", "sed", "nq", "sh", "dh", "mh"}
 	IPTablesBackends = []string{"nft", "legacy"}
 	IPTablesAffinity = []string{"recent", "ipset"}
@@ -284,13 +285,13 @@ func (v *validator) node(path, name, podCIDR, ip string) {
 func (v *validator) proxy() {
 	p := &v.sc.Proxy
 	if len(p.Modes) == 0 {
-		p.Modes = []string{"iptables"}
+		p.Modes = []cluster.Mode{cluster.ModeIPTables}
 	}
-	seen := map[string]bool{}
+	seen := map[cluster.Mode]bool{}
 	for i, m := range p.Modes {
 		path := fmt.Sprintf("proxy.modes[%d]", i)
-		if !oneOf(m, Modes) {
-			v.r.at(path, "unknown mode %q (choose from %s)", m, choices(Modes))
+		if !m.Valid() {
+			v.r.at(path, "unknown mode %q (choose from %s)", m, cluster.ModeList())
 		} else if seen[m] {
 			v.r.at(path, "mode %q listed twice", m)
 		}

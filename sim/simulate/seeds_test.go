@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/report"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -26,7 +27,7 @@ func TestSeedsResolveChecks(t *testing.T) {
 	const file = "../../scenarios/1000-services.yaml"
 	const seeds = 50
 	var mu sync.Mutex
-	named, results := map[string]int{}, map[string]int{} // by mode
+	named, results := map[cluster.Mode]int{}, map[cluster.Mode]int{} // by mode
 	t.Run("seeds", func(t *testing.T) {
 		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -49,7 +50,7 @@ func TestSeedsResolveChecks(t *testing.T) {
 					t.Fatal(err)
 				}
 				mode := sc.Proxy.Modes[seed%uint64(len(sc.Proxy.Modes))]
-				r, err := Run(context.Background(), m, Options{Modes: []string{mode}})
+				r, err := Run(context.Background(), m, Options{Modes: []cluster.Mode{mode}})
 				m.Close()
 				if err != nil {
 					t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/engine"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/report"
@@ -403,14 +404,14 @@ func uniformity(ps []float64) *report.Uniformity {
 
 // finishSelfCheck sets the verdict and says in plain words what the
 // self-check found, after the family's decision.
-func finishSelfCheck(mode string, sc *report.SelfCheck) {
+func finishSelfCheck(mode cluster.Mode, sc *report.SelfCheck) {
 	u, rt := sc.Uniformity, sc.Rotation
 	switch {
 	case sc.Method == report.MethodNone:
 		sc.Findings = append(sc.Findings, fmt.Sprintf("%s: not tested: %s; a chi-square against uniform shares would fail a correct engine or pass by construction.", mode, sc.Reason))
 		return
 	case sc.ServicePorts == 0:
-		sc.Findings = append(sc.Findings, mode+": no service port had two eligible endpoints and enough connections: nothing was tested.")
+		sc.Findings = append(sc.Findings, string(mode)+": no service port had two eligible endpoints and enough connections: nothing was tested.")
 		return
 	case sc.Method == report.MethodRotation:
 		if sc.Rejected > 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/engine"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/report"
@@ -25,7 +26,7 @@ func TestSelfCheckCatchesEngineFaults(t *testing.T) {
 	for _, f := range []engine.Fault{engine.FaultUniformProbability, engine.FaultMovedBucket, engine.FaultRotationStall} {
 		t.Run(f.String(), func(t *testing.T) {
 			mode := f.Mode().String()
-			r := simulate(t, "testdata/medium.yaml", nil, Options{Modes: []string{mode}, Fault: f.String()})
+			r := simulate(t, "testdata/medium.yaml", nil, Options{Modes: []cluster.Mode{f.Mode().Cluster()}, Fault: f.String()})
 			sc := r.Modes[0].SelfCheck
 			t.Logf("%s: %d checked, %d rejected; findings %v", mode, sc.ServicePorts, sc.Rejected, sc.Findings)
 			if sc.Verdict != report.Fail || sc.Rejected == 0 {
@@ -83,7 +84,7 @@ func TestSelfCheckSchedulers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			r, err := Run(t.Context(), m, Options{Modes: []string{"ipvs"}})
+			r, err := Run(t.Context(), m, Options{Modes: []cluster.Mode{"ipvs"}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
 	"github.com/kpsim/kpsim/sim/engine"
 	"github.com/kpsim/kpsim/sim/report"
@@ -38,11 +39,11 @@ import (
 // Options configure a simulation.
 type Options struct {
 	// Modes to simulate; empty means the scenario's proxy.modes.
-	Modes []string
+	Modes []cluster.Mode
 	// Calibrations are the sync-time models; nil means Calibrations("").
 	Calibrations []cost.Calibration
 	// SyncTime, when set, replaces the cost model's sync time (tests).
-	SyncTime func(mode string, objects int, full bool) time.Duration
+	SyncTime func(mode cluster.Mode, objects int, full bool) time.Duration
 	// Workers bounds the nodes simulated at once; 0 means GOMAXPROCS.
 	Workers int
 	// Progress, when set, is called (from worker goroutines, serialised)
@@ -67,10 +68,10 @@ const IPVSVariant = "netlink"
 // 0.5 s at 1,000 Services × 10 endpoints, growing linearly.
 func ipvsFallback() cost.Calibration {
 	pt := func(services int, seconds float64) cost.Point {
-		return cost.Point{Services: services, EndpointsPerService: 10, Objects: cost.SyntheticObjects("ipvs", services, 10), FullSeconds: seconds}
+		return cost.Point{Services: services, EndpointsPerService: 10, Objects: cost.SyntheticObjects(cluster.ModeIPVS, services, 10), FullSeconds: seconds}
 	}
 	return cost.Calibration{
-		Mode: "ipvs", Variant: IPVSVariant,
+		Mode: cluster.ModeIPVS, Variant: IPVSVariant,
 		Source: "estimate, not measured: linear from kubernetes#84906 (730 ms for about 1,500 Services after its fix); IPVS is not in the reference kernel",
 		Points: []cost.Point{pt(1000, 0.5), pt(5000, 2.5)},
 	}
@@ -91,7 +92,7 @@ func Calibrations(dir string) ([]cost.Calibration, error) {
 	}
 	hasIPVS := false
 	for _, c := range cs {
-		hasIPVS = hasIPVS || c.Mode == "ipvs"
+		hasIPVS = hasIPVS || c.Mode == cluster.ModeIPVS
 	}
 	if !hasIPVS {
 		cs = append(cs, ipvsFallback())
@@ -112,10 +113,10 @@ func Run(ctx context.Context, m *apiserver.Model, o Options) (*report.Report, er
 		modes = sc.Proxy.Modes
 	}
 	if len(modes) == 0 {
-		modes = []string{"iptables"}
+		modes = []cluster.Mode{cluster.ModeIPTables}
 	}
 	for _, md := range modes {
-		if _, err := engine.ParseMode(md); err != nil {
+		if _, err := engine.ModeOf(md); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/report"
 )
 
@@ -37,7 +38,7 @@ func encode(t *testing.T, v any) []byte {
 	return b
 }
 
-func unit(t *testing.T, r *report.Report, mode, check string) report.Unit {
+func unit(t *testing.T, r *report.Report, mode cluster.Mode, check string) report.Unit {
 	t.Helper()
 	for _, c := range r.Checks {
 		if c.Mode == mode && c.Name == check {
@@ -57,7 +58,7 @@ func unit(t *testing.T, r *report.Report, mode, check string) report.Unit {
 // at 2.1 s on both nodes (0.9 s), the others are applied at once; the
 // 1-ms arrival slots put exactly 900 connections per node in the window.
 func TestFlipByHand(t *testing.T) {
-	r := simulate(t, "testdata/flip.yaml", nil, Options{SyncTime: func(string, int, bool) time.Duration { return 0 }})
+	r := simulate(t, "testdata/flip.yaml", nil, Options{SyncTime: func(cluster.Mode, int, bool) time.Duration { return 0 }})
 	if len(r.Failed) > 0 {
 		t.Fatalf("checks failed: %v", r.Failed)
 	}
@@ -105,7 +106,7 @@ func TestFlipByHand(t *testing.T) {
 // longer (the write at 1.2 s waits for the sync at 1.1 s + d + 1 s).
 func TestFlipSyncTime(t *testing.T) {
 	const d = 50 * time.Millisecond
-	r := simulate(t, "testdata/flip.yaml", nil, Options{Modes: []string{"nftables"}, SyncTime: func(string, int, bool) time.Duration { return d }})
+	r := simulate(t, "testdata/flip.yaml", nil, Options{Modes: []cluster.Mode{"nftables"}, SyncTime: func(cluster.Mode, int, bool) time.Duration { return d }})
 	m := r.Modes[0]
 	for k, sw := range m.Flapping.Steps {
 		want := d.Seconds()
@@ -155,7 +156,7 @@ func TestDeterministic(t *testing.T) {
 // of all modes (the traffic does not depend on which modes run).
 func TestModeAlone(t *testing.T) {
 	all := simulate(t, "testdata/medium.yaml", nil, Options{})
-	alone := simulate(t, "testdata/medium.yaml", nil, Options{Modes: []string{"nftables"}})
+	alone := simulate(t, "testdata/medium.yaml", nil, Options{Modes: []cluster.Mode{"nftables"}})
 	if !bytes.Equal(encode(t, all.Modes[1]), encode(t, alone.Modes[0])) {
 		t.Error("nftables alone differs from nftables among all modes")
 	}
@@ -194,7 +195,7 @@ func TestMediumChecks(t *testing.T) {
 
 // TestBrokenCheckFails: a check that cannot hold is reported failed.
 func TestBrokenCheckFails(t *testing.T) {
-	r := simulate(t, "testdata/broken.yaml", nil, Options{Modes: []string{"iptables"}})
+	r := simulate(t, "testdata/broken.yaml", nil, Options{Modes: []cluster.Mode{"iptables"}})
 	if len(r.Failed) != 1 || r.Failed[0] != "iptables/no-endpoints:demo/two:http" {
 		t.Fatalf("failed %v, want the no-endpoints check only", r.Failed)
 	}

@@ -78,11 +78,11 @@ func (w *world) report(sum *apiserver.Summary, seed uint64, results [][]*nodeRes
 		finishSelfCheck(m.Mode, &m.SelfCheck)
 		for _, c := range r.Checks {
 			if c.Mode == m.Mode && c.Verdict != report.Pass {
-				r.Failed = append(r.Failed, c.Mode+"/"+c.Name)
+				r.Failed = append(r.Failed, string(c.Mode)+"/"+c.Name)
 			}
 		}
 		if m.SelfCheck.Verdict == report.Fail {
-			r.Failed = append(r.Failed, m.Mode+"/engine-self-check")
+			r.Failed = append(r.Failed, string(m.Mode)+"/engine-self-check")
 		}
 	}
 	r.Family = report.Family{Alpha: fam.alpha, Size: fam.size(), CheckUnits: fam.counts[checkUnit],

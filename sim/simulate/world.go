@@ -101,7 +101,7 @@ func (o *outcome) allows(ep int32) bool {
 
 // modeData is what one mode's runs share.
 type modeData struct {
-	name  string
+	name  cluster.Mode
 	mode  engine.Mode
 	ncfg  engine.NodeConfig
 	scfg  engine.SyncConfig
@@ -183,7 +183,7 @@ type changed struct {
 // buildWorld turns the captured states into versions, renders every
 // version's rules per mode (per node where they differ) and asks the
 // oracle what each must do.
-func buildWorld(ctx context.Context, m *apiserver.Model, modes []string, o Options) (*world, error) {
+func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o Options) (*world, error) {
 	sc := m.Loaded.Scenario
 	initial, tsteps, changes, writes, err := captureTimeline(ctx, m)
 	if err != nil {
@@ -282,8 +282,8 @@ func protoOf(sp *cluster.ServicePort) engine.Proto {
 
 // buildMode renders the rules of every version for one mode and computes
 // the oracle's outcomes, the per-node counts and the sync times.
-func (w *world) buildMode(name string, o Options) (*modeData, error) {
-	mode, err := engine.ParseMode(name)
+func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
+	mode, err := engine.ModeOf(name)
 	if err != nil {
 		return nil, err
 	}

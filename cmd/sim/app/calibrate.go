@@ -15,13 +15,14 @@ import (
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/nftables"
 	"github.com/kpsim/kpsim/harness/conform"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 func init() { extraCommands = append(extraCommands, newCalibrate) }
 
 type calibrateFlags struct {
 	out       outputFlag
-	mode      string
+	mode      modeFlag
 	backends  []string
 	layouts   []string
 	sizes     []int
@@ -31,7 +32,7 @@ type calibrateFlags struct {
 }
 
 func newCalibrate(s Streams) *cobra.Command {
-	var f calibrateFlags
+	f := calibrateFlags{mode: modeFlag{cluster.ModeIPTables}} // --mode's default
 	c := &cobra.Command{
 		Use:   "calibrate --mode iptables|nftables",
 		Short: "Measure full and partial sync time of the real dataplane at a ladder of sizes (root)",
@@ -45,15 +46,11 @@ reads it (results/calibration/<mode>.json).`,
 			if err := f.out.check(); err != nil {
 				return err
 			}
-			switch f.mode {
-			case "iptables", "nftables":
-			case "ipvs":
+			if f.mode.m == cluster.ModeIPVS {
 				return &EnvError{Err: fmt.Errorf("calibration of ipvs mode is not available in this build (available: iptables, nftables)")}
-			default:
-				return &UsageError{Err: fmt.Errorf("unknown mode %q: iptables or nftables", f.mode)}
 			}
 			if !c.Flags().Changed("write") {
-				f.file = "results/calibration/" + f.mode + ".json"
+				f.file = "results/calibration/" + string(f.mode.m) + ".json"
 			}
 			if os.Geteuid() != 0 {
 				return &EnvError{Err: fmt.Errorf("sim calibrate needs root: it creates network namespaces and programs netfilter inside them")}
@@ -71,19 +68,19 @@ reads it (results/calibration/<mode>.json).`,
 			var out []*calibrate.Calibration
 			logf := func(format string, a ...any) { fmt.Fprintf(s.Err, format, a...) }
 			variants := f.backends
-			if f.mode == "nftables" {
+			if f.mode.m == cluster.ModeNFTables {
 				variants = f.layouts
 			}
 			for _, v := range variants {
 				var cal *calibrate.Calibration
 				var err error
 				switch {
-				case f.mode == "iptables" && (v == "nft" || v == "legacy"):
+				case f.mode.m == cluster.ModeIPTables && (v == "nft" || v == "legacy"):
 					cal, err = iptables.Calibrate(ctx, iptables.CalibrateOptions{Variant: v, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
-				case f.mode == "nftables" && (v == "kube-proxy" || v == "fast"):
+				case f.mode.m == cluster.ModeNFTables && (v == "kube-proxy" || v == "fast"):
 					cal, err = nftables.Calibrate(ctx, nftables.CalibrateOptions{Layout: nftables.Layout(v), Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
 				default:
-					return &UsageError{Err: fmt.Errorf("unknown %s variant %q (iptables: --backend nft|legacy; nftables: --layout kube-proxy|fast)", f.mode, v)}
+					return &UsageError{Err: fmt.Errorf("unknown %s variant %q (iptables: --backend nft|legacy; nftables: --layout kube-proxy|fast)", f.mode.m, v)}
 				}
 				if err != nil {
 					return &EnvError{Err: err}
@@ -114,7 +111,7 @@ reads it (results/calibration/<mode>.json).`,
 		},
 	}
 	f.out.add(c)
-	c.Flags().StringVar(&f.mode, "mode", "iptables", "mode to calibrate (iptables)")
+	c.Flags().Var(&f.mode, "mode", "mode to calibrate (iptables)")
 	c.Flags().StringSliceVar(&f.backends, "backend", []string{"nft", "legacy"}, "iptables backends to measure")
 	c.Flags().StringSliceVar(&f.layouts, "layout", []string{"kube-proxy", "fast"}, "nftables layouts to measure")
 	c.Flags().IntSliceVar(&f.sizes, "sizes", []int{500, 1000, 2000, 3000, 5000}, "numbers of Services")

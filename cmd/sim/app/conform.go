@@ -16,13 +16,14 @@ import (
 	"github.com/kpsim/kpsim/harness/conform"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/vm"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 func init() { extraCommands = append(extraCommands, newConform) }
 
 type conformFlags struct {
 	out             outputFlag
-	mode            string
+	mode            modeFlag
 	faults          []string
 	seed            uint64
 	junit, json, md string
@@ -35,7 +36,7 @@ type conformFlags struct {
 }
 
 func newConform(s Streams) *cobra.Command {
-	var f conformFlags
+	f := conformFlags{mode: modeFlag{cluster.ModeIPTables}} // --mode's default
 	var ck checkerFlags
 	c := &cobra.Command{
 		Use:   "conform FILE|DIR...",
@@ -66,7 +67,7 @@ the reason, and is neither a pass nor a failure.`,
 			if err != nil {
 				return err
 			}
-			o := conform.Options{Mode: f.mode, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Log: s.Err}
+			o := conform.Options{Mode: f.mode.m, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Log: s.Err}
 			if c.Flags().Changed("seed") {
 				o.Seed = &f.seed
 			}
@@ -86,7 +87,7 @@ the reason, and is neither a pass nor a failure.`,
 				return err
 			}
 			var run *report.Run
-			if f.vm || vm.NeedsVM(f.mode) {
+			if f.vm || vm.NeedsVM(f.mode.m) {
 				// In the microVM (harness/vm): forced, or IPVS mode on a
 				// kernel without IPVS.
 				run, err = vm.Conform(ctx, files, o, vm.Options{Log: s.Err, Timeout: f.vmTimeout})
@@ -97,7 +98,7 @@ the reason, and is neither a pass nor a failure.`,
 				var env *conform.EnvironmentError
 				if errors.As(err, &env) {
 					// A report even when nothing could run, so CI shows why.
-					r := &report.Run{Mode: f.mode, Started: time.Now(), Suites: []*report.Suite{{Scenario: "environment", SetupError: env.Error(), SetupErrorKind: report.KindEnvironment}}}
+					r := &report.Run{Mode: string(f.mode.m), Started: time.Now(), Suites: []*report.Suite{{Scenario: "environment", SetupError: env.Error(), SetupErrorKind: report.KindEnvironment}}}
 					_ = f.write(r)
 					return &EnvError{Err: err}
 				}
@@ -123,7 +124,7 @@ the reason, and is neither a pass nor a failure.`,
 	}
 	f.out.add(c)
 	ck.add(c)
-	c.Flags().StringVar(&f.mode, "mode", "iptables", "kube-proxy mode to program: iptables, nftables or ipvs")
+	c.Flags().Var(&f.mode, "mode", "kube-proxy mode to program: iptables, nftables or ipvs")
 	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault into the dataplane (repeatable): "+fmt.Sprint(proxy.FaultNames()))
 	c.Flags().Uint64Var(&f.seed, "seed", 0, "override every scenario's seed")
 	c.Flags().StringVar(&f.junit, "junit", "", "write a JUnit XML report to this file")

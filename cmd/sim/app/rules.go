@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -11,16 +12,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/backends"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/nftables"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 func init() { extraCommands = append(extraCommands, newRules) }
 
 type rulesFlags struct {
-	mode     string
+	mode     modeFlag
 	layout   string
 	node     string
 	faults   []string
@@ -29,7 +33,7 @@ type rulesFlags struct {
 }
 
 func newRules(s Streams) *cobra.Command {
-	var f rulesFlags
+	f := rulesFlags{mode: modeFlag{cluster.ModeIPTables}} // --mode's default
 	c := &cobra.Command{
 		Use:   "rules FILE --mode iptables|nftables [--node NAME]",
 		Short: "Print the rules the dataplane would apply for a node",
@@ -47,7 +51,7 @@ fault (repeatable): ` + strings.Join(proxy.FaultNames(), ", ") + `.
 			return runRules(c, s.Out, args[0], &f)
 		},
 	}
-	c.Flags().StringVar(&f.mode, "mode", "iptables", "proxy mode to render: iptables or nftables")
+	c.Flags().Var(&f.mode, "mode", "proxy mode to render: iptables or nftables")
 	c.Flags().StringVar(&f.layout, "layout", "", "nftables layout: kube-proxy (default) or fast")
 	c.Flags().StringVar(&f.node, "node", "", "node whose rules to print (default: the first node in sorted order)")
 	c.Flags().StringArrayVar(&f.faults, "fault", nil, "named fault to build in (repeatable)")
@@ -57,12 +61,8 @@ fault (repeatable): ` + strings.Join(proxy.FaultNames(), ", ") + `.
 }
 
 func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error {
-	switch f.mode {
-	case "iptables", "nftables":
-	case "ipvs":
-		return &UsageError{Err: fmt.Errorf("ipvs rendering is not available in sim rules: IPVS state is virtual servers, not a ruleset (see sim conform --mode ipvs)")}
-	default:
-		return &UsageError{Err: fmt.Errorf("unknown mode %q: use --mode iptables or nftables", f.mode)}
+	if f.mode.m == cluster.ModeIPVS {
+		return &UsageError{Err: fmt.Errorf("ipvs rendering is not available in sim rules: %w (see sim conform --mode ipvs)", backends.ErrNoRuleset)}
 	}
 	if f.layout != "" && f.layout != string(nftables.LayoutKubeProxy) && f.layout != string(nftables.LayoutFast) {
 		return &UsageError{Err: fmt.Errorf("unknown nftables layout %q: use kube-proxy or fast", f.layout)}
@@ -98,64 +98,24 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 		return &UsageError{Err: fmt.Errorf("no node %q in %s (nodes: %s)", node, file, strings.Join(nodes, ", "))}
 	}
 	sc := m.Expanded.Scenario
-	if f.mode == "nftables" {
-		ncfg := nftables.Config{NodeName: node, Layout: nftables.Layout(sc.Proxy.NFTablesLayout), MasqueradeAll: sc.Proxy.MasqueradeAll, Faults: faults}
-		if f.layout != "" {
-			ncfg.Layout = nftables.Layout(f.layout)
-		}
-		if p, err := netip.ParsePrefix(sc.Cluster.PodCIDR); err == nil {
-			ncfg.ClusterCIDR = p
-		}
-		text, err := nftables.RenderForNode(m.State, node, ncfg)
-		if err != nil {
-			return fmt.Errorf("could not render the nftables rules of node %s: %w", node, err)
-		}
-		_, err = fmt.Fprintf(out, "# kpsim nftables rules for node %s (scenario %s; layout %s; faults %s)\n%s", node, sc.Metadata.Name, ncfg.Layout, faults, text)
-		return err
-	}
-	cfg := iptables.Config{
-		NodeName:      node,
-		MasqueradeAll: sc.Proxy.MasqueradeAll,
-		Affinity:      iptables.AffinityMode(sc.Proxy.IPTablesAffinity),
-		Faults:        faults,
-	}
-	if f.affinity != "" {
-		cfg.Affinity = iptables.AffinityMode(f.affinity)
-	}
+	ncfg := dataplane.NodeConfig{NodeName: node, MasqueradeAll: sc.Proxy.MasqueradeAll, Faults: faults}
 	if p, err := netip.ParsePrefix(sc.Cluster.PodCIDR); err == nil {
-		cfg.ClusterCIDR = p
+		ncfg.ClusterCIDR = p
 	}
-	r, err := iptables.NewRenderer(cfg)
-	if err != nil {
+	o := backends.Options{Affinity: iptables.AffinityMode(sc.Proxy.IPTablesAffinity), Layout: nftables.Layout(sc.Proxy.NFTablesLayout)}
+	if f.affinity != "" {
+		o.Affinity = iptables.AffinityMode(f.affinity)
+	}
+	if f.layout != "" {
+		o.Layout = nftables.Layout(f.layout)
+	}
+	r, err := backends.Render(f.mode.m, m.State, ncfg, o)
+	if errors.Is(err, backends.ErrInvalidConfig) {
 		return &UsageError{Err: err}
 	}
-	rs, err := r.Render(m.State, nil, true)
 	if err != nil {
-		return fmt.Errorf("could not render the rules of node %s: %w", node, err)
+		return err
 	}
-	return writeRules(out, sc.Metadata.Name, r.Config(), rs)
-}
-
-// writeRules prints a ruleset as one iptables-restore input: comments, the
-// ipset input as comments, the rules, then the jump rules.
-func writeRules(w io.Writer, scenario string, cfg iptables.Config, rs *iptables.Ruleset) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# kpsim iptables rules for node %s (scenario %s; affinity %s; faults %s)\n",
-		cfg.NodeName, scenario, cfg.Affinity, cfg.Faults)
-	fmt.Fprintf(&b, "# %d lines; nat %d chains %d rules; filter %d chains %d rules\n",
-		rs.Lines, rs.NATChains, rs.NATRules, rs.FilterChains, rs.FilterRules)
-	if rs.IPSetRestore != "" {
-		b.WriteString("# ipset restore -exist input, applied before the rules:\n")
-		for _, l := range strings.SplitAfter(rs.IPSetRestore, "\n") {
-			if l != "" {
-				b.WriteString("#   " + l)
-			}
-		}
-	}
-	b.WriteString("# iptables-restore --noflush input:\n")
-	b.WriteString(rs.Restore)
-	b.WriteString("# jump rules from the built-in chains, applied once per namespace:\n")
-	b.WriteString(rs.Jumps)
-	_, err := io.WriteString(w, b.String())
+	_, err = fmt.Fprintf(out, "# kpsim %s rules for node %s (scenario %s; %s; faults %s)\n%s", f.mode.m, node, sc.Metadata.Name, r.Settings, faults, r.Text)
 	return err
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,14 +14,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kpsim/kpsim/sim/apiserver"
-	"github.com/kpsim/kpsim/sim/scenario"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/simulate"
 )
 
 type runFlags struct {
 	out         outputFlag
 	seed        uint64
-	mode        string
+	mode        modeFlag
 	dir         string
 	calibration string
 }
@@ -51,12 +50,9 @@ means the Service's only port; one that cannot be resolved is bad input
 			if err := f.out.check(); err != nil {
 				return err
 			}
-			var modes []string
-			if f.mode != "" {
-				if !slices.Contains(scenario.Modes, f.mode) {
-					return &UsageError{Err: fmt.Errorf("unknown mode %q (choose from %s)", f.mode, strings.Join(scenario.Modes, ", "))}
-				}
-				modes = []string{f.mode}
+			var modes []cluster.Mode
+			if f.mode.m != "" {
+				modes = []cluster.Mode{f.mode.m}
 			}
 			var seed *uint64
 			if c.Flags().Changed("seed") {
@@ -67,13 +63,13 @@ means the Service's only port; one that cannot be resolved is bad input
 	}
 	f.out.add(c)
 	c.Flags().Uint64Var(&f.seed, "seed", 0, "override the scenario's seed")
-	c.Flags().StringVar(&f.mode, "mode", "", "simulate only this mode (iptables, nftables or ipvs)")
+	c.Flags().Var(&f.mode, "mode", "simulate only this mode (iptables, nftables or ipvs)")
 	c.Flags().StringVar(&f.dir, "out", "", "write report.json, report.md and plots into this folder (without it, no file is written)")
 	c.Flags().StringVar(&f.calibration, "calibration", filepath.Join("results", "calibration"), "folder of sync-time calibrations (sim/cost defaults complete it)")
 	return c
 }
 
-func runSimulation(s Streams, file string, seed *uint64, modes []string, f runFlags) error {
+func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f runFlags) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()

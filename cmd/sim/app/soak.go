@@ -21,7 +21,7 @@ func init() { extraCommands = append(extraCommands, newSoak) }
 
 type soakFlags struct {
 	out       outputFlag
-	mode      string
+	mode      modeFlag
 	events    int
 	failEvery int
 	seed      uint64
@@ -58,7 +58,7 @@ printed), 2 for bad input, 3 when this machine cannot run it.`,
 			if err := f.out.check(); err != nil {
 				return err
 			}
-			o := soak.Options{Mode: f.mode, Events: f.events, FailApplyEvery: f.failEvery, Interval: f.interval,
+			o := soak.Options{Mode: f.mode.m, Events: f.events, FailApplyEvery: f.failEvery, Interval: f.interval,
 				IPTablesBackend: f.backend, NFTablesLayout: f.layout, Log: s.Err}
 			if c.Flags().Changed("seed") {
 				o.Seed = &f.seed
@@ -114,7 +114,7 @@ printed), 2 for bad input, 3 when this machine cannot run it.`,
 		},
 	}
 	f.out.add(c)
-	c.Flags().StringVar(&f.mode, "mode", "", "kube-proxy mode to program: iptables or nftables (required)")
+	c.Flags().Var(&f.mode, "mode", "kube-proxy mode to program: iptables or nftables (required)")
 	c.Flags().IntVar(&f.events, "events", 2000, "number of API changes (N)")
 	c.Flags().IntVar(&f.failEvery, "fail-apply-every", 0, "make every K-th kernel apply fail in the real tool (0: never; at least 2)")
 	c.Flags().Uint64Var(&f.seed, "seed", 0, "override the scenario's seed (the changes are reproducible from it)")
