@@ -78,8 +78,8 @@ func (s *suite) scheduler() string {
 
 // ipvsExtraUnits counts the verdicts the IPVS scheduler checks add to a
 // scenario's plan (the hash and least-connection schedulers' checks replace
-// the chi-square verdict, the others add one).
-func ipvsExtraUnits(mode string, sc *scenario.Scenario) int {
+// the chi-square verdict, the others add one per client node: nodes).
+func ipvsExtraUnits(mode string, sc *scenario.Scenario, nodes func(*scenario.Check) []string) int {
 	if mode != oracle.ModeIPVS {
 		return 0
 	}
@@ -87,17 +87,10 @@ func ipvsExtraUnits(mode string, sc *scenario.Scenario) int {
 	case "sh", "dh", "lc", "wlc", "sed", "nq":
 		return 0
 	}
-	var all []string
-	for _, n := range sc.Cluster.Nodes {
-		all = append(all, n.Name)
-	}
-	for i := 1; i <= sc.Cluster.NodeCount; i++ {
-		all = append(all, scenario.NodeName(sc.Cluster.NodeNamePattern, i))
-	}
 	n := 0
 	for i := range sc.Checks {
 		if c := &sc.Checks[i]; c.Type == scenario.CheckDistribution {
-			n += max(1, len(clientNodes(sc, c, all)))
+			n += max(1, len(nodes(c)))
 		}
 	}
 	return n

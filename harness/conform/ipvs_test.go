@@ -75,13 +75,14 @@ func TestIPVSExtraUnits(t *testing.T) {
 		Traffic: &scenario.Traffic{Clients: []scenario.Client{{Name: "c", Nodes: []string{"a", "b"}}}},
 		Checks:  []scenario.Check{{Type: scenario.CheckDistribution}, {Type: scenario.CheckAffinity}},
 	}
+	nodes := func(c *scenario.Check) []string { return clientNodes(sc, c, []string{"a", "b"}, nil) }
 	for sched, want := range map[string]int{"rr": 2, "wrr": 2, "mh": 2, "sh": 0, "dh": 0, "lc": 0, "wlc": 0} {
 		sc.Proxy.IPVSScheduler = sched
-		if got := ipvsExtraUnits("ipvs", sc); got != want {
+		if got := ipvsExtraUnits("ipvs", sc, nodes); got != want {
 			t.Errorf("%s: %d extra verdicts, want %d", sched, got, want)
 		}
 	}
-	if ipvsExtraUnits("iptables", sc) != 0 {
+	if ipvsExtraUnits("iptables", sc, nodes) != 0 {
 		t.Error("iptables mode has extra verdicts")
 	}
 }
