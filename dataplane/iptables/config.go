@@ -36,6 +36,13 @@ const (
 	AffinityIPSet AffinityMode = "ipset"
 )
 
+// IPSetMaxElem is how many client addresses one affinity set of
+// AffinityIPSet holds: the sets are created without a maxelem
+// (ipsetCreateLines), so ipset's default for hash:ip applies. Past it the
+// kernel adds no more clients. The simulator and the harness's oracle both
+// size the set from here.
+const IPSetMaxElem = 65536
+
 // Defaults, as kube-proxy's.
 const (
 	// DefaultMasqueradeBit gives the mark 0x4000.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/apiserver"
@@ -61,7 +62,7 @@ func newSimMachine(s *suite, cls []*netns.Client, seed uint64, lossRate float64)
 	// passes in ipvs mode (keepResets), so it never sits in TIME_WAIT.
 	cfg := engine.NodeConfig{Mode: mode, IPVS: engine.IPVSConfig{Scheduler: s.l.Scenario.Proxy.IPVSScheduler, TCPTimeWait: ipvsCloseTimeout}}
 	if s.ipset {
-		cfg.IPTables.RecentCapacity = 1 << 30
+		cfg.IPTables.RecentCapacity = iptables.IPSetMaxElem
 	}
 	st := s.state()
 	for i, name := range st.SortedNodes() {
