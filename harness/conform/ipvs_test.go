@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -27,12 +28,12 @@ func TestExpiryIdle(t *testing.T) {
 		{"iptables", tcp(60), 61 * time.Second, false},
 		// The template's timer fires at 3 s while the probe's connection
 		// (CLOSE, 10 s) still lives: re-armed for 60 s.
-		{"ipvs", tcp(3), 63*time.Second + expiryMargin, true},
-		{"ipvs", tcp(10), 70*time.Second + expiryMargin, true},
+		{"ipvs", tcp(3), 63*time.Second + oracle.IPVSTimerSlack, true},
+		{"ipvs", tcp(10), 70*time.Second + oracle.IPVSTimerSlack, true},
 		// Longer timeouts are not checked in any mode.
 		{"ipvs", tcp(60), 61 * time.Second, false},
 		// UDP connections live 300 s: beyond the bound.
-		{"ipvs", udp, 303*time.Second + expiryMargin, false},
+		{"ipvs", udp, 303*time.Second + oracle.IPVSTimerSlack, false},
 	} {
 		s := &suite{o: Options{Mode: tc.mode}}
 		idle, checked := s.expiryIdle(tc.sp)
