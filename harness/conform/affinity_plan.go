@@ -151,15 +151,12 @@ func expiryWait(mode cluster.Mode, sp *cluster.ServicePort) (idle time.Duration,
 	if mode != cluster.ModeIPVS {
 		return timeout + time.Second, true
 	}
-	life := ipvsCloseTimeout
+	life := oracle.IPVSCloseTimeout // the backend resets a probe's connection
 	if protoOf(sp) == traffic.UDP {
-		life = ipvsUDPTimeout
+		life = oracle.IPVSUDPTimeout
 	}
-	horizon := timeout
-	for horizon <= life+time.Second {
-		horizon += ipvsTemplateRearm
-	}
-	return horizon + expiryMargin, horizon+expiryMargin <= ipvsMaxExpiryWait
+	idle = oracle.IPVSTemplateHold(timeout, probeSpan+life)
+	return idle, idle <= ipvsMaxExpiryWait
 }
 
 // firstChoiceSize is the number of fresh first choices the chi-square

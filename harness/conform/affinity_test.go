@@ -377,7 +377,7 @@ func TestAffinityUnits(t *testing.T) {
 		s, _ := offlineSuite(t, conformanceDir+"/"+tc.file, tc.mode)
 		sc := s.l.Scenario
 		c := &sc.Checks[0]
-		run, notRun := affinityUnits(s.or, tc.mode, s.scheduler(), s.state(), c, clientNodes(sc, c, s.state().SortedNodes()))
+		run, notRun := affinityUnits(s.or, tc.mode, s.scheduler(), s.state(), c, clientNodes(sc, c, s.state().SortedNodes(), s.state()))
 		if run != tc.run || notRun != tc.notRun {
 			t.Errorf("%s in %s mode: %d run, %d not run; want %d, %d", tc.file, tc.mode, run, notRun, tc.run, tc.notRun)
 		}

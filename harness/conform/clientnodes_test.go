@@ -7,54 +7,45 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-// TestClientNodes: a check is evaluated from its clientNodes when it names
-// them; by default from every node that has a client pod (a client without
-// nodes has pods on every node), each once, sorted; with no clients, from
-// none.
+// TestClientNodes: the harness evaluates a check from the shared
+// definition (scenario.Check.Nodes) with the check's service port resolved
+// in the state: a client restricted to another Service's port or protocol
+// does not count, and a check that does not resolve falls back to the port
+// it names.
 func TestClientNodes(t *testing.T) {
 	all := []string{"node-a", "node-b", "node-c"}
-	traffic := func(clients ...scenario.Client) *scenario.Scenario {
-		return &scenario.Scenario{Traffic: &scenario.Traffic{Clients: clients}}
+	st := &cluster.State{Services: map[cluster.ServicePortName]*cluster.ServicePort{
+		{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "dns", Protocol: corev1.ProtocolUDP}: {},
+	}}
+	sc := &scenario.Scenario{Traffic: &scenario.Traffic{Clients: []scenario.Client{
+		{Name: "tcp", Nodes: []string{"node-a"}, Protocol: "TCP"},
+		{Name: "udp", Nodes: []string{"node-b"}, Protocol: "UDP"},
+		{Name: "other", Nodes: []string{"node-c"}, Services: []string{"ns/other"}},
+	}}}
+	c := &scenario.Check{Service: "ns/web"}
+	if d := cmp.Diff([]string{"node-b"}, clientNodes(sc, c, all, st)); d != "" {
+		t.Errorf("resolved (-want +got):\n%s", d)
 	}
-	for _, tc := range []struct {
-		name  string
-		sc    *scenario.Scenario
-		check scenario.Check
-		want  []string
-	}{
-		{"default: the client's node only, not every node",
-			traffic(scenario.Client{Name: "c", Nodes: []string{"node-b"}}), scenario.Check{}, []string{"node-b"}},
-		{"default: a client without nodes is on every node",
-			traffic(scenario.Client{Name: "c"}), scenario.Check{}, all},
-		{"default: the union of the clients, each node once, sorted",
-			traffic(scenario.Client{Name: "x", Nodes: []string{"node-c", "node-a"}}, scenario.Client{Name: "y", Nodes: []string{"node-a"}}),
-			scenario.Check{}, []string{"node-a", "node-c"}},
-		{"default: no traffic section, no client node",
-			&scenario.Scenario{}, scenario.Check{}, nil},
-		{"the check's clientNodes win over the clients",
-			traffic(scenario.Client{Name: "c"}), scenario.Check{ClientNodes: []string{"node-c"}}, []string{"node-c"}},
-		{"the check's clientNodes keep their order",
-			traffic(scenario.Client{Name: "c", Nodes: []string{"node-a"}}), scenario.Check{ClientNodes: []string{"node-c", "node-b"}}, []string{"node-c", "node-b"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if d := cmp.Diff(tc.want, clientNodes(tc.sc, &tc.check, all)); d != "" {
-				t.Errorf("clientNodes (-want +got):\n%s", d)
-			}
-		})
+	if d := cmp.Diff([]string(nil), clientNodes(sc, &scenario.Check{Service: "ns/none"}, all, st)); d != "" {
+		t.Errorf("unresolved (-want +got):\n%s", d)
 	}
 }
 
 // TestClientNodesDefault: on every conformance scenario, a check without
 // clientNodes is evaluated from exactly the nodes where the topology the
-// suite builds (topology.FromModel) places client pods. Among them are
-// scenarios whose clients are on some nodes only, so a default of "every
-// node" would fail here.
+// suite builds (topology.FromModel) places client pods (no conformance
+// scenario restricts a client's services or protocol, so every client pod
+// sends to every checked port). Among them are scenarios whose clients are
+// on some nodes only, so a default of "every node" would fail here.
 func TestClientNodesDefault(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(conformanceDir, "*.yaml"))
 	if err != nil {
@@ -80,6 +71,10 @@ func TestClientNodesDefault(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			st, err := initialState(m.Loaded, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var all, withPods []string
 			for _, n := range cfg.Nodes {
 				all = append(all, n.Name)
@@ -98,7 +93,7 @@ func TestClientNodesDefault(t *testing.T) {
 				if len(withPods) < len(all) {
 					partial++
 				}
-				if d := cmp.Diff(withPods, clientNodes(sc, c, all)); d != "" {
+				if d := cmp.Diff(withPods, clientNodes(sc, c, all, st)); d != "" {
 					t.Errorf("check %q: nodes (-nodes with client pods +clientNodes):\n%s", c.Name, d)
 				}
 			}

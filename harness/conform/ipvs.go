@@ -47,25 +47,15 @@ import (
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-// IPVS connection-table facts the checks depend on (kernel 6.1,
-// net/netfilter/ipvs/ip_vs_proto_tcp.c and ip_vs_conn.c).
+// IPVS timing the checks depend on. The kernel's connection-table facts
+// (how long a connection and a persistence template live) are the
+// oracle's: oracle.IPVSCloseTimeout, oracle.IPVSTemplateHold.
 const (
-	// ipvsCloseTimeout: a probe is answered by the backend's RST, which
-	// leaves its IPVS connection in CLOSE for 10 s.
-	ipvsCloseTimeout = 10 * time.Second
-	// ipvsTemplateRearm: a persistence template whose timer fires while it
-	// still controls connections is re-armed for 60 s (ip_vs_conn_expire
-	// sets cp->timeout = 60*HZ), and keeps that timeout.
-	ipvsTemplateRearm = 60 * time.Second
-	// ipvsUDPTimeout: UDP connections stay 300 s.
-	ipvsUDPTimeout = 300 * time.Second
 	// ipvsMaxExpiryWait bounds the idle an IPVS expiry check waits.
 	ipvsMaxExpiryWait = 75 * time.Second
-	// expiryMargin is added to an IPVS idle for the timer wheel's slack: a
-	// timer is rounded up to its level's granularity, 512 jiffies for a 60 s
-	// timeout at HZ=250 (Debian's), so the re-armed template can expire
-	// 2.05 s late, the first timer 0.26 s.
-	expiryMargin = 4 * time.Second
+	// probeSpan bounds a probe's connection from its first packet to the
+	// backend's reset.
+	probeSpan = time.Second
 )
 
 // scheduler is the scenario's IPVS scheduler ("" is rr).
@@ -78,8 +68,8 @@ func (s *suite) scheduler() string {
 
 // ipvsExtraUnits counts the verdicts the IPVS scheduler checks add to a
 // scenario's plan (the hash and least-connection schedulers' checks replace
-// the chi-square verdict, the others add one).
-func ipvsExtraUnits(mode cluster.Mode, sc *scenario.Scenario) int {
+// the chi-square verdict, the others add one per client node: nodes).
+func ipvsExtraUnits(mode cluster.Mode, sc *scenario.Scenario, nodes func(*scenario.Check) []string) int {
 	if mode != cluster.ModeIPVS {
 		return 0
 	}
@@ -87,17 +77,10 @@ func ipvsExtraUnits(mode cluster.Mode, sc *scenario.Scenario) int {
 	case "sh", "dh", "lc", "wlc", "sed", "nq":
 		return 0
 	}
-	var all []string
-	for _, n := range sc.Cluster.Nodes {
-		all = append(all, n.Name)
-	}
-	for i := 1; i <= sc.Cluster.NodeCount; i++ {
-		all = append(all, scenario.NodeName(sc.Cluster.NodeNamePattern, i))
-	}
 	n := 0
 	for i := range sc.Checks {
 		if c := &sc.Checks[i]; c.Type == scenario.CheckDistribution {
-			n += max(1, len(clientNodes(sc, c, all)))
+			n += max(1, len(nodes(c)))
 		}
 	}
 	return n
@@ -125,15 +108,14 @@ func (s *suite) keepResets() error {
 // same checks run in every mode.
 //
 // iptables and nftables forget a client timeoutSeconds after its last new
-// connection. An IPVS persistence template also expires timeoutSeconds
-// after its last use, but when its timer fires while it still controls
-// connections it is re-armed for 60 s (and keeps that timeout). A probe's
-// connection lives 10 s in CLOSE (the backend answers with a reset; 300 s
-// for UDP), so with timeoutSeconds up to about 10 s the template outlives
-// the timeout by a whole minute. With real clients the connection stays
-// 120 s in TIME_WAIT after a normal close, so affinity lasts up to about
-// two minutes after the last connection closed, whatever timeoutSeconds
-// says (kubernetes#89358); the oracle lists that deviation.
+// connection. An IPVS persistence template may outlive it for as long as
+// the oracle says (oracle.IPVSTemplateHold): a probe's connection lives
+// 10 s in CLOSE after the backend's reset (300 s for UDP), so with
+// timeoutSeconds up to about 10 s the template outlives the timeout by a
+// whole minute. With real clients the connection stays 120 s in TIME_WAIT
+// after a normal close, so affinity lasts up to about two minutes after the
+// last connection closed, whatever timeoutSeconds says (kubernetes#89358);
+// the oracle lists that deviation.
 func (s *suite) expiryIdle(sp *cluster.ServicePort) (idle time.Duration, checked bool) {
 	return expiryWait(s.o.Mode, sp)
 }

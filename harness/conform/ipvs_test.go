@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -27,12 +28,12 @@ func TestExpiryIdle(t *testing.T) {
 		{"iptables", tcp(60), 61 * time.Second, false},
 		// The template's timer fires at 3 s while the probe's connection
 		// (CLOSE, 10 s) still lives: re-armed for 60 s.
-		{"ipvs", tcp(3), 63*time.Second + expiryMargin, true},
-		{"ipvs", tcp(10), 70*time.Second + expiryMargin, true},
+		{"ipvs", tcp(3), 63*time.Second + oracle.IPVSTimerSlack, true},
+		{"ipvs", tcp(10), 70*time.Second + oracle.IPVSTimerSlack, true},
 		// Longer timeouts are not checked in any mode.
 		{"ipvs", tcp(60), 61 * time.Second, false},
 		// UDP connections live 300 s: beyond the bound.
-		{"ipvs", udp, 303*time.Second + expiryMargin, false},
+		{"ipvs", udp, 303*time.Second + oracle.IPVSTimerSlack, false},
 	} {
 		s := &suite{o: Options{Mode: tc.mode}}
 		idle, checked := s.expiryIdle(tc.sp)
@@ -75,13 +76,14 @@ func TestIPVSExtraUnits(t *testing.T) {
 		Traffic: &scenario.Traffic{Clients: []scenario.Client{{Name: "c", Nodes: []string{"a", "b"}}}},
 		Checks:  []scenario.Check{{Type: scenario.CheckDistribution}, {Type: scenario.CheckAffinity}},
 	}
+	nodes := func(c *scenario.Check) []string { return clientNodes(sc, c, []string{"a", "b"}, nil) }
 	for sched, want := range map[string]int{"rr": 2, "wrr": 2, "mh": 2, "sh": 0, "dh": 0, "lc": 0, "wlc": 0} {
 		sc.Proxy.IPVSScheduler = sched
-		if got := ipvsExtraUnits("ipvs", sc); got != want {
+		if got := ipvsExtraUnits("ipvs", sc, nodes); got != want {
 			t.Errorf("%s: %d extra verdicts, want %d", sched, got, want)
 		}
 	}
-	if ipvsExtraUnits("iptables", sc) != 0 {
+	if ipvsExtraUnits("iptables", sc, nodes) != 0 {
 		t.Error("iptables mode has extra verdicts")
 	}
 }

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/engine"
+	"github.com/kpsim/kpsim/sim/oracle"
 )
 
 // simMachine runs a suite's checks on the simulator's engines instead of
@@ -59,9 +61,9 @@ func newSimMachine(s *suite, cls []*netns.Client, seed uint64, lossRate float64)
 		lossRate: lossRate, loss: rand.New(rand.NewPCG(seed, 0x6c6f7373))}
 	// A probe's IPVS connection ends in CLOSE for 10 s: the backend's reset
 	// passes in ipvs mode (keepResets), so it never sits in TIME_WAIT.
-	cfg := engine.NodeConfig{Mode: mode, IPVS: engine.IPVSConfig{Scheduler: s.l.Scenario.Proxy.IPVSScheduler, TCPTimeWait: ipvsCloseTimeout}}
+	cfg := engine.NodeConfig{Mode: mode, IPVS: engine.IPVSConfig{Scheduler: s.l.Scenario.Proxy.IPVSScheduler, TCPTimeWait: oracle.IPVSCloseTimeout}}
 	if s.ipset {
-		cfg.IPTables.RecentCapacity = 1 << 30
+		cfg.IPTables.RecentCapacity = iptables.IPSetMaxElem
 	}
 	st := s.state()
 	for i, name := range st.SortedNodes() {

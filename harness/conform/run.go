@@ -212,7 +212,7 @@ func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne f
 func plannedVerdicts(loaded []*scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 	units := 0
 	for _, l := range loaded {
-		units += plannedUnits(l, mode, seed) + ipvsExtraUnits(mode, l.Scenario)
+		units += plannedUnits(l, mode, seed)
 	}
 	return units
 }
@@ -244,35 +244,26 @@ func kernelRelease() string {
 	return unix.ByteSliceToString(u.Release[:])
 }
 
-// clientNodes lists the nodes a check is evaluated from: its clientNodes,
-// else the nodes of the scenario's clients that have pods.
-func clientNodes(sc *scenario.Scenario, c *scenario.Check, all []string) []string {
-	if len(c.ClientNodes) > 0 {
-		return c.ClientNodes
-	}
-	seen := map[string]bool{}
-	var out []string
-	if sc.Traffic != nil {
-		for _, cl := range sc.Traffic.Clients {
-			nodes := cl.Nodes
-			if len(nodes) == 0 {
-				nodes = all
-			}
-			for _, n := range nodes {
-				if !seen[n] {
-					seen[n] = true
-					out = append(out, n)
-				}
-			}
+// clientNodes lists the nodes check c is evaluated from among all
+// (scenario.Check.Nodes, the definition sim run uses too), its service port
+// resolved in st. A check whose port does not resolve (validation rejects
+// such a scenario: only one built in code gets here, and its verdicts
+// report the error) is taken to check the port it names, of no protocol.
+func clientNodes(sc *scenario.Scenario, c *scenario.Check, all []string, st *cluster.State) []string {
+	t := scenario.Target{Service: c.Service, Port: c.Port}
+	if st != nil {
+		if n, err := cluster.ResolvePort(c.Service, c.Port, maps.Keys(st.Services)); err == nil {
+			t = scenario.Target{Service: n.NamespacedName.String(), Port: n.Port, Protocol: string(n.Protocol)}
 		}
 	}
-	sort.Strings(out)
-	return out
+	return c.Nodes(sc, all, t)
 }
 
 // plannedUnits counts the verdicts a scenario will produce in mode (not-run
-// verdicts left out): the affinity checks ask their own plan
-// (affinityUnits) in the scenario's initial state.
+// verdicts left out), the IPVS scheduler checks' (ipvsExtraUnits) with
+// them: each check is evaluated from its clientNodes in the scenario's
+// initial state, and the affinity checks ask their own plan (affinityUnits)
+// there.
 func plannedUnits(l *scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 	sc := l.Scenario
 	var all []string
@@ -284,18 +275,19 @@ func plannedUnits(l *scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 	}
 	steps := len(apiserver.Timeline(sc))
 	var st *cluster.State
-	n := 0
+	if len(sc.Checks) > 0 {
+		st, _ = initialState(l, seed) // nil: load already checked the scenario
+	}
+	nodesOf := func(c *scenario.Check) []string { return clientNodes(sc, c, all, st) }
+	n := ipvsExtraUnits(mode, sc, nodesOf)
 	for i := range sc.Checks {
 		c := &sc.Checks[i]
-		nodes := clientNodes(sc, c, all)
+		nodes := nodesOf(c)
 		switch c.Type {
 		case scenario.CheckAffinity:
 			if st == nil {
-				var err error
-				if st, err = initialState(l, seed); err != nil {
-					n += 3 * max(1, len(nodes)) // load already checked the scenario
-					continue
-				}
+				n += 3 * max(1, len(nodes))
+				continue
 			}
 			or := oracle.Oracle{IPVSScheduler: sc.Proxy.IPVSScheduler}
 			r, _ := affinityUnits(or, mode, sc.Proxy.IPVSScheduler, st, c, nodes)
@@ -388,7 +380,7 @@ func (s *suite) configure(ctx context.Context, run *report.Run) (*apiserver.Mode
 		run.Layout = s.layout
 	}
 	if s.ipset {
-		s.or.RecentCapacity = 1 << 30 // an ipset holds every client
+		s.or.RecentCapacity = iptables.IPSetMaxElem // the kernel set's, as sim run
 	}
 	run.IPTablesBackend = variant
 	s.or.IPVSScheduler = px.IPVSScheduler
@@ -647,7 +639,7 @@ func (s *suite) runChecks(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		nodes := clientNodes(sc, c, allNodes)
+		nodes := clientNodes(sc, c, allNodes, s.state())
 		switch c.Type {
 		case scenario.CheckFlapping, scenario.CheckTerminating:
 			timelineChecks = append(timelineChecks, c)
@@ -693,7 +685,7 @@ func (s *suite) runChecks(ctx context.Context) {
 		props = append(props, worst.Seconds())
 		phase := fmt.Sprintf("step %d (%s)", i+1, step)
 		for _, c := range timelineChecks {
-			s.stateChecks(ctx, c, clientNodes(sc, c, allNodes), phase)
+			s.stateChecks(ctx, c, clientNodes(sc, c, allNodes, s.state()), phase)
 		}
 	}
 	if len(props) > 0 {

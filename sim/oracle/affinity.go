@@ -10,12 +10,46 @@ import (
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
-// Connection-table timeouts that decide how long an ipvs persistence
-// template may outlive its timeout (kernel ip_vs_proto_tcp.c / _udp.c).
+// IPVS connection-table facts that decide how long a persistence template
+// (sessionAffinity ClientIP) may outlive its timeout (kernel 6.1,
+// net/netfilter/ipvs/ip_vs_proto_tcp.c, ip_vs_proto_udp.c, ip_vs_conn.c).
+// The harness's IPVS expiry checks were calibrated on them (issue 11).
 const (
-	ipvsTCPTimeWait = 120 * time.Second
-	ipvsUDPTimeout  = 300 * time.Second
+	// IPVSTCPTimeWait: a TCP connection closed normally stays 120 s in
+	// TIME_WAIT.
+	IPVSTCPTimeWait = 120 * time.Second
+	// IPVSCloseTimeout: a TCP connection the real server resets stays 10 s
+	// in CLOSE.
+	IPVSCloseTimeout = 10 * time.Second
+	// IPVSUDPTimeout: a UDP connection stays 300 s.
+	IPVSUDPTimeout = 300 * time.Second
+	// IPVSTemplateRearm: a template whose timer fires while it still
+	// controls connections is re-armed for 60 s (ip_vs_conn_expire sets
+	// cp->timeout = 60*HZ), and keeps that timeout.
+	IPVSTemplateRearm = 60 * time.Second
+	// IPVSTimerSlack covers the timer wheel: a timer is rounded up to its
+	// level's granularity, 512 jiffies for a 60 s timeout at HZ=250
+	// (Debian's), so a re-armed template can expire 2.05 s late, the first
+	// timer 0.26 s.
+	IPVSTimerSlack = 4 * time.Second
 )
+
+// IPVSTemplateHold is how long after a client's last new connection an
+// IPVS persistence template of timeout may still send the client to the
+// same endpoint, when the connection table keeps that client's connections
+// until busy after it (the connection's own length plus IPVSTCPTimeWait,
+// IPVSCloseTimeout or IPVSUDPTimeout): the template's timer fires timeout
+// after its last use and is re-armed by IPVSTemplateRearm for as long as a
+// connection it controls is still in the table; IPVSTimerSlack on top.
+// With a short timeoutSeconds the template thus outlives it by a whole
+// minute or more (kubernetes#89358).
+func IPVSTemplateHold(timeout, busy time.Duration) time.Duration {
+	h := timeout
+	for h <= busy {
+		h += IPVSTemplateRearm
+	}
+	return h + IPVSTimerSlack
+}
 
 // Binding is the affinity of one client to one endpoint.
 type Binding struct {
@@ -26,8 +60,8 @@ type Binding struct {
 	// (timeoutSeconds after the last new connection).
 	Until time.Duration
 	// MayHoldUntil >= Until: the dataplane may keep the affinity until then
-	// (ipvs re-arms its template while connections remain); after it, the
-	// next connection is a fresh choice.
+	// (ipvs re-arms its template while connections remain:
+	// IPVSTemplateHold); after it, the next connection is a fresh choice.
 	MayHoldUntil time.Duration
 	// AtRisk is set in iptables mode when more clients are bound to the
 	// endpoint than its recent list holds and this client is not among the
@@ -87,12 +121,12 @@ type binding struct {
 // current.
 // Without ClientIP affinity no client is ever bound.
 func (o Oracle) NewAffinity(mode cluster.Mode, sp *cluster.ServicePort, current Outcome) *Affinity {
-	a := &Affinity{mode: mode, capacity: o.recentCapacity(), clients: map[netip.Addr]*binding{}, linger: ipvsTCPTimeWait}
+	a := &Affinity{mode: mode, capacity: o.recentCapacity(), clients: map[netip.Addr]*binding{}, linger: IPVSTCPTimeWait}
 	if sp.ClientIPAffinity {
 		a.timeout = time.Duration(sp.AffinityTimeout) * time.Second
 	}
 	if isUDP(sp) {
-		a.linger = ipvsUDPTimeout
+		a.linger = IPVSUDPTimeout
 	}
 	a.Update(current)
 	return a
@@ -125,9 +159,8 @@ func (a *Affinity) binding(client netip.Addr, now time.Duration) (Binding, bool)
 		return Binding{}, false
 	}
 	out := Binding{Endpoint: b.endpoint, Last: b.last, Until: b.last + a.timeout, MayHoldUntil: b.last + a.timeout}
-	if a.mode == cluster.ModeIPVS && b.busy > out.MayHoldUntil {
-		k := (b.busy - b.last + a.timeout - 1) / a.timeout
-		out.MayHoldUntil = b.last + k*a.timeout
+	if a.mode == cluster.ModeIPVS {
+		out.MayHoldUntil = b.last + IPVSTemplateHold(a.timeout, b.busy-b.last)
 	}
 	if now >= out.MayHoldUntil {
 		return Binding{}, false

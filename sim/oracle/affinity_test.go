@@ -79,8 +79,11 @@ func TestAffinityIPVSMayOutlastTimeout(t *testing.T) {
 	if !ok {
 		t.Fatal("no binding")
 	}
-	if b.Until != 10*time.Second || b.MayHoldUntil != 130*time.Second {
-		t.Errorf("got until %v, may hold until %v; want 10s and 130s", b.Until, b.MayHoldUntil)
+	// The template's timer fires at 10 s and 70 s with the connection still
+	// in the table, re-arms for 60 s each time, and finds it gone at 130 s;
+	// the timer wheel's slack on top.
+	if want := 130*time.Second + IPVSTimerSlack; b.Until != 10*time.Second || b.MayHoldUntil != want {
+		t.Errorf("got until %v, may hold until %v; want 10s and %v", b.Until, b.MayHoldUntil, want)
 	}
 	if _, bound := a.Expect(c, 11*time.Second); bound {
 		t.Errorf("must not be required after Until")
@@ -91,6 +94,24 @@ func TestAffinityIPVSMayOutlastTimeout(t *testing.T) {
 	}
 	if got, bound := a.Expect(c, 65*time.Second); !bound || got != "10.0.1.1:80" {
 		t.Errorf("refreshed: %q %v", got, bound)
+	}
+}
+
+// TestIPVSTemplateHold: a template outlives its timeout by whole re-arms
+// of 60 s while a connection it controls is in the table (including one
+// leaving exactly when the timer fires), plus the timer's slack.
+func TestIPVSTemplateHold(t *testing.T) {
+	for _, tc := range []struct {
+		timeout, busy, want time.Duration
+	}{
+		{30 * time.Second, 11 * time.Second, 30*time.Second + IPVSTimerSlack},
+		{3 * time.Second, 11 * time.Second, 63*time.Second + IPVSTimerSlack},
+		{11 * time.Second, 11 * time.Second, 71*time.Second + IPVSTimerSlack},
+		{3 * time.Second, IPVSUDPTimeout + time.Second, 303*time.Second + IPVSTimerSlack},
+	} {
+		if got := IPVSTemplateHold(tc.timeout, tc.busy); got != tc.want {
+			t.Errorf("timeout %v, busy %v: %v, want %v", tc.timeout, tc.busy, got, tc.want)
+		}
 	}
 }
 

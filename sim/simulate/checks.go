@@ -46,32 +46,26 @@ func (w *world) prepareChecks() {
 	}
 }
 
-// clientNodes are the nodes a check looks at: its clientNodes, or every
-// node with a client that sends to the service port.
+// clientNodes are the nodes a check of service port s looks at
+// (scenario.Check.Nodes), in the world's node order.
 func (w *world) clientNodes(c *scenario.Check, s int32) []int {
-	var out []int
+	all := make([]string, len(w.nodes))
 	for ni, n := range w.nodes {
-		if len(c.ClientNodes) > 0 {
-			if slices.Contains(c.ClientNodes, n.name) {
-				out = append(out, ni)
-			}
-			continue
-		}
-		if w.sends(ni, s) {
+		all[ni] = n.name
+	}
+	n := w.svcs[s].name
+	t := scenario.Target{Service: n.NamespacedName.String(), Port: n.Port, Protocol: string(n.Protocol)}
+	in := map[string]bool{}
+	for _, name := range c.Nodes(w.sc, all, t) {
+		in[name] = true
+	}
+	var out []int
+	for ni, name := range all {
+		if in[name] {
 			out = append(out, ni)
 		}
 	}
 	return out
-}
-
-// sends reports whether a client on node ni targets service port s.
-func (w *world) sends(ni int, s int32) bool {
-	for _, g := range w.tr.perNode[ni].groups {
-		if slices.Contains(w.tr.groups[g.group].targets, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // familyAlpha is the family-wise level of the report's Holm family: the

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cost"
@@ -167,7 +168,7 @@ func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) report.Mode 
 	case aff.ServicePorts == 0:
 		aff.Note = "no service port has sessionAffinity ClientIP"
 	case md.mode == engine.IPTables && w.sc.Proxy.IPTablesAffinity == "ipset":
-		aff.Note = "iptables with ipset affinity: no per-endpoint client limit below the set's maxelem (65536)"
+		aff.Note = fmt.Sprintf("iptables with ipset affinity: no per-endpoint client limit below the set's maxelem (%d)", iptables.IPSetMaxElem)
 	case md.mode == engine.IPTables:
 		aff.Note = fmt.Sprintf("iptables keeps at most %d clients per endpoint (xt_recent ip_list_tot); recentEvictedLive counts clients it forgot inside the timeout: a known deviation, not counted as a violation", engine.RecentListCapacity)
 	}

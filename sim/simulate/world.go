@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
@@ -298,8 +299,7 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 		md.ncfg.IPTables.Fault, md.ncfg.NFTables.Fault, md.ncfg.IPVS.Fault = f, f, f
 	}
 	if p.IPTablesAffinity == "ipset" {
-		// An ipset hash:ip holds 65536 elements by default (maxelem).
-		md.ncfg.IPTables.RecentCapacity = 65536
+		md.ncfg.IPTables.RecentCapacity = iptables.IPSetMaxElem
 	}
 	md.scfg = engine.SyncConfig{MaxInterval: time.Hour}
 	if p.MinSyncPeriod != nil {
@@ -313,7 +313,7 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 	nn := len(w.nodes)
 	or := oracle.Oracle{IPVSScheduler: p.IPVSScheduler}
 	if p.IPTablesAffinity == "ipset" {
-		or.RecentCapacity = 65536
+		or.RecentCapacity = iptables.IPSetMaxElem
 	}
 	md.rules = make([]*engine.Rules, len(w.gvs)*nn)
 	md.out = make([]int32, len(w.gvs)*nn)
