@@ -456,34 +456,21 @@ func (s *suite) reportRate(p *Prober) {
 	}
 }
 
+// setup resolves the run's options, builds the scenario's namespaces,
+// starts each node's proxy and waits for its first sync, then opens the
+// prober that the checks send through.
 func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run) error {
 	m, variant, err := s.configure(ctx, run)
 	if err != nil {
 		return err
 	}
-	px := s.l.Scenario.Proxy
-	affinity := "recent"
-	if s.ipset {
-		affinity = "ipset"
-	}
 	if err := iptables.CheckTools(variant, s.ipset || s.o.Mode == cluster.ModeIPVS); err != nil {
 		return err
 	}
-	id, err := netns.NewRunID()
+	topo, err := s.buildNamespaces(ctx, m)
 	if err != nil {
 		return err
 	}
-	cfg, err := topology.FromModel(m, id)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(s.o.Log, "conform: %s: building namespaces (run %s)\n", s.out.Scenario, id)
-	topo, err := netns.Build(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("could not build the namespaces: %w", err)
-	}
-	s.topo = topo
-	fmt.Fprintf(s.o.Log, "conform: %s: namespaces built, syncing\n", s.out.Scenario)
 	podCIDR, err := netip.ParsePrefix(s.l.Scenario.Cluster.PodCIDR)
 	if err != nil {
 		return err
@@ -491,39 +478,9 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 	syncCtx, stop := context.WithCancel(ctx)
 	s.stopSyncers = stop
 	for _, n := range topo.Nodes() {
-		// Rejects must reach the clients one per probe: lift the ICMP rate
-		// limits of the node namespace (per-namespace sysctls).
-		for k, v := range map[string]string{"net.ipv4.icmp_ratelimit": "0", "net.ipv4.icmp_msgs_per_sec": "1000000", "net.ipv4.icmp_msgs_burst": "1000000"} {
-			if err := n.NS.Sysctl(k, v); err != nil {
-				fmt.Fprintf(s.o.Log, "conform: %s: could not set %s (rejects may be rate-limited): %v\n", n.Config.Name, k, err)
-			}
-		}
-		tr, err := m.Cluster.AddTrackerSynced(ctx, settleTimeout)
-		if err != nil {
+		if err := s.startNode(ctx, syncCtx, m, n, podCIDR, variant, faults); err != nil {
 			return err
 		}
-		b, err := backends.New(s.o.Mode, n.NS,
-			dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
-			backends.Options{IPTablesVariant: variant, Affinity: iptables.AffinityMode(affinity), Layout: nftables.Layout(s.layout),
-				Scheduler: px.IPVSScheduler, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}})
-		if err != nil {
-			return err
-		}
-		sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: px.MinSyncPeriod.Duration, SyncPeriod: px.SyncPeriod.Duration,
-			RetryPeriod: time.Second}, b, tr, nil)
-		first := sy.Synced()
-		s.syncers.Add(1)
-		go func() {
-			defer s.syncers.Done()
-			_ = sy.Run(syncCtx)
-		}()
-		select {
-		case <-first:
-		case <-time.After(settleTimeout):
-			_, _, last := sy.Stats()
-			return fmt.Errorf("node %s: the first sync did not complete within %s: %v", n.Config.Name, settleTimeout, last)
-		}
-		s.nodes = append(s.nodes, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy})
 	}
 	p, err := NewProber(ctx, topo)
 	if err != nil {
@@ -536,6 +493,80 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 		}
 	}
 	return nil
+}
+
+// buildNamespaces builds the scenario's nodes and pods as namespaces under
+// a new run ID, and keeps the topology for teardown.
+func (s *suite) buildNamespaces(ctx context.Context, m *apiserver.Model) (*netns.Topology, error) {
+	id, err := netns.NewRunID()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := topology.FromModel(m, id)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(s.o.Log, "conform: %s: building namespaces (run %s)\n", s.out.Scenario, id)
+	topo, err := netns.Build(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("could not build the namespaces: %w", err)
+	}
+	s.topo = topo
+	fmt.Fprintf(s.o.Log, "conform: %s: namespaces built, syncing\n", s.out.Scenario)
+	return topo, nil
+}
+
+// startNode starts one node's proxy: it lifts the namespace's ICMP rate
+// limits, opens the mode's backend on a synced tracker of the cluster
+// model, runs its sync loop until syncCtx ends and waits for the first
+// sync (at most settleTimeout).
+func (s *suite) startNode(ctx, syncCtx context.Context, m *apiserver.Model, n *netns.Node, podCIDR netip.Prefix, variant string, faults proxy.Faults) error {
+	px := s.l.Scenario.Proxy
+	// Rejects must reach the clients one per probe: lift the ICMP rate
+	// limits of the node namespace (per-namespace sysctls).
+	for k, v := range map[string]string{"net.ipv4.icmp_ratelimit": "0", "net.ipv4.icmp_msgs_per_sec": "1000000", "net.ipv4.icmp_msgs_burst": "1000000"} {
+		if err := n.NS.Sysctl(k, v); err != nil {
+			fmt.Fprintf(s.o.Log, "conform: %s: could not set %s (rejects may be rate-limited): %v\n", n.Config.Name, k, err)
+		}
+	}
+	tr, err := m.Cluster.AddTrackerSynced(ctx, settleTimeout)
+	if err != nil {
+		return err
+	}
+	b, err := s.newBackend(n, podCIDR, variant, faults)
+	if err != nil {
+		return err
+	}
+	sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: px.MinSyncPeriod.Duration, SyncPeriod: px.SyncPeriod.Duration,
+		RetryPeriod: time.Second}, b, tr, nil)
+	first := sy.Synced()
+	s.syncers.Add(1)
+	go func() {
+		defer s.syncers.Done()
+		_ = sy.Run(syncCtx)
+	}()
+	select {
+	case <-first:
+	case <-time.After(settleTimeout):
+		_, _, last := sy.Stats()
+		return fmt.Errorf("node %s: the first sync did not complete within %s: %v", n.Config.Name, settleTimeout, last)
+	}
+	s.nodes = append(s.nodes, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy})
+	return nil
+}
+
+// newBackend opens the run's mode's backend in a node's namespace, with
+// the scenario's proxy settings and the injected faults.
+func (s *suite) newBackend(n *netns.Node, podCIDR netip.Prefix, variant string, faults proxy.Faults) (dataplane.Backend, error) {
+	px := s.l.Scenario.Proxy
+	affinity := "recent"
+	if s.ipset {
+		affinity = "ipset"
+	}
+	return backends.New(s.o.Mode, n.NS,
+		dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
+		backends.Options{IPTablesVariant: variant, Affinity: iptables.AffinityMode(affinity), Layout: nftables.Layout(s.layout),
+			Scheduler: px.IPVSScheduler, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}})
 }
 
 func (s *suite) teardown() {

@@ -292,123 +292,175 @@ func isTrue(b *bool, absent bool) bool {
 	return *b
 }
 
+// sliceEdit is an edit in progress of one Service's EndpointSlices: the
+// slices in name order, which of them changed and which are new.
+type sliceEdit struct {
+	sl      []*discoveryv1.EndpointSlice
+	changed map[int]bool
+	created []*discoveryv1.EndpointSlice
+}
+
+// editEndpoints makes one endpoint change of ch.Kind to the Service's
+// EndpointSlices and writes the slices it touched. It reports false when
+// the change has nothing to act on (no endpoint, or no room to add one).
 func (g *Generator) editEndpoints(ctx context.Context, key types.NamespacedName, ch Change) (Change, bool, error) {
 	sl, err := g.slicesOf(ctx, key)
 	if err != nil || len(sl) == 0 {
 		return ch, false, err
 	}
-	changed := map[int]bool{}
-	var created []*discoveryv1.EndpointSlice
+	e := &sliceEdit{sl: sl, changed: map[int]bool{}}
+	detail, ok := ch.Detail, true
 	switch ch.Kind {
 	case ChangeReadiness:
-		all := allEndpoints(sl, nil)
-		if len(all) == 0 {
-			return ch, false, nil
-		}
-		r := all[g.rng.IntN(len(all))]
-		ep := &sl[r.slice].Endpoints[r.idx]
-		if isTrue(ep.Conditions.Terminating, false) {
-			sv := !isTrue(ep.Conditions.Serving, true)
-			f := false
-			ep.Conditions.Ready, ep.Conditions.Serving = &f, &sv
-			ch.Detail = fmt.Sprintf("%s serving=%t (terminating)", ep.Addresses[0], sv)
-		} else {
-			rd := !isTrue(ep.Conditions.Ready, true)
-			sv := rd
-			ep.Conditions.Ready, ep.Conditions.Serving = &rd, &sv
-			ch.Detail = fmt.Sprintf("%s ready=%t", ep.Addresses[0], rd)
-		}
-		changed[r.slice] = true
+		detail, ok = g.flipReadiness(e)
 	case ChangeTerminate:
-		live := allEndpoints(sl, func(ep discoveryv1.Endpoint) bool { return !isTrue(ep.Conditions.Terminating, false) })
-		if len(live) == 0 {
-			return ch, false, nil
-		}
-		r := live[g.rng.IntN(len(live))]
-		ep := &sl[r.slice].Endpoints[r.idx]
-		serving := isTrue(ep.Conditions.Ready, true)
-		f, t := false, true
-		ep.Conditions.Ready, ep.Conditions.Serving, ep.Conditions.Terminating = &f, &serving, &t
-		ch.Detail = ep.Addresses[0]
-		changed[r.slice] = true
+		detail, ok = g.terminate(e)
 	case ChangeRemoveEndpoint, ChangeScaleDown:
-		all := allEndpoints(sl, nil)
-		if len(all) == 0 {
-			return ch, false, nil
-		}
-		var del []ref
-		if ch.Kind == ChangeRemoveEndpoint {
-			del = []ref{all[g.rng.IntN(len(all))]}
-		} else {
-			k := min(len(all), 1+g.rng.IntN(3))
-			del = all[len(all)-k:]
-		}
-		gone := map[ref]bool{}
-		for _, r := range del {
-			gone[r] = true
-			changed[r.slice] = true
-			if a, err := netip.ParseAddr(sl[r.slice].Endpoints[r.idx].Addresses[0]); err == nil {
-				g.free(a)
-			}
-		}
-		for i := range changed {
-			kept := sl[i].Endpoints[:0]
-			for j, ep := range sl[i].Endpoints {
-				if !gone[ref{i, j}] {
-					kept = append(kept, ep)
-				}
-			}
-			sl[i].Endpoints = kept
-		}
-		ch.Detail = fmt.Sprintf("%d endpoint(s)", len(del))
+		detail, ok = g.removeEndpoints(e, ch.Kind == ChangeRemoveEndpoint)
 	case ChangeScaleUp:
-		n := len(allEndpoints(sl, nil))
-		k := min(1+g.rng.IntN(3), g.bounds.MaxEndpoints-n)
-		if k <= 0 {
-			return ch, false, nil
-		}
-		last := len(sl) - 1
-		added := 0
-		for ; added < k; added++ {
-			ep, ok := g.newEndpoint(true)
-			if !ok {
-				break
-			}
-			if len(sl[last].Endpoints) >= scenario.MaxEndpointsPerSlice {
-				next := &discoveryv1.EndpointSlice{
-					ObjectMeta:  metav1.ObjectMeta{Name: g.sliceName(key.Name), Namespace: key.Namespace, Labels: map[string]string{discoveryv1.LabelServiceName: key.Name}},
-					AddressType: discoveryv1.AddressTypeIPv4,
-					Ports:       sl[last].Ports,
-				}
-				sl = append(sl, next)
-				created = append(created, next)
-				last++
-			}
-			sl[last].Endpoints = append(sl[last].Endpoints, ep)
-			changed[last] = true
-		}
-		if added == 0 {
-			return ch, false, nil
-		}
-		ch.Detail = fmt.Sprintf("+%d endpoint(s) to %d", added, n+added)
+		detail, ok = g.scaleUp(e, key)
 	}
-	for _, s := range created {
-		if _, err := g.client.DiscoveryV1().EndpointSlices(key.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			return ch, false, fmt.Errorf("could not create endpointslice %s/%s: %w", key.Namespace, s.Name, err)
-		}
-		ch.Writes++
+	if !ok {
+		return ch, false, nil
 	}
-	for _, i := range sortedKeys(changed) {
-		if slices.Contains(created, sl[i]) {
-			continue // its endpoints went in with the Create
-		}
-		stampTrigger(sl[i])
-		if _, err := g.client.DiscoveryV1().EndpointSlices(key.Namespace).Update(ctx, sl[i], metav1.UpdateOptions{}); err != nil {
-			return ch, false, fmt.Errorf("could not update endpointslice %s/%s: %w", key.Namespace, sl[i].Name, err)
-		}
-		ch.Writes++
+	ch.Detail = detail
+	if err := g.writeSlices(ctx, key, e, &ch); err != nil {
+		return ch, false, err
 	}
 	return ch, true, nil
+}
+
+// flipReadiness flips one endpoint's readiness at random: a terminating
+// endpoint's serving condition, any other's ready and serving together.
+func (g *Generator) flipReadiness(e *sliceEdit) (string, bool) {
+	all := allEndpoints(e.sl, nil)
+	if len(all) == 0 {
+		return "", false
+	}
+	r := all[g.rng.IntN(len(all))]
+	ep := &e.sl[r.slice].Endpoints[r.idx]
+	var detail string
+	if isTrue(ep.Conditions.Terminating, false) {
+		sv := !isTrue(ep.Conditions.Serving, true)
+		f := false
+		ep.Conditions.Ready, ep.Conditions.Serving = &f, &sv
+		detail = fmt.Sprintf("%s serving=%t (terminating)", ep.Addresses[0], sv)
+	} else {
+		rd := !isTrue(ep.Conditions.Ready, true)
+		sv := rd
+		ep.Conditions.Ready, ep.Conditions.Serving = &rd, &sv
+		detail = fmt.Sprintf("%s ready=%t", ep.Addresses[0], rd)
+	}
+	e.changed[r.slice] = true
+	return detail, true
+}
+
+// terminate marks one endpoint that is not terminating yet as terminating,
+// serving if it was ready.
+func (g *Generator) terminate(e *sliceEdit) (string, bool) {
+	live := allEndpoints(e.sl, func(ep discoveryv1.Endpoint) bool { return !isTrue(ep.Conditions.Terminating, false) })
+	if len(live) == 0 {
+		return "", false
+	}
+	r := live[g.rng.IntN(len(live))]
+	ep := &e.sl[r.slice].Endpoints[r.idx]
+	serving := isTrue(ep.Conditions.Ready, true)
+	f, t := false, true
+	ep.Conditions.Ready, ep.Conditions.Serving, ep.Conditions.Terminating = &f, &serving, &t
+	e.changed[r.slice] = true
+	return ep.Addresses[0], true
+}
+
+// removeEndpoints removes one endpoint at random (one is true) or the last
+// one to three (a scale-down), and frees their addresses.
+func (g *Generator) removeEndpoints(e *sliceEdit, one bool) (string, bool) {
+	sl := e.sl
+	all := allEndpoints(sl, nil)
+	if len(all) == 0 {
+		return "", false
+	}
+	var del []ref
+	if one {
+		del = []ref{all[g.rng.IntN(len(all))]}
+	} else {
+		k := min(len(all), 1+g.rng.IntN(3))
+		del = all[len(all)-k:]
+	}
+	gone := map[ref]bool{}
+	for _, r := range del {
+		gone[r] = true
+		e.changed[r.slice] = true
+		if a, err := netip.ParseAddr(sl[r.slice].Endpoints[r.idx].Addresses[0]); err == nil {
+			g.free(a)
+		}
+	}
+	for i := range e.changed {
+		kept := sl[i].Endpoints[:0]
+		for j, ep := range sl[i].Endpoints {
+			if !gone[ref{i, j}] {
+				kept = append(kept, ep)
+			}
+		}
+		sl[i].Endpoints = kept
+	}
+	return fmt.Sprintf("%d endpoint(s)", len(del)), true
+}
+
+// scaleUp adds one to three endpoints, up to the bounds' MaxEndpoints,
+// to the last slice, opening a new slice when that one is full. It
+// reports false when it could add none.
+func (g *Generator) scaleUp(e *sliceEdit, key types.NamespacedName) (string, bool) {
+	n := len(allEndpoints(e.sl, nil))
+	k := min(1+g.rng.IntN(3), g.bounds.MaxEndpoints-n)
+	if k <= 0 {
+		return "", false
+	}
+	last := len(e.sl) - 1
+	added := 0
+	for ; added < k; added++ {
+		ep, ok := g.newEndpoint(true)
+		if !ok {
+			break
+		}
+		if len(e.sl[last].Endpoints) >= scenario.MaxEndpointsPerSlice {
+			next := &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: g.sliceName(key.Name), Namespace: key.Namespace, Labels: map[string]string{discoveryv1.LabelServiceName: key.Name}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       e.sl[last].Ports,
+			}
+			e.sl = append(e.sl, next)
+			e.created = append(e.created, next)
+			last++
+		}
+		e.sl[last].Endpoints = append(e.sl[last].Endpoints, ep)
+		e.changed[last] = true
+	}
+	if added == 0 {
+		return "", false
+	}
+	return fmt.Sprintf("+%d endpoint(s) to %d", added, n+added), true
+}
+
+// writeSlices creates the new slices, then updates the changed ones in
+// index order, counting the writes in ch.
+func (g *Generator) writeSlices(ctx context.Context, key types.NamespacedName, e *sliceEdit, ch *Change) error {
+	for _, s := range e.created {
+		if _, err := g.client.DiscoveryV1().EndpointSlices(key.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("could not create endpointslice %s/%s: %w", key.Namespace, s.Name, err)
+		}
+		ch.Writes++
+	}
+	for _, i := range sortedKeys(e.changed) {
+		if slices.Contains(e.created, e.sl[i]) {
+			continue // its endpoints went in with the Create
+		}
+		stampTrigger(e.sl[i])
+		if _, err := g.client.DiscoveryV1().EndpointSlices(key.Namespace).Update(ctx, e.sl[i], metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("could not update endpointslice %s/%s: %w", key.Namespace, e.sl[i].Name, err)
+		}
+		ch.Writes++
+	}
+	return nil
 }
 
 func sortedKeys(m map[int]bool) []int {

@@ -200,36 +200,85 @@ func BuildImage(a *Assets, sim string, log io.Writer) (*Image, error) {
 	if log == nil {
 		log = io.Discard
 	}
+	in, err := imageInputsFor(a, sim, log)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := in.hash(a)
+	if err != nil {
+		return nil, err
+	}
+	imgDir := filepath.Join(a.Dir, "images")
+	path := filepath.Join(imgDir, "base-"+a.KernelVersion+"-"+sum+".cpio.gz")
+	img := &Image{Path: path, Modules: in.mods, Missing: in.missing}
+	if st, err := os.Stat(path); err == nil {
+		img.Cached, img.Size = true, st.Size()
+		return img, nil
+	}
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return nil, fmt.Errorf("could not create %s: %w", imgDir, err)
+	}
+	if err := in.write(a, imgDir, path); err != nil {
+		return nil, err
+	}
+	pruneImages(imgDir, path)
+	st, _ := os.Stat(path)
+	img.Size = st.Size()
+	fmt.Fprintf(log, "vm: built %s (%.1f MB, %d modules)\n", filepath.Base(path), float64(img.Size)/1e6, len(in.mods))
+	return img, nil
+}
+
+// imageInputs is what goes into a base image: the kernel modules to load
+// (in order, with the list /init reads), the host tools with their
+// libraries and links, and the sim binary with its libraries.
+type imageInputs struct {
+	mods    []Module
+	missing []string
+	hf      *hostFiles
+	sim     string
+	simLibs []string
+	modList string
+}
+
+// imageInputsFor resolves the modules (a missing required one is a
+// MissingError for the kernel package), the host tools and sim's
+// libraries when it is not static.
+func imageInputsFor(a *Assets, sim string, log io.Writer) (*imageInputs, error) {
 	idx, err := indexModules(a.Modules)
 	if err != nil {
 		return nil, err
 	}
-	mods, missing, err := idx.Resolve(Wanted, Required)
+	in := &imageInputs{sim: sim}
+	in.mods, in.missing, err = idx.Resolve(Wanted, Required)
 	if err != nil {
 		return nil, &MissingError{Package: PackageKernel, Err: err}
 	}
-	hf, err := collectTools(Tools)
-	if err != nil {
+	if in.hf, err = collectTools(Tools); err != nil {
 		return nil, err
 	}
 	simStatic, err := IsStatic(sim)
 	if err != nil {
 		return nil, err
 	}
-	var simLibs []string
 	if !simStatic {
 		fmt.Fprintf(log, "vm: %s is dynamically linked; copying its libraries (build it with CGO_ENABLED=0 for a static one)\n", sim)
-		if simLibs, err = SharedDeps(sim); err != nil {
+		if in.simLibs, err = SharedDeps(sim); err != nil {
 			return nil, err
 		}
 	}
 	var modList strings.Builder
-	for _, m := range mods {
+	for _, m := range in.mods {
 		fmt.Fprintf(&modList, "%s %s\n", m.Path, m.Params)
 	}
+	in.modList = modList.String()
+	return in, nil
+}
 
+// hash names the image: a hash of the init script, the module list, and
+// the path, size and modification time of every file that goes in.
+func (in *imageInputs) hash(a *Assets) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "v1\n%s\n%s\n%s\n", initScript, modprobeStub, modList.String())
+	fmt.Fprintf(h, "v1\n%s\n%s\n%s\n", initScript, modprobeStub, in.modList)
 	stamp := func(p string) error {
 		st, err := os.Stat(p)
 		if err != nil {
@@ -238,38 +287,63 @@ func BuildImage(a *Assets, sim string, log io.Writer) (*Image, error) {
 		fmt.Fprintf(h, "%s %d %d\n", p, st.Size(), st.ModTime().UnixNano())
 		return nil
 	}
-	all := append(append(slices.Clone(hf.files), simLibs...), a.Busybox, sim)
+	all := append(append(slices.Clone(in.hf.files), in.simLibs...), a.Busybox, in.sim)
 	for _, p := range all {
 		if err := stamp(p); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
-	for _, m := range mods {
+	for _, m := range in.mods {
 		if err := stamp(filepath.Join(a.Modules, m.Path)); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
-	for _, l := range slices.Sorted(maps.Keys(hf.links)) {
-		fmt.Fprintf(h, "link %s %s\n", l, hf.links[l])
+	for _, l := range slices.Sorted(maps.Keys(in.hf.links)) {
+		fmt.Fprintf(h, "link %s %s\n", l, in.hf.links[l])
 	}
-	sum := hex.EncodeToString(h.Sum(nil))[:16]
-	imgDir := filepath.Join(a.Dir, "images")
-	path := filepath.Join(imgDir, "base-"+a.KernelVersion+"-"+sum+".cpio.gz")
-	img := &Image{Path: path, Modules: mods, Missing: missing}
-	if st, err := os.Stat(path); err == nil {
-		img.Cached, img.Size = true, st.Size()
-		return img, nil
-	}
-	if err := os.MkdirAll(imgDir, 0o755); err != nil {
-		return nil, fmt.Errorf("could not create %s: %w", imgDir, err)
-	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// write builds the image in a temporary file in imgDir, pads it to 512
+// bytes and renames it to path, so that a half-written image is never
+// found in the cache.
+func (in *imageInputs) write(a *Assets, imgDir, path string) error {
 	tmp, err := os.CreateTemp(imgDir, "build-*.tmp")
 	if err != nil {
-		return nil, fmt.Errorf("could not create the image: %w", err)
+		return fmt.Errorf("could not create the image: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	zw, _ := gzip.NewWriterLevel(tmp, gzip.BestSpeed)
 	w := NewCPIOWriter(zw)
+	if err := in.archive(a, w); err != nil {
+		tmp.Close()
+		return fmt.Errorf("could not build the image: %w", err)
+	}
+	err = errors.Join(w.Close(), zw.Close())
+	if err == nil {
+		// Pad so that the per-run archive appended after it starts aligned
+		// (the kernel skips zero bytes between archives).
+		st, _ := tmp.Stat()
+		if pad := (512 - st.Size()%512) % 512; pad > 0 {
+			_, err = tmp.Write(make([]byte, pad))
+		}
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("could not write the image: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("could not move the image into place: %w", err)
+	}
+	return nil
+}
+
+// archive writes the image's entries: busybox, /init, the modprobe stub,
+// the module list and sim first, then the host files, their links and the
+// modules, each path once.
+func (in *imageInputs) archive(a *Assets, w *CPIOWriter) error {
 	add := func(dst, src string, perm uint32) error {
 		b, err := os.ReadFile(src)
 		if err != nil {
@@ -286,62 +360,36 @@ func BuildImage(a *Assets, sim string, log io.Writer) (*Image, error) {
 		func() error { return add("/bin/busybox", a.Busybox, 0o755) },
 		func() error { return w.File("/init", 0o755, []byte(initScript)) },
 		func() error { return w.File("/sbin/modprobe", 0o755, []byte(modprobeStub)) },
-		func() error { return w.File("/etc/kpsim/modules", 0o644, []byte(modList.String())) },
-		func() error { return add(simPath, sim, 0o755) },
+		func() error { return w.File("/etc/kpsim/modules", 0o644, []byte(in.modList)) },
+		func() error { return add(simPath, in.sim, 0o755) },
 	}
 	for _, s := range steps {
 		if err := s(); err != nil {
-			tmp.Close()
-			return nil, fmt.Errorf("could not build the image: %w", err)
+			return err
 		}
 	}
-	for _, p := range append(slices.Clone(hf.files), simLibs...) {
+	for _, p := range append(slices.Clone(in.hf.files), in.simLibs...) {
 		if w.Has(p) {
 			continue
 		}
 		if err := add(p, p, 0); err != nil {
-			tmp.Close()
-			return nil, fmt.Errorf("could not build the image: %w", err)
+			return err
 		}
 	}
-	for _, l := range slices.Sorted(maps.Keys(hf.links)) {
+	for _, l := range slices.Sorted(maps.Keys(in.hf.links)) {
 		if w.Has(l) {
 			continue
 		}
-		if err := w.Symlink(l, hf.links[l]); err != nil {
-			tmp.Close()
-			return nil, fmt.Errorf("could not build the image: %w", err)
+		if err := w.Symlink(l, in.hf.links[l]); err != nil {
+			return err
 		}
 	}
-	for _, m := range mods {
+	for _, m := range in.mods {
 		if err := add(filepath.Join("/lib/modules", a.KernelVersion, m.Path), filepath.Join(a.Modules, m.Path), 0o644); err != nil {
-			tmp.Close()
-			return nil, fmt.Errorf("could not build the image: %w", err)
+			return err
 		}
 	}
-	err = errors.Join(w.Close(), zw.Close())
-	if err == nil {
-		// Pad so that the per-run archive appended after it starts aligned
-		// (the kernel skips zero bytes between archives).
-		st, _ := tmp.Stat()
-		if pad := (512 - st.Size()%512) % 512; pad > 0 {
-			_, err = tmp.Write(make([]byte, pad))
-		}
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("could not write the image: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return nil, fmt.Errorf("could not move the image into place: %w", err)
-	}
-	pruneImages(imgDir, path)
-	st, _ := os.Stat(path)
-	img.Size = st.Size()
-	fmt.Fprintf(log, "vm: built %s (%.1f MB, %d modules)\n", filepath.Base(path), float64(img.Size)/1e6, len(mods))
-	return img, nil
+	return nil
 }
 
 // pruneImages keeps the newest three base images.

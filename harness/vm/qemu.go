@@ -315,26 +315,69 @@ func hostRelease() string {
 	return strings.TrimSpace(string(b))
 }
 
+// qemuRun is one qemu process booting the VM and what its watchers share:
+// the markers seen on the console, why it was killed, and its stderr.
+type qemuRun struct {
+	o     BootOptions
+	accel string
+	cmd   *exec.Cmd
+	res   *Result
+	start time.Time
+	// exited closes after qemu was reaped; ready and booted when the
+	// console shows KPSIM-READY and KPSIM-BOOTED.
+	exited, ready, booted           chan struct{}
+	killOnce, readyOnce, bootedOnce sync.Once
+	// Why qemu was killed: no KPSIM-BOOTED by the KVM probe, an error
+	// line on stderr before READY under KVM, no READY by BootTimeout.
+	stuck, errored, late atomic.Bool
+	stderrMu             sync.Mutex
+	stderr               strings.Builder
+}
+
+// boot runs qemu once with the given accelerator: it starts qemu, watches
+// its stderr and its timers, reads the console until qemu exits, then
+// decides what the run was.
 func boot(ctx context.Context, o BootOptions, accel string) (*Result, error) {
 	res := &Result{Accel: accel, ExitCode: -1, Files: map[string][]byte{}}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	cmd := exec.Command(o.qemu, o.Args(res.Accel)...)
+	q := &qemuRun{o: o, accel: accel, res: res, exited: make(chan struct{}), ready: make(chan struct{}), booted: make(chan struct{})}
+	out, errPipe, err := q.startQEMU()
+	if err != nil {
+		return nil, err
+	}
+	stderrDone := make(chan struct{})
+	go q.readStderr(errPipe, stderrDone)
+	go q.watch(ctx)
+	con := q.readConsole(out)
+	<-stderrDone
+	werr := q.cmd.Wait()
+	close(q.exited)
+	res.Wall = time.Since(q.start)
+	res.Tail = con.tail
+	return res, q.verdict(ctx, con, werr)
+}
+
+// startQEMU starts qemu in its own process group and returns its stdout
+// (the serial console) and stderr.
+func (q *qemuRun) startQEMU() (io.ReadCloser, io.ReadCloser, error) {
+	o := q.o
+	cmd := exec.Command(o.qemu, o.Args(q.accel)...)
 	cmd.Stdin = nil
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
+		return nil, nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
 	}
 	errPipe, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
+		return nil, nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
 	}
-	start := time.Now()
+	q.cmd = cmd
+	q.start = time.Now()
 	// Pdeathsig fires when the forking thread ends, not the process: fork
 	// from a locked thread kept until qemu exits, so that qemu dies with
 	// this process and never earlier.
-	exited := make(chan struct{})
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -342,138 +385,147 @@ func boot(ctx context.Context, o BootOptions, accel string) (*Result, error) {
 		err := cmd.Start()
 		started <- err
 		if err == nil {
-			<-exited
+			<-q.exited
 		}
 	}()
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
+		return nil, nil, fmt.Errorf("could not start %s: %w", o.qemu, err)
 	}
-	var killOnce sync.Once
-	kill := func() { killOnce.Do(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }) }
-	ready := make(chan struct{})
-	booted := make(chan struct{})
-	var readyOnce, bootedOnce sync.Once
-	var stuck, errored, late atomic.Bool
+	return out, errPipe, nil
+}
 
-	// qemu's stderr: kept for the error message; under KVM an error line
-	// before READY ends the run (qemu may print one and hang).
-	var stderrMu sync.Mutex
-	var stderr strings.Builder
-	stderrDone := make(chan struct{})
-	go func() {
-		defer close(stderrDone)
-		sc := bufio.NewScanner(errPipe)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			stderrMu.Lock()
-			if stderr.Len() < 64<<10 {
-				stderr.WriteString(line + "\n")
-			}
-			stderrMu.Unlock()
-			if accel == "kvm" && isQEMUError(line) {
-				select {
-				case <-ready:
-				default:
-					errored.Store(true)
-					kill()
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, errPipe)
-	}()
+// kill ends qemu's process group, once.
+func (q *qemuRun) kill() {
+	q.killOnce.Do(func() { _ = syscall.Kill(-q.cmd.Process.Pid, syscall.SIGKILL) })
+}
 
-	go func() {
-		bootT := time.NewTimer(o.BootTimeout)
-		defer bootT.Stop()
-		var probe <-chan time.Time
-		if accel == "kvm" {
-			t := time.NewTimer(o.kvmProbe)
-			defer t.Stop()
-			probe = t.C
+// readStderr keeps qemu's stderr for the error message; under KVM an
+// error line before READY ends the run (qemu may print one and hang).
+func (q *qemuRun) readStderr(errPipe io.Reader, done chan<- struct{}) {
+	defer close(done)
+	sc := bufio.NewScanner(errPipe)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		q.stderrMu.Lock()
+		if q.stderr.Len() < 64<<10 {
+			q.stderr.WriteString(line + "\n")
 		}
-		for {
+		q.stderrMu.Unlock()
+		if q.accel == "kvm" && isQEMUError(line) {
 			select {
-			case <-exited:
-				return
-			case <-ctx.Done():
-				kill()
-				return
-			case <-probe:
-				probe = nil
-				select {
-				case <-booted:
-				default:
-					stuck.Store(true)
-					kill()
-					return
-				}
-			case <-bootT.C:
-				select {
-				case <-ready:
-				default:
-					late.Store(true)
-					kill()
-					return
-				}
+			case <-q.ready:
+			default:
+				q.errored.Store(true)
+				q.kill()
 			}
 		}
-	}()
+	}
+	_, _ = io.Copy(io.Discard, errPipe)
+}
 
-	con := &console{res: res}
+// watch kills qemu when the context ends, when under KVM the guest has not
+// booted by the KVM probe (KVM stuck: the caller falls back to TCG), or
+// when it is not ready by BootTimeout. It returns when qemu has exited.
+func (q *qemuRun) watch(ctx context.Context) {
+	bootT := time.NewTimer(q.o.BootTimeout)
+	defer bootT.Stop()
+	var probe <-chan time.Time
+	if q.accel == "kvm" {
+		t := time.NewTimer(q.o.kvmProbe)
+		defer t.Stop()
+		probe = t.C
+	}
+	for {
+		select {
+		case <-q.exited:
+			return
+		case <-ctx.Done():
+			q.kill()
+			return
+		case <-probe:
+			probe = nil
+			select {
+			case <-q.booted:
+			default:
+				q.stuck.Store(true)
+				q.kill()
+				return
+			}
+		case <-bootT.C:
+			select {
+			case <-q.ready:
+			default:
+				q.late.Store(true)
+				q.kill()
+				return
+			}
+		}
+	}
+}
+
+// readConsole reads the serial console until qemu closes it, echoing it to
+// o.Console, timing the BOOTED and READY markers and, after EXIT, giving a
+// guest that hangs instead of rebooting ten seconds before it is killed.
+func (q *qemuRun) readConsole(out io.Reader) *console {
+	con := &console{res: q.res}
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimRight(sc.Text(), "\r")
 		ev, show := con.feed(line)
-		if show && o.Console != nil {
-			fmt.Fprintln(o.Console, line)
+		if show && q.o.Console != nil {
+			fmt.Fprintln(q.o.Console, line)
 		}
 		switch ev {
 		case "KPSIM-BOOTED":
-			res.Booted = time.Since(start)
-			bootedOnce.Do(func() { close(booted) })
+			q.res.Booted = time.Since(q.start)
+			q.bootedOnce.Do(func() { close(q.booted) })
 		case "KPSIM-READY":
-			res.Ready = time.Since(start)
-			readyOnce.Do(func() { close(ready) })
+			q.res.Ready = time.Since(q.start)
+			q.readyOnce.Do(func() { close(q.ready) })
 		case "KPSIM-EXIT":
 			// Init exits next and the kernel's panic reboots into
 			// -no-reboot; do not wait on a guest that hangs instead.
 			go func() {
 				select {
-				case <-exited:
+				case <-q.exited:
 				case <-time.After(10 * time.Second):
-					kill()
+					q.kill()
 				}
 			}()
 		}
 	}
 	_, _ = io.Copy(io.Discard, out)
-	<-stderrDone
-	werr := cmd.Wait()
-	close(exited)
-	res.Wall = time.Since(start)
-	res.Tail = con.tail
+	return con
+}
+
+// verdict decides what a finished run was: a console that could not be
+// read, a VM that never got ready (a *qemuError saying why, which the
+// caller reads to fall back from KVM to TCG), one that stopped without an
+// exit code, or a run that finished (nil).
+func (q *qemuRun) verdict(ctx context.Context, con *console, werr error) error {
+	res := q.res
 	if con.err != nil {
-		return res, con.err
+		return con.err
 	}
 	if res.Ready == 0 {
 		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return res, ctx.Err()
+			return ctx.Err()
 		}
-		stderrMu.Lock()
-		msg := stderr.String()
-		stderrMu.Unlock()
-		return res, &qemuError{Stuck: stuck.Load(), Errored: errored.Load(), Late: late.Load(), Probe: o.kvmProbe, BootTimeout: o.BootTimeout,
+		q.stderrMu.Lock()
+		msg := q.stderr.String()
+		q.stderrMu.Unlock()
+		return &qemuError{Stuck: q.stuck.Load(), Errored: q.errored.Load(), Late: q.late.Load(), Probe: q.o.kvmProbe, BootTimeout: q.o.BootTimeout,
 			Wait: werr, Stderr: msg, Tail: res.Tail}
 	}
 	if res.ExitCode < 0 {
 		if ctx.Err() != nil {
-			return res, fmt.Errorf("the VM run did not finish: %w; console:\n%s", ctx.Err(), strings.Join(res.Tail, "\n"))
+			return fmt.Errorf("the VM run did not finish: %w; console:\n%s", ctx.Err(), strings.Join(res.Tail, "\n"))
 		}
-		return res, fmt.Errorf("the VM stopped without reporting an exit code (qemu: %v); console:\n%s", werr, strings.Join(res.Tail, "\n"))
+		return fmt.Errorf("the VM stopped without reporting an exit code (qemu: %v); console:\n%s", werr, strings.Join(res.Tail, "\n"))
 	}
-	return res, nil
+	return nil
 }
 
 // console reads the guest's serial console: it keeps the last lines, picks

@@ -561,133 +561,42 @@ func pick(r *rand.Rand, n int, f float64) []bool {
 	return out
 }
 
+// genDraws is what generate draws before it builds any object: which
+// Services, ports and endpoints get each property, and how many endpoints
+// each Service has. Every fraction is drawn as an exact set (pick), so the
+// counts in GeneratedCounts equal the scenario's fractions after rounding.
+type genDraws struct {
+	place, names                 *rand.Rand
+	affinity, itpLocal, etpLocal []bool // per Service
+	named, udp                   []bool // per port
+	perSvc                       []int  // endpoints per Service
+	notReady                     []bool // per endpoint
+	termAmong                    []bool // per endpoint that is not not-ready
+	epIdx, termIdx               int    // next endpoint in notReady and termAmong
+}
+
+// generate builds the scenario's generated Services and EndpointSlices and
+// emits them, one Service at a time, then records what it generated. It
+// stops at the first Service that does not fit the cluster's ranges,
+// having reported why.
 func (e *expander) generate() {
 	g := e.sc.Generate
-	n := g.Services
-	counts := NewRand(e.out.Seed, streamCounts)
-	place := NewRand(e.out.Seed, streamPlacement)
-	choice := NewRand(e.out.Seed, streamChoices)
-	names := NewRand(e.out.Seed, streamNames)
-	dist := newCountDist(g.EndpointsPerService)
-	affinity := pick(choice, n, g.SessionAffinity.Fraction)
-	itpLocal := pick(choice, n, g.InternalTrafficPolicyLocal)
-	etpLocal := pick(choice, n, g.ExternalTrafficPolicyLocal)
-	nports := n * g.Ports.PerService
-	named := pick(choice, nports, g.Ports.Named)
-	udp := pick(choice, nports, g.Ports.UDP)
-	gc := &GeneratedCounts{Services: n, MinEndpoints: math.MaxInt}
-	perSvc := make([]int, n)
-	total := 0
-	for i := range perSvc {
-		perSvc[i] = dist.draw(counts)
-		total += perSvc[i]
-	}
-	notReady := pick(choice, total, g.NotReady)
-	// Terminating endpoints are drawn among the ones that are not already
-	// not-ready, so that the two fractions hold exactly.
-	termAmong := pick(choice, total-countTrue(notReady), safeDiv(g.Terminating*float64(total), float64(total-countTrue(notReady))))
-	nnodes := len(e.out.Nodes)
-	epIdx, termIdx := 0, 0
-	for i := 0; i < n && e.sinkErr == nil; i++ {
-		ns, name := GeneratedServiceName(g, i)
-		s := &corev1.Service{}
-		s.Name, s.Namespace = name, ns
-		s.Labels = map[string]string{generatedByLabel: "true"}
-		s.Spec.Selector = map[string]string{"app": name}
-		s.Spec.Type = corev1.ServiceTypeClusterIP
-		ip, ok := e.allocIP()
+	gc := &GeneratedCounts{Services: g.Services, MinEndpoints: math.MaxInt}
+	d := e.drawGenerated()
+	for i := 0; i < g.Services && e.sinkErr == nil; i++ {
+		s, ports, ok := e.generatedService(d, gc, i)
 		if !ok {
-			e.r.at("generate.services", "cluster.serviceCIDR %s cannot hold %d more Services; widen it", e.sc.Cluster.ServiceCIDR, n)
 			return
 		}
-		s.Spec.ClusterIP = ip.String()
-		s.Spec.ClusterIPs = []string{s.Spec.ClusterIP}
-		s.Spec.SessionAffinity = corev1.ServiceAffinityNone
-		if affinity[i] {
-			t := g.SessionAffinity.TimeoutSeconds
-			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
-			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &t}}
-			gc.SessionAffinity++
-		}
-		itp := corev1.ServiceInternalTrafficPolicyCluster
-		if itpLocal[i] {
-			itp = corev1.ServiceInternalTrafficPolicyLocal
-			gc.InternalTrafficPolicyLocal++
-		}
-		s.Spec.InternalTrafficPolicy = &itp
-		if etpLocal[i] {
-			s.Spec.Type = corev1.ServiceTypeNodePort
-			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-			gc.ExternalTrafficPolicyLocal++
-		}
-		ports := make([]discoveryv1.EndpointPort, g.Ports.PerService)
-		for j := 0; j < g.Ports.PerService; j++ {
-			pi := i*g.Ports.PerService + j
-			proto := corev1.ProtocolTCP
-			if udp[pi] {
-				proto = corev1.ProtocolUDP
-				gc.UDPPorts++
-			}
-			pname := GeneratedPortName(g, j, named[pi])
-			if pname != "" {
-				gc.NamedPorts++
-			}
-			sp := corev1.ServicePort{Name: pname, Protocol: proto, Port: g.Ports.Port + int32(j), TargetPort: intstr.FromInt32(g.Ports.TargetPort + int32(j))}
-			s.Spec.Ports = append(s.Spec.Ports, sp)
-			tp := sp.TargetPort.IntVal
-			ports[j] = discoveryv1.EndpointPort{Name: &s.Spec.Ports[j].Name, Protocol: &s.Spec.Ports[j].Protocol, Port: &tp}
-		}
-		if !e.nodePorts.assign(s) {
-			e.r.at("generate.externalTrafficPolicyLocal", "no node port left in %d-%d for the generated NodePort Services", NodePortMin, NodePortMax)
-			return
-		}
-		gc.ServicePorts += g.Ports.PerService
-		k := perSvc[i]
+		k := d.perSvc[i]
 		gc.Endpoints += k
 		gc.MinEndpoints = min(gc.MinEndpoints, k)
 		gc.MaxEndpoints = max(gc.MaxEndpoints, k)
-		eps := make([]discoveryv1.Endpoint, k)
-		conds := make([]bool, 3*k)
-		offset := place.IntN(nnodes)
-		for j := 0; j < k; j++ {
-			var ni int
-			if g.Placement == "random" {
-				ni = place.IntN(nnodes)
-			} else {
-				ni = (offset + j) % nnodes
-			}
-			addr, ok := e.nextPodIP(ni)
-			if !ok {
-				e.r.at("generate.endpointsPerService", "node %s's podCIDR %s is full: the generated endpoints need larger node blocks (cluster.nodeCIDRMaskSize) or more nodes", e.out.Nodes[ni].Name, e.nodeCIDR[ni])
-				return
-			}
-			ready, serving, terminating := true, true, false
-			if notReady[epIdx] {
-				ready, serving = false, false
-				gc.NotReadyEndpoints++
-			} else {
-				if termAmong[termIdx] {
-					ready, terminating = false, true
-					gc.TerminatingEndpoints++
-				}
-				termIdx++
-			}
-			epIdx++
-			conds[3*j], conds[3*j+1], conds[3*j+2] = ready, serving, terminating
-			node := &e.out.Nodes[ni].Name
-			eps[j] = discoveryv1.Endpoint{
-				Addresses:  []string{addr.String()},
-				Conditions: discoveryv1.EndpointConditions{Ready: &conds[3*j], Serving: &conds[3*j+1], Terminating: &conds[3*j+2]},
-				NodeName:   node,
-				// No targetRef: generated endpoints have no Pod objects, and a
-				// reference per endpoint would cost about 75 MB across the
-				// clientset's and the informer's copies at 300,000 endpoints.
-			}
-			if z, ok := e.out.Nodes[ni].Labels[LabelZone]; ok {
-				eps[j].Zone = &z
-			}
+		eps, ok := e.generatedEndpoints(d, gc, k)
+		if !ok {
+			return
 		}
-		slices := splitSlices(s, eps, ports, names)
+		slices := splitSlices(s, eps, ports, d.names)
 		gc.EndpointSlices += len(slices)
 		e.emit(s)
 		for _, sl := range slices {
@@ -698,6 +607,146 @@ func (e *expander) generate() {
 		gc.MinEndpoints = 0
 	}
 	e.out.Generated = gc
+}
+
+// drawGenerated makes every random choice that does not depend on the
+// objects built so far, from the seed's streams, in a fixed order.
+func (e *expander) drawGenerated() *genDraws {
+	g := e.sc.Generate
+	n := g.Services
+	counts := NewRand(e.out.Seed, streamCounts)
+	choice := NewRand(e.out.Seed, streamChoices)
+	d := &genDraws{place: NewRand(e.out.Seed, streamPlacement), names: NewRand(e.out.Seed, streamNames)}
+	dist := newCountDist(g.EndpointsPerService)
+	d.affinity = pick(choice, n, g.SessionAffinity.Fraction)
+	d.itpLocal = pick(choice, n, g.InternalTrafficPolicyLocal)
+	d.etpLocal = pick(choice, n, g.ExternalTrafficPolicyLocal)
+	nports := n * g.Ports.PerService
+	d.named = pick(choice, nports, g.Ports.Named)
+	d.udp = pick(choice, nports, g.Ports.UDP)
+	d.perSvc = make([]int, n)
+	total := 0
+	for i := range d.perSvc {
+		d.perSvc[i] = dist.draw(counts)
+		total += d.perSvc[i]
+	}
+	d.notReady = pick(choice, total, g.NotReady)
+	// Terminating endpoints are drawn among the ones that are not already
+	// not-ready, so that the two fractions hold exactly.
+	d.termAmong = pick(choice, total-countTrue(d.notReady), safeDiv(g.Terminating*float64(total), float64(total-countTrue(d.notReady))))
+	return d
+}
+
+// generatedService builds the i-th generated Service with its cluster IP,
+// policies, ports and (for externalTrafficPolicy Local) node ports, and the
+// EndpointSlice ports that go with them. It reports false, having said
+// why, when the service CIDR or the node-port range is exhausted.
+func (e *expander) generatedService(d *genDraws, gc *GeneratedCounts, i int) (*corev1.Service, []discoveryv1.EndpointPort, bool) {
+	g := e.sc.Generate
+	ns, name := GeneratedServiceName(g, i)
+	s := &corev1.Service{}
+	s.Name, s.Namespace = name, ns
+	s.Labels = map[string]string{generatedByLabel: "true"}
+	s.Spec.Selector = map[string]string{"app": name}
+	s.Spec.Type = corev1.ServiceTypeClusterIP
+	ip, ok := e.allocIP()
+	if !ok {
+		e.r.at("generate.services", "cluster.serviceCIDR %s cannot hold %d more Services; widen it", e.sc.Cluster.ServiceCIDR, g.Services)
+		return nil, nil, false
+	}
+	s.Spec.ClusterIP = ip.String()
+	s.Spec.ClusterIPs = []string{s.Spec.ClusterIP}
+	s.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	if d.affinity[i] {
+		t := g.SessionAffinity.TimeoutSeconds
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &t}}
+		gc.SessionAffinity++
+	}
+	itp := corev1.ServiceInternalTrafficPolicyCluster
+	if d.itpLocal[i] {
+		itp = corev1.ServiceInternalTrafficPolicyLocal
+		gc.InternalTrafficPolicyLocal++
+	}
+	s.Spec.InternalTrafficPolicy = &itp
+	if d.etpLocal[i] {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		gc.ExternalTrafficPolicyLocal++
+	}
+	ports := make([]discoveryv1.EndpointPort, g.Ports.PerService)
+	for j := 0; j < g.Ports.PerService; j++ {
+		pi := i*g.Ports.PerService + j
+		proto := corev1.ProtocolTCP
+		if d.udp[pi] {
+			proto = corev1.ProtocolUDP
+			gc.UDPPorts++
+		}
+		pname := GeneratedPortName(g, j, d.named[pi])
+		if pname != "" {
+			gc.NamedPorts++
+		}
+		sp := corev1.ServicePort{Name: pname, Protocol: proto, Port: g.Ports.Port + int32(j), TargetPort: intstr.FromInt32(g.Ports.TargetPort + int32(j))}
+		s.Spec.Ports = append(s.Spec.Ports, sp)
+		tp := sp.TargetPort.IntVal
+		ports[j] = discoveryv1.EndpointPort{Name: &s.Spec.Ports[j].Name, Protocol: &s.Spec.Ports[j].Protocol, Port: &tp}
+	}
+	if !e.nodePorts.assign(s) {
+		e.r.at("generate.externalTrafficPolicyLocal", "no node port left in %d-%d for the generated NodePort Services", NodePortMin, NodePortMax)
+		return nil, nil, false
+	}
+	gc.ServicePorts += g.Ports.PerService
+	return s, ports, true
+}
+
+// generatedEndpoints places a Service's k endpoints on nodes (round-robin
+// from a random node, or each at random), gives each the next address of
+// its node's pod CIDR and its drawn conditions. It reports false, having
+// said why, when a node's pod CIDR is full.
+func (e *expander) generatedEndpoints(d *genDraws, gc *GeneratedCounts, k int) ([]discoveryv1.Endpoint, bool) {
+	nnodes := len(e.out.Nodes)
+	eps := make([]discoveryv1.Endpoint, k)
+	conds := make([]bool, 3*k)
+	offset := d.place.IntN(nnodes)
+	for j := 0; j < k; j++ {
+		var ni int
+		if e.sc.Generate.Placement == "random" {
+			ni = d.place.IntN(nnodes)
+		} else {
+			ni = (offset + j) % nnodes
+		}
+		addr, ok := e.nextPodIP(ni)
+		if !ok {
+			e.r.at("generate.endpointsPerService", "node %s's podCIDR %s is full: the generated endpoints need larger node blocks (cluster.nodeCIDRMaskSize) or more nodes", e.out.Nodes[ni].Name, e.nodeCIDR[ni])
+			return nil, false
+		}
+		ready, serving, terminating := true, true, false
+		if d.notReady[d.epIdx] {
+			ready, serving = false, false
+			gc.NotReadyEndpoints++
+		} else {
+			if d.termAmong[d.termIdx] {
+				ready, terminating = false, true
+				gc.TerminatingEndpoints++
+			}
+			d.termIdx++
+		}
+		d.epIdx++
+		conds[3*j], conds[3*j+1], conds[3*j+2] = ready, serving, terminating
+		node := &e.out.Nodes[ni].Name
+		eps[j] = discoveryv1.Endpoint{
+			Addresses:  []string{addr.String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: &conds[3*j], Serving: &conds[3*j+1], Terminating: &conds[3*j+2]},
+			NodeName:   node,
+			// No targetRef: generated endpoints have no Pod objects, and a
+			// reference per endpoint would cost about 75 MB across the
+			// clientset's and the informer's copies at 300,000 endpoints.
+		}
+		if z, ok := e.out.Nodes[ni].Labels[LabelZone]; ok {
+			eps[j].Zone = &z
+		}
+	}
+	return eps, true
 }
 
 func countTrue(b []bool) int {

@@ -395,7 +395,26 @@ func (v *validator) meta(path string, m *metav1.ObjectMeta, dns1035 bool) bool {
 	return ok
 }
 
+// service checks a Service as the API server would, within what kube-proxy
+// load-balances here, and fills in the API's defaults. The steps run in the
+// order the errors are reported.
 func (v *validator) service(path string, s *corev1.Service) {
+	key, ref := v.serviceRef(path, s)
+	sp := path + ".spec"
+	v.serviceType(sp, s, ref)
+	v.clusterIP(sp, key, s)
+	v.servicePorts(sp, key, s, ref)
+	if s.Spec.AllocateLoadBalancerNodePorts != nil && s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		v.r.at(sp+".allocateLoadBalancerNodePorts", "applies only to LoadBalancer Services")
+	}
+	v.sessionAffinity(sp, s)
+	v.trafficPolicies(sp, s)
+}
+
+// serviceRef checks the Service's name and registers what the later
+// sections look it up by; a Service with a bad or duplicate name is not
+// registered (its reference is still returned, to collect its ports).
+func (v *validator) serviceRef(path string, s *corev1.Service) (string, *svcRef) {
 	ok := v.meta(path, &s.ObjectMeta, true)
 	key := s.Namespace + "/" + s.Name
 	if ok {
@@ -408,7 +427,12 @@ func (v *validator) service(path string, s *corev1.Service) {
 	if ok {
 		v.services[key] = ref
 	}
-	sp := path + ".spec"
+	return key, ref
+}
+
+// serviceType defaults the type to ClusterIP and refuses ExternalName,
+// which kube-proxy does not load-balance.
+func (v *validator) serviceType(sp string, s *corev1.Service, ref *svcRef) {
 	switch s.Spec.Type {
 	case "":
 		s.Spec.Type = corev1.ServiceTypeClusterIP
@@ -419,6 +443,11 @@ func (v *validator) service(path string, s *corev1.Service) {
 	default:
 		v.r.at(sp+".type", "unknown Service type %q (ClusterIP, NodePort or LoadBalancer)", s.Spec.Type)
 	}
+}
+
+// clusterIP checks a requested cluster IP: IPv4, inside the service CIDR
+// and given to one Service only; dual-stack is refused.
+func (v *validator) clusterIP(sp, key string, s *corev1.Service) {
 	if s.Spec.ClusterIP != "" && s.Spec.ClusterIP != corev1.ClusterIPNone {
 		a, err := netip.ParseAddr(s.Spec.ClusterIP)
 		switch {
@@ -436,64 +465,81 @@ func (v *validator) service(path string, s *corev1.Service) {
 	if len(s.Spec.ClusterIPs) > 1 {
 		v.r.at(sp+".clusterIPs", "only single-stack IPv4 Services are supported")
 	}
+}
+
+// portKey is a Service port's number and protocol, unique in a Service.
+type portKey struct {
+	port  int32
+	proto corev1.Protocol
+}
+
+// servicePorts checks that the Service has ports and checks each one,
+// collecting their names in ref.
+func (v *validator) servicePorts(sp, key string, s *corev1.Service, ref *svcRef) {
 	if len(s.Spec.Ports) == 0 {
 		v.r.at(sp+".ports", "a Service needs at least one port")
 	}
-	type pk struct {
-		port  int32
-		proto corev1.Protocol
+	seenPort := map[portKey]bool{}
+	for i := range s.Spec.Ports {
+		v.servicePort(fmt.Sprintf("%s.ports[%d]", sp, i), key, s, i, ref, seenPort)
 	}
-	seenPort := map[pk]bool{}
-	for i, p := range s.Spec.Ports {
-		pp := fmt.Sprintf("%s.ports[%d]", sp, i)
-		if len(s.Spec.Ports) > 1 && p.Name == "" {
-			v.r.at(pp+".name", "required when a Service has more than one port")
+}
+
+// servicePort checks the i-th port of a Service: its name (required and
+// unique when there are several), protocol (defaulted to TCP), number
+// (unique with its protocol), target port (defaulted to the port) and
+// node port, if it requests one.
+func (v *validator) servicePort(pp, key string, s *corev1.Service, i int, ref *svcRef, seenPort map[portKey]bool) {
+	p := s.Spec.Ports[i]
+	if len(s.Spec.Ports) > 1 && p.Name == "" {
+		v.r.at(pp+".name", "required when a Service has more than one port")
+	}
+	if p.Name != "" {
+		if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
+			v.r.at(pp+".name", "%q is not a valid port name: %s", p.Name, errs[0])
 		}
-		if p.Name != "" {
-			if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
-				v.r.at(pp+".name", "%q is not a valid port name: %s", p.Name, errs[0])
-			}
-			if ref.hasPort(p.Name) {
-				v.r.at(pp+".name", "port name %q is used twice", p.Name)
-			}
-		}
-		ref.ports = append(ref.ports, p.Name)
-		switch p.Protocol {
-		case "":
-			s.Spec.Ports[i].Protocol = corev1.ProtocolTCP
-		case corev1.ProtocolTCP, corev1.ProtocolUDP:
-		case corev1.ProtocolSCTP:
-			v.r.at(pp+".protocol", "SCTP is not supported (TCP or UDP)")
-		default:
-			v.r.at(pp+".protocol", "unknown protocol %q (TCP or UDP)", p.Protocol)
-		}
-		if errs := validation.IsValidPortNum(int(p.Port)); len(errs) > 0 {
-			v.r.at(pp+".port", "%d: %s", p.Port, errs[0])
-		}
-		k := pk{p.Port, s.Spec.Ports[i].Protocol}
-		if seenPort[k] {
-			v.r.at(pp+".port", "port %d/%s is used twice", p.Port, k.proto)
-		}
-		seenPort[k] = true
-		switch p.TargetPort.Type {
-		case intstr.Int:
-			if p.TargetPort.IntVal == 0 {
-				s.Spec.Ports[i].TargetPort = intstr.FromInt32(p.Port)
-			} else if errs := validation.IsValidPortNum(int(p.TargetPort.IntVal)); len(errs) > 0 {
-				v.r.at(pp+".targetPort", "%d: %s", p.TargetPort.IntVal, errs[0])
-			}
-		case intstr.String:
-			if errs := validation.IsValidPortName(p.TargetPort.StrVal); len(errs) > 0 {
-				v.r.at(pp+".targetPort", "%q is neither a port number nor a valid port name: %s", p.TargetPort.StrVal, errs[0])
-			}
-		}
-		if p.NodePort != 0 {
-			v.nodePort(pp+".nodePort", key, s, p)
+		if ref.hasPort(p.Name) {
+			v.r.at(pp+".name", "port name %q is used twice", p.Name)
 		}
 	}
-	if s.Spec.AllocateLoadBalancerNodePorts != nil && s.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		v.r.at(sp+".allocateLoadBalancerNodePorts", "applies only to LoadBalancer Services")
+	ref.ports = append(ref.ports, p.Name)
+	switch p.Protocol {
+	case "":
+		s.Spec.Ports[i].Protocol = corev1.ProtocolTCP
+	case corev1.ProtocolTCP, corev1.ProtocolUDP:
+	case corev1.ProtocolSCTP:
+		v.r.at(pp+".protocol", "SCTP is not supported (TCP or UDP)")
+	default:
+		v.r.at(pp+".protocol", "unknown protocol %q (TCP or UDP)", p.Protocol)
 	}
+	if errs := validation.IsValidPortNum(int(p.Port)); len(errs) > 0 {
+		v.r.at(pp+".port", "%d: %s", p.Port, errs[0])
+	}
+	k := portKey{p.Port, s.Spec.Ports[i].Protocol}
+	if seenPort[k] {
+		v.r.at(pp+".port", "port %d/%s is used twice", p.Port, k.proto)
+	}
+	seenPort[k] = true
+	switch p.TargetPort.Type {
+	case intstr.Int:
+		if p.TargetPort.IntVal == 0 {
+			s.Spec.Ports[i].TargetPort = intstr.FromInt32(p.Port)
+		} else if errs := validation.IsValidPortNum(int(p.TargetPort.IntVal)); len(errs) > 0 {
+			v.r.at(pp+".targetPort", "%d: %s", p.TargetPort.IntVal, errs[0])
+		}
+	case intstr.String:
+		if errs := validation.IsValidPortName(p.TargetPort.StrVal); len(errs) > 0 {
+			v.r.at(pp+".targetPort", "%q is neither a port number nor a valid port name: %s", p.TargetPort.StrVal, errs[0])
+		}
+	}
+	if p.NodePort != 0 {
+		v.nodePort(pp+".nodePort", key, s, p)
+	}
+}
+
+// sessionAffinity defaults the affinity to None and a ClientIP affinity's
+// timeout to DefaultAffinityTimeout, and checks a given timeout's range.
+func (v *validator) sessionAffinity(sp string, s *corev1.Service) {
 	switch s.Spec.SessionAffinity {
 	case "":
 		s.Spec.SessionAffinity = corev1.ServiceAffinityNone
@@ -511,6 +557,11 @@ func (v *validator) service(path string, s *corev1.Service) {
 	default:
 		v.r.at(sp+".sessionAffinity", "unknown value %q (None or ClientIP)", s.Spec.SessionAffinity)
 	}
+}
+
+// trafficPolicies checks the internal and external traffic policies; an
+// external policy of Local needs a Service that has node ports.
+func (v *validator) trafficPolicies(sp string, s *corev1.Service) {
 	if s.Spec.InternalTrafficPolicy != nil {
 		switch *s.Spec.InternalTrafficPolicy {
 		case corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceInternalTrafficPolicyLocal:
@@ -687,11 +738,32 @@ func (v *validator) fraction(path string, f float64) {
 	}
 }
 
+// generate checks the generate section and fills in its defaults, then
+// registers the Services it will make, so that EndpointSlices, checks and
+// traffic may name them.
 func (v *validator) generate() {
 	g := v.sc.Generate
 	if g == nil {
 		return
 	}
+	v.generateNames(g)
+	v.endpointsPerService(&g.EndpointsPerService)
+	if g.Placement == "" {
+		g.Placement = "spread"
+	} else if !oneOf(g.Placement, Placements) {
+		v.r.at("generate.placement", "unknown placement %q (choose from %s)", g.Placement, choices(Placements))
+	}
+	v.generatePorts(&g.Ports)
+	v.generateFractions(g)
+	if g.Services < 1 || g.Namespaces < 1 || g.Services > 100000 {
+		return
+	}
+	v.generatedRefs(g)
+}
+
+// generateNames checks the number of Services and namespaces and the name
+// prefix, defaulting to one namespace and "svc-".
+func (v *validator) generateNames(g *Generate) {
 	if g.Services < 1 || g.Services > 100000 {
 		v.r.at("generate.services", "must be between 1 and 100000, got %d", g.Services)
 	}
@@ -705,7 +777,11 @@ func (v *validator) generate() {
 	} else if errs := validation.IsDNS1035Label(g.NamePrefix + "1"); len(errs) > 0 {
 		v.r.at("generate.namePrefix", "%q does not make valid Service names: %s", g.NamePrefix, errs[0])
 	}
-	d := &g.EndpointsPerService
+}
+
+// endpointsPerService checks the distribution of endpoint counts: its kind
+// and the parameters that kind needs, within 0..1000 endpoints.
+func (v *validator) endpointsPerService(d *Distribution) {
 	dp := "generate.endpointsPerService"
 	switch d.Kind {
 	case "fixed":
@@ -728,12 +804,12 @@ func (v *validator) generate() {
 	default:
 		v.r.at(dp+".kind", "unknown distribution %q (choose from %s)", d.Kind, choices(DistKinds))
 	}
-	if g.Placement == "" {
-		g.Placement = "spread"
-	} else if !oneOf(g.Placement, Placements) {
-		v.r.at("generate.placement", "unknown placement %q (choose from %s)", g.Placement, choices(Placements))
-	}
-	p := &g.Ports
+}
+
+// generatePorts checks the generated ports, defaulting to one port 80 with
+// target port 8080: every port number of a Service's consecutive run must
+// be valid.
+func (v *validator) generatePorts(p *PortGenerator) {
 	if p.PerService == 0 {
 		p.PerService = 1
 	} else if p.PerService < 1 || p.PerService > 20 {
@@ -753,6 +829,11 @@ func (v *validator) generate() {
 	if p.TargetPort < 1 || int(p.TargetPort)+p.PerService-1 > 65535 {
 		v.r.at("generate.ports.targetPort", "ports %d..%d are not valid port numbers", p.TargetPort, int(p.TargetPort)+p.PerService-1)
 	}
+}
+
+// generateFractions checks the fractions of Services and endpoints that get
+// each property, and the affinity timeout (default DefaultAffinityTimeout).
+func (v *validator) generateFractions(g *Generate) {
 	v.fraction("generate.sessionAffinity.fraction", g.SessionAffinity.Fraction)
 	if g.SessionAffinity.TimeoutSeconds == 0 {
 		g.SessionAffinity.TimeoutSeconds = DefaultAffinityTimeout
@@ -766,9 +847,13 @@ func (v *validator) generate() {
 	if g.NotReady+g.Terminating > 1 {
 		v.r.at("generate.terminating", "notReady + terminating must not exceed 1")
 	}
-	if g.Services < 1 || g.Namespaces < 1 || g.Services > 100000 {
-		return
-	}
+}
+
+// generatedRefs registers each Service the expansion will generate, with
+// the port names it will have, and stops at the first that clashes with a
+// Service of the scenario's objects.
+func (v *validator) generatedRefs(g *Generate) {
+	p := &g.Ports
 	// A single port is named or not by the seed unless the fraction makes
 	// every one named or none (expand's pick takes round(named × services)).
 	k := int(math.Round(p.Named * float64(g.Services)))

@@ -94,61 +94,97 @@ func (w *world) report(sum *apiserver.Summary, seed uint64, results [][]*nodeRes
 
 func secs(ns int64) float64 { return float64(ns) / 1e9 }
 
-// modeReport computes one mode's figures (the engine self-check apart).
+// modeReport computes one mode's figures (the engine self-check apart),
+// one section of report.Mode per step.
 func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) report.Mode {
 	md := w.modes[mi]
-	mr := report.Mode{Mode: md.name}
-	// Connections.
-	for _, c := range acc.gv {
-		mr.Connections.Total += c.Total
-		mr.Connections.Established += c.Established
-		mr.Connections.Accepted += c.Accepted
-		mr.Connections.Dropped += c.Dropped
-		mr.Connections.Rejected += c.Rejected
+	return report.Mode{
+		Mode:        md.name,
+		Connections: connectionTotals(acc),
+		Rules:       w.ruleFigures(md),
+		Sync:        syncFigures(md, res),
+		FirstPacket: w.firstPacket(mi, res),
+		Conntrack:   w.conntrackPeak(res),
+		Affinity:    w.affinityFigures(md, res),
+		Local:       w.internalLocal(res),
+		Flapping:    w.flapping(res, acc),
+		Timeline:    w.timeline(md, res),
 	}
-	// Rules.
-	mr.Rules.Measure = map[engine.Mode]string{
+}
+
+// connectionTotals adds up the new connections by outcome over versions.
+func connectionTotals(acc *modeAcc) report.Connections {
+	var c report.Connections
+	for _, g := range acc.gv {
+		c.Total += g.Total
+		c.Established += g.Established
+		c.Accepted += g.Accepted
+		c.Dropped += g.Dropped
+		c.Rejected += g.Rejected
+	}
+	return c
+}
+
+// ruleFigures says what the mode's object count measures and which node
+// programs the most objects (the first such node on a tie).
+func (w *world) ruleFigures(md *modeData) report.Rules {
+	var r report.Rules
+	r.Measure = map[engine.Mode]string{
 		engine.IPTables: "iptables-restore lines (rules and chains, nat and filter)",
 		engine.NFTables: "nftables chains, rules, map elements and sets",
 		engine.IPVS:     "ipvs virtual and real servers plus ipset entries",
 	}[md.mode]
 	for ni, c := range md.counts {
-		mr.Rules.ObjectsTotal += c.Objects
-		if ni == 0 || c.Objects > mr.Rules.ObjectsMax {
-			mr.Rules.ObjectsMax, mr.Rules.MaxNode, mr.Rules.Counts = c.Objects, w.nodes[ni].name, c
+		r.ObjectsTotal += c.Objects
+		if ni == 0 || c.Objects > r.ObjectsMax {
+			r.ObjectsMax, r.MaxNode, r.Counts = c.Objects, w.nodes[ni].name, c
 		}
 	}
-	// Syncs: one full sync per node before traffic, then what ran.
+	return r
+}
+
+// syncFigures counts the syncs, one full sync per node before traffic then
+// what ran, and takes the quantiles of their durations.
+func syncFigures(md *modeData, res []*nodeResult) report.Sync {
 	var durs []int64
-	mr.Sync.Calibration, mr.Sync.Variant = md.cal, md.variant
+	sy := report.Sync{Calibration: md.cal, Variant: md.variant}
 	for ni, nr := range res {
 		durs = append(durs, md.fullSync[ni])
-		mr.Sync.Full++
-		mr.Sync.FullSeconds = max(mr.Sync.FullSeconds, secs(md.fullSync[ni]))
+		sy.Full++
+		sy.FullSeconds = max(sy.FullSeconds, secs(md.fullSync[ni]))
 		for _, s := range nr.syncs {
 			durs = append(durs, s.dur)
 			if s.periodic {
-				mr.Sync.Periodic++
+				sy.Periodic++
 			} else {
-				mr.Sync.Partial++
+				sy.Partial++
 			}
 		}
 	}
 	slices.Sort(durs)
-	mr.Sync.Syncs = len(durs)
-	mr.Sync.P50Seconds = secs(quantile(durs, 0.5))
-	mr.Sync.P99Seconds = secs(quantile(durs, 0.99))
-	mr.Sync.MaxSeconds = secs(durs[len(durs)-1])
-	// First packet.
-	mr.FirstPacket = w.firstPacket(mi, res)
-	// Conntrack.
+	sy.Syncs = len(durs)
+	sy.P50Seconds = secs(quantile(durs, 0.5))
+	sy.P99Seconds = secs(quantile(durs, 0.99))
+	sy.MaxSeconds = secs(durs[len(durs)-1])
+	return sy
+}
+
+// conntrackPeak is the node with the most live conntrack entries at once
+// (the first such node on a tie) and their memory.
+func (w *world) conntrackPeak(res []*nodeResult) report.Conntrack {
+	var ct report.Conntrack
 	for ni, nr := range res {
-		if ni == 0 || nr.peakLive > mr.Conntrack.PeakEntries {
-			ct := cost.ConntrackFor(nr.peakLive)
-			mr.Conntrack = report.Conntrack{PeakEntries: ct.PeakEntries, Bytes: ct.Bytes, Node: w.nodes[ni].name, EntryBytes: cost.ConntrackEntryBytes}
+		if ni == 0 || nr.peakLive > ct.PeakEntries {
+			c := cost.ConntrackFor(nr.peakLive)
+			ct = report.Conntrack{PeakEntries: c.PeakEntries, Bytes: c.Bytes, Node: w.nodes[ni].name, EntryBytes: cost.ConntrackEntryBytes}
 		}
 	}
-	// Affinity.
+	return ct
+}
+
+// affinityFigures measures ClientIP stickiness over every node, with its
+// Clopper-Pearson interval, and notes the mode's known affinity limit.
+func (w *world) affinityFigures(md *modeData, res []*nodeResult) report.Affinity {
 	aff := report.Affinity{}
 	for _, g := range w.svcs {
 		if sp := w.gvs[g.gvs[0]].sp; sp != nil && sp.ClientIPAffinity {
@@ -172,8 +208,12 @@ func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) report.Mode 
 	case md.mode == engine.IPTables:
 		aff.Note = fmt.Sprintf("iptables keeps at most %d clients per endpoint (xt_recent ip_list_tot); recentEvictedLive counts clients it forgot inside the timeout: a known deviation, not counted as a violation", engine.RecentListCapacity)
 	}
-	mr.Affinity = aff
-	// internalTrafficPolicy Local.
+	return aff
+}
+
+// internalLocal measures, per client node that sent traffic, the share of
+// connections that internalTrafficPolicy Local dropped or rejected.
+func (w *world) internalLocal(res []*nodeResult) report.InternalLocal {
 	loc := report.InternalLocal{Nodes: []report.LocalNode{}}
 	for s := range w.svcs {
 		if w.gvs[w.svcs[s].gvs[0]].local {
@@ -200,33 +240,36 @@ func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) report.Mode 
 	if counted > 0 {
 		loc.MeanFraction = sumFrac / float64(counted)
 	}
-	mr.Local = loc
-	// Flapping.
-	mr.Flapping = w.flapping(res, acc)
-	// Timeline.
-	if w.tlSvc >= 0 {
-		tl := &report.Timeline{ServicePort: w.svcs[w.tlSvc].label, BinSeconds: secs(w.tlBin),
-			Eligible: make([]int, w.tlBins), Connections: make([]int64, w.tlBins), Misrouted: make([]int64, w.tlBins)}
-		for _, nr := range res {
-			for b := range w.tlBins {
-				tl.Connections[b] += nr.tlConns[b]
-				tl.Misrouted[b] += nr.tlMis[b]
-			}
-		}
-		sv := &w.svcs[w.tlSvc]
-		for b := range w.tlBins {
-			t := int64(b) * w.tlBin
-			g := sv.gvs[0]
-			for _, v := range sv.gvs[1:] {
-				if w.steps[w.gvs[v].step].at <= t {
-					g = v
-				}
-			}
-			tl.Eligible[b] = md.eligible[g]
-		}
-		mr.Timeline = tl
+	return loc
+}
+
+// timeline bins the timeline service port's connections and misroutes over
+// nodes, with the eligible endpoints of the version in force at each bin's
+// start; nil when the scenario has no timeline service port.
+func (w *world) timeline(md *modeData, res []*nodeResult) *report.Timeline {
+	if w.tlSvc < 0 {
+		return nil
 	}
-	return mr
+	tl := &report.Timeline{ServicePort: w.svcs[w.tlSvc].label, BinSeconds: secs(w.tlBin),
+		Eligible: make([]int, w.tlBins), Connections: make([]int64, w.tlBins), Misrouted: make([]int64, w.tlBins)}
+	for _, nr := range res {
+		for b := range w.tlBins {
+			tl.Connections[b] += nr.tlConns[b]
+			tl.Misrouted[b] += nr.tlMis[b]
+		}
+	}
+	sv := &w.svcs[w.tlSvc]
+	for b := range w.tlBins {
+		t := int64(b) * w.tlBin
+		g := sv.gvs[0]
+		for _, v := range sv.gvs[1:] {
+			if w.steps[w.gvs[v].step].at <= t {
+				g = v
+			}
+		}
+		tl.Eligible[b] = md.eligible[g]
+	}
+	return tl
 }
 
 // quantile of sorted values, as apiserver.Summary computes them.

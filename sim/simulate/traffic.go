@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 // Traffic defaults and constants, documented in sim/README.md.
@@ -74,9 +76,33 @@ type nodeGroup struct {
 // planTraffic resolves clients to nodes, addresses and target service
 // ports, and splits the connections over nodes.
 func (w *world) planTraffic() error {
-	t := w.sc.Traffic
 	tr := &w.tr
 	tr.perNode = make([]nodePlan, len(w.nodes))
+	if !w.trafficVolume() {
+		return nil
+	}
+	share, err := w.planClients(w.sc.Traffic.Clients)
+	if err != nil {
+		return err
+	}
+	tr.splitConnections(share)
+	for i := range tr.perNode {
+		np := &tr.perNode[i]
+		ws := make([]float64, len(np.groups))
+		for j, g := range np.groups {
+			ws[j] = g.weight
+		}
+		np.alias = newAlias(ws)
+	}
+	return nil
+}
+
+// trafficVolume decides the run's span (the last timeline step plus the
+// settle time, or the traffic's duration), the number of connections and
+// their durations. It reports false when the scenario has no traffic.
+func (w *world) trafficVolume() bool {
+	t := w.sc.Traffic
+	tr := &w.tr
 	var last int64
 	for _, s := range w.steps {
 		last = max(last, s.at)
@@ -88,7 +114,7 @@ func (w *world) planTraffic() error {
 	tr.span = last + int64(settle)
 	if t == nil {
 		tr.durDesc = "none"
-		return nil
+		return false
 	}
 	switch {
 	case t.Connections > 0:
@@ -103,6 +129,15 @@ func (w *world) planTraffic() error {
 		tr.expDur = d.Kind == "exponential"
 		tr.durDesc = d.Kind + ", mean " + d.Mean.Duration.String()
 	}
+	return true
+}
+
+// planClients resolves each client group's targets and places its pods on
+// its nodes (every node when it names none), each with its own block of
+// source addresses. It returns each node's share of the connections: a
+// group's weight, split evenly over its nodes.
+func (w *world) planClients(clients []scenario.Client) ([]float64, error) {
+	tr := &w.tr
 	nodeIdx := map[string]int{}
 	for i, n := range w.nodes {
 		nodeIdx[n.name] = i
@@ -111,28 +146,13 @@ func (w *world) planTraffic() error {
 	next := uint32(sourceBase)
 	allTargets := map[int32]bool{}
 	totalW := 0.0
-	for _, c := range t.Clients {
+	for _, c := range clients {
 		totalW += c.Weight
 	}
-	for gi, c := range t.Clients {
-		g := groupPlan{name: c.Name}
-		switch c.SourcePorts {
-		case "sequential":
-			g.portMode = portSequential
-		case "fixed":
-			g.portMode = portFixed
-		}
-		weights, err := w.targets(c.Services, c.Protocol, &g)
+	for gi, c := range clients {
+		g, err := w.clientGroup(c)
 		if err != nil {
-			return fmt.Errorf("client %s: %w", c.Name, err)
-		}
-		g.alias = newAlias(weights)
-		sum := 0.0
-		for _, x := range weights {
-			sum += x
-		}
-		for _, x := range weights {
-			g.weights = append(g.weights, x/sum)
+			return nil, err
 		}
 		for _, s := range g.targets {
 			allTargets[s] = true
@@ -146,11 +166,11 @@ func (w *world) planTraffic() error {
 		for _, name := range nodes {
 			ni, ok := nodeIdx[name]
 			if !ok {
-				return fmt.Errorf("client %s: node %s is not in the cluster", c.Name, name)
+				return nil, fmt.Errorf("client %s: node %s is not in the cluster", c.Name, name)
 			}
 			count := uint64(c.PodsPerNode) * uint64(c.SourceIPs)
 			if uint64(next)+count > sourceBase+sourceCount {
-				return fmt.Errorf("client %s: more than %d client source addresses in all", c.Name, sourceCount)
+				return nil, fmt.Errorf("client %s: more than %d client source addresses in all", c.Name, sourceCount)
 			}
 			ng := nodeGroup{group: int32(gi), base: next, count: uint32(count), seqOff: -1, weight: c.Weight / totalW / float64(len(nodes))}
 			if g.portMode == portSequential {
@@ -165,7 +185,38 @@ func (w *world) planTraffic() error {
 	}
 	tr.sources = int(next - sourceBase)
 	tr.targets = len(allTargets)
-	// Largest remainder: exactly total connections over the nodes.
+	return share, nil
+}
+
+// clientGroup is one client group's source-port policy and target service
+// ports, with their weights normalised to sum to 1.
+func (w *world) clientGroup(c scenario.Client) (groupPlan, error) {
+	g := groupPlan{name: c.Name}
+	switch c.SourcePorts {
+	case "sequential":
+		g.portMode = portSequential
+	case "fixed":
+		g.portMode = portFixed
+	}
+	weights, err := w.targets(c.Services, c.Protocol, &g)
+	if err != nil {
+		return groupPlan{}, fmt.Errorf("client %s: %w", c.Name, err)
+	}
+	g.alias = newAlias(weights)
+	sum := 0.0
+	for _, x := range weights {
+		sum += x
+	}
+	for _, x := range weights {
+		g.weights = append(g.weights, x/sum)
+	}
+	return g, nil
+}
+
+// splitConnections gives each node its share of the total connections,
+// rounded by largest remainder so that they add up to exactly the total;
+// a node with no share gets none.
+func (tr *trafficPlan) splitConnections(share []float64) {
 	type rem struct {
 		i int
 		r float64
@@ -194,15 +245,6 @@ func (w *world) planTraffic() error {
 			given++
 		}
 	}
-	for i := range tr.perNode {
-		np := &tr.perNode[i]
-		ws := make([]float64, len(np.groups))
-		for j, g := range np.groups {
-			ws[j] = g.weight
-		}
-		np.alias = newAlias(ws)
-	}
-	return nil
 }
 
 // targets resolves a client's services (every Service when empty; a

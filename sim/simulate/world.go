@@ -281,8 +281,10 @@ func protoOf(sp *cluster.ServicePort) engine.Proto {
 	return engine.TCP
 }
 
-// buildMode renders the rules of every version for one mode and computes
-// the oracle's outcomes, the per-node counts and the sync times.
+// buildMode sets up one mode from the scenario's proxy settings (node and
+// sync configuration, injected fault, oracle), then renders every version
+// with the oracle's outcomes, picks the calibration and computes the
+// per-node counts and sync times.
 func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 	mode, err := engine.ModeOf(name)
 	if err != nil {
@@ -310,11 +312,24 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 		// iptables and nftables use one hour (their runner's maxInterval).
 		md.scfg.MaxInterval = p.SyncPeriod.Duration
 	}
-	nn := len(w.nodes)
 	or := oracle.Oracle{IPVSScheduler: p.IPVSScheduler}
 	if p.IPTablesAffinity == "ipset" {
 		or.RecentCapacity = iptables.IPSetMaxElem
 	}
+	if err := w.renderVersions(md, or); err != nil {
+		return nil, err
+	}
+	cal, ok := w.calibration(md, o)
+	w.syncCosts(md, cal, ok, o)
+	return md, nil
+}
+
+// renderVersions renders every version's rules on every node and asks the
+// oracle which endpoints each may reach. A version that no node-dependent
+// field distinguishes is rendered once and shared by every node; eligible
+// counts the endpoints allowed from at least one node.
+func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
+	nn := len(w.nodes)
 	md.rules = make([]*engine.Rules, len(w.gvs)*nn)
 	md.out = make([]int32, len(w.gvs)*nn)
 	md.eligible = make([]int, len(w.gvs))
@@ -331,16 +346,10 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 				md.rules[k], md.out[k] = shared, sharedOut
 				continue
 			}
-			r := engine.Render(mode, gi.sp, gi.eps, nd.name, nd.zone, sv.ids, engine.RenderOptions{})
-			exp := or.Expect(name, gi.sp, gi.eps, nd.name, nd.zone)
-			oc := outcome{kind: exp.Kind, allowed: make([]uint64, words), devs: exp.Deviations}
-			for key := range exp.Probs {
-				id, ok := sv.index[key]
-				if !ok {
-					return nil, fmt.Errorf("the oracle named endpoint %s of %s, which the state does not have", key, sv.label)
-				}
-				oc.allowed[id>>6] |= 1 << (uint(id) & 63)
-				oc.n++
+			r := engine.Render(md.mode, gi.sp, gi.eps, nd.name, nd.zone, sv.ids, engine.RenderOptions{})
+			oc, err := expectOutcome(or, md.name, gi, sv, nd, words)
+			if err != nil {
+				return err
 			}
 			for i := range union {
 				union[i] |= oc.allowed[i]
@@ -353,9 +362,33 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 			md.eligible[g] += popcount(x)
 		}
 	}
-	// Counts and sync times per node, from the initial state.
+	return nil
+}
+
+// expectOutcome is the oracle's verdict for one version on one node, with
+// the allowed endpoints as a bitset over the service's local endpoint IDs.
+// An endpoint the oracle names that the state does not have is an error.
+func expectOutcome(or oracle.Oracle, name cluster.Mode, gi *gvInfo, sv *svcInfo, nd nodeInfo, words int) (outcome, error) {
+	exp := or.Expect(name, gi.sp, gi.eps, nd.name, nd.zone)
+	oc := outcome{kind: exp.Kind, allowed: make([]uint64, words), devs: exp.Deviations}
+	for key := range exp.Probs {
+		id, ok := sv.index[key]
+		if !ok {
+			return outcome{}, fmt.Errorf("the oracle named endpoint %s of %s, which the state does not have", key, sv.label)
+		}
+		oc.allowed[id>>6] |= 1 << (uint(id) & 63)
+		oc.n++
+	}
+	return oc, nil
+}
+
+// calibration picks the sync-time calibration for the mode: the one for the
+// scenario's variant of the mode, else the first for the mode, else none
+// (ok false). It records the choice in md for the report.
+func (w *world) calibration(md *modeData, o Options) (cal cost.Calibration, ok bool) {
+	p := w.sc.Proxy
 	variant := ""
-	switch mode {
+	switch md.mode {
 	case engine.IPTables:
 		variant = p.IPTablesBackend
 		if variant == "" {
@@ -369,10 +402,10 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 	case engine.IPVS:
 		variant = IPVSVariant
 	}
-	cal, ok := cost.Find(w.cals, name, variant)
+	cal, ok = cost.Find(w.cals, md.name, variant)
 	if !ok {
 		for _, c := range w.cals {
-			if c.Mode == name {
+			if c.Mode == md.name {
 				cal, ok = c, true
 				break
 			}
@@ -389,6 +422,14 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 	default:
 		md.cal = "none: syncs are instant"
 	}
+	return cal, ok
+}
+
+// syncCosts counts each node's objects in the initial state and turns them
+// into full and partial sync times: the caller's SyncTime if set, else the
+// calibration if there is one, else zero (instant syncs).
+func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options) {
+	nn := len(w.nodes)
 	md.counts = make([]cost.Counts, nn)
 	md.fullSync = make([]int64, nn)
 	md.partSync = make([]int64, nn)
@@ -398,23 +439,22 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 			r := md.rules[int(w.svcs[s].gvs[0])*nn+ni]
 			in[s] = inputOf(w.svcs[s].name, r)
 		}
-		c := cost.Count(name, in, true)
+		c := cost.Count(md.name, in, true)
 		md.counts[ni] = c
 		switch {
 		case o.SyncTime != nil:
-			md.fullSync[ni] = int64(o.SyncTime(name, c.Objects, true))
-			md.partSync[ni] = int64(o.SyncTime(name, c.Objects, false))
+			md.fullSync[ni] = int64(o.SyncTime(md.name, c.Objects, true))
+			md.partSync[ni] = int64(o.SyncTime(md.name, c.Objects, false))
 		case ok:
 			md.fullSync[ni] = seconds(cal.FullSync(c.Objects))
 			md.partSync[ni] = seconds(cal.PartialSync(c.Objects))
-			if mode == engine.IPVS {
+			if md.mode == engine.IPVS {
 				// The ipvs proxier has no partial sync: every run
 				// reconciles every virtual server.
 				md.partSync[ni] = md.fullSync[ni]
 			}
 		}
 	}
-	return md, nil
 }
 
 func seconds(s float64) int64 {

@@ -60,66 +60,7 @@ lost is printed. A verdict that tested nothing is reported as not run, with
 the reason, and is neither a pass nor a failure.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := f.check(); err != nil {
-				return err
-			}
-			files, err := expandArgs(args)
-			if err != nil {
-				return err
-			}
-			o := conform.Options{Mode: f.mode.m, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Log: s.Err}
-			if c.Flags().Changed("seed") {
-				o.Seed = &f.seed
-			}
-			if err := ck.options(&o); err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			base := uint64(1)
-			if o.Seed != nil {
-				base = *o.Seed
-			}
-			if handled, err := ck.run(ctx, s, files, o, base); handled {
-				if errors.Is(err, proxy.ErrUnknownFault) || errors.Is(err, proxy.ErrFaultNotBuilt) {
-					return &UsageError{Err: err}
-				}
-				return err
-			}
-			var run *report.Run
-			if f.vm || vm.NeedsVM(f.mode.m) {
-				// In the microVM (harness/vm): forced, or IPVS mode on a
-				// kernel without IPVS.
-				run, err = vm.Conform(ctx, files, o, vm.Options{Log: s.Err, Timeout: f.vmTimeout})
-			} else {
-				run, err = conform.Run(ctx, files, o)
-			}
-			if err != nil {
-				var env *conform.EnvironmentError
-				if errors.As(err, &env) {
-					// A report even when nothing could run, so CI shows why.
-					r := &report.Run{Mode: string(f.mode.m), Started: time.Now(), Suites: []*report.Suite{{Scenario: "environment", SetupError: env.Error(), SetupErrorKind: report.KindEnvironment}}}
-					_ = f.write(r)
-					return &EnvError{Err: err}
-				}
-				if run == nil {
-					if errors.Is(err, proxy.ErrUnknownFault) || errors.Is(err, proxy.ErrFaultNotBuilt) {
-						return &UsageError{Err: err}
-					}
-					return err
-				}
-			}
-			if werr := f.write(run); werr != nil {
-				return werr
-			}
-			if f.out.format == "json" {
-				if err := run.WriteJSON(s.Out); err != nil {
-					return err
-				}
-			} else {
-				printRun(s, run)
-			}
-			return exitFor(run, err)
+			return runConform(c, s, &f, &ck, args)
 		},
 	}
 	f.out.add(c)
@@ -139,6 +80,85 @@ the reason, and is neither a pass nor a failure.`,
 	// TODO(issue 11): --equivalence DELTA, once conform.Options has
 	// Equivalence float64 (the lead's change): o.Equivalence = f.equivalence.
 	return c
+}
+
+// runConform runs the conform command: the options from the flags, then
+// the checkers' run if a checker flag asks for one, else the conformance
+// run (here, or in the microVM), its reports and the exit it decides.
+func runConform(c *cobra.Command, s Streams, f *conformFlags, ck *checkerFlags, args []string) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	files, err := expandArgs(args)
+	if err != nil {
+		return err
+	}
+	o := conform.Options{Mode: f.mode.m, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Log: s.Err}
+	if c.Flags().Changed("seed") {
+		o.Seed = &f.seed
+	}
+	if err := ck.options(&o); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	base := uint64(1)
+	if o.Seed != nil {
+		base = *o.Seed
+	}
+	if handled, err := ck.run(ctx, s, files, o, base); handled {
+		return usageIfFault(err)
+	}
+	run, err := f.conformRun(ctx, s, files, o)
+	if run == nil && err != nil {
+		return err
+	}
+	if werr := f.write(run); werr != nil {
+		return werr
+	}
+	if f.out.format == "json" {
+		if err := run.WriteJSON(s.Out); err != nil {
+			return err
+		}
+	} else {
+		printRun(s, run)
+	}
+	return exitFor(run, err)
+}
+
+// conformRun runs the scenarios in the microVM (forced, or IPVS mode on a
+// kernel without IPVS) or here. It returns the run with the error to carry
+// to the exit (an interrupted run), or no run and the command's error when
+// there is nothing to report: an environment error (whose report it writes
+// all the same, so CI shows why) or a bad fault name.
+func (f *conformFlags) conformRun(ctx context.Context, s Streams, files []string, o conform.Options) (*report.Run, error) {
+	var run *report.Run
+	var err error
+	if f.vm || vm.NeedsVM(f.mode.m) {
+		run, err = vm.Conform(ctx, files, o, vm.Options{Log: s.Err, Timeout: f.vmTimeout})
+	} else {
+		run, err = conform.Run(ctx, files, o)
+	}
+	if err != nil {
+		var env *conform.EnvironmentError
+		if errors.As(err, &env) {
+			r := &report.Run{Mode: string(f.mode.m), Started: time.Now(), Suites: []*report.Suite{{Scenario: "environment", SetupError: env.Error(), SetupErrorKind: report.KindEnvironment}}}
+			_ = f.write(r)
+			return nil, &EnvError{Err: err}
+		}
+		if run == nil {
+			return nil, usageIfFault(err)
+		}
+	}
+	return run, err
+}
+
+// usageIfFault makes an unknown or unbuilt fault a usage error (exit 2).
+func usageIfFault(err error) error {
+	if errors.Is(err, proxy.ErrUnknownFault) || errors.Is(err, proxy.ErrFaultNotBuilt) {
+		return &UsageError{Err: err}
+	}
+	return err
 }
 
 // exitFor decides the exit: a failed check (1) first, then environment
