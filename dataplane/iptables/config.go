@@ -35,13 +35,6 @@ const (
 	AffinityIPSet AffinityMode = "ipset"
 )
 
-// IPSetMaxElem is how many client addresses one affinity set of
-// AffinityIPSet holds: the sets are created without a maxelem
-// (ipsetCreateLines), so ipset's default for hash:ip applies. Past it the
-// kernel adds no more clients. The simulator and the harness's oracle both
-// size the set from here.
-const IPSetMaxElem = 65536
-
 // DefaultLargeClusterThreshold is kube-proxy's
 // largeClusterEndpointsThreshold: above this many endpoints, the
 // per-endpoint comments are left out.

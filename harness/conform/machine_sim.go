@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
-	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -63,7 +63,7 @@ func newSimMachine(s *suite, cls []*netns.Client, seed uint64, lossRate float64)
 	// passes in ipvs mode (keepResets), so it never sits in TIME_WAIT.
 	cfg := engine.NodeConfig{Mode: mode, IPVS: engine.IPVSConfig{Scheduler: s.l.Scenario.Proxy.IPVSScheduler, TCPTimeWait: oracle.IPVSCloseTimeout}}
 	if s.ipset {
-		cfg.IPTables.RecentCapacity = iptables.IPSetMaxElem
+		cfg.IPTables.RecentCapacity = proxy.IPSetMaxElem
 	}
 	st := s.state()
 	for i, name := range st.SortedNodes() {

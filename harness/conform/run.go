@@ -380,7 +380,7 @@ func (s *suite) configure(ctx context.Context, run *report.Run) (*apiserver.Mode
 		run.Layout = s.layout
 	}
 	if s.ipset {
-		s.or.RecentCapacity = iptables.IPSetMaxElem // the kernel set's, as sim run
+		s.or.RecentCapacity = proxy.IPSetMaxElem // the kernel set's, as sim run
 	}
 	run.IPTablesBackend = variant
 	s.or.IPVSScheduler = px.IPVSScheduler

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cost"
@@ -204,7 +204,7 @@ func (w *world) affinityFigures(md *modeData, res []*nodeResult) report.Affinity
 	case aff.ServicePorts == 0:
 		aff.Note = "no service port has sessionAffinity ClientIP"
 	case md.mode == engine.IPTables && w.sc.Proxy.IPTablesAffinity == "ipset":
-		aff.Note = fmt.Sprintf("iptables with ipset affinity: no per-endpoint client limit below the set's maxelem (%d)", iptables.IPSetMaxElem)
+		aff.Note = fmt.Sprintf("iptables with ipset affinity: no per-endpoint client limit below the set's maxelem (%d)", proxy.IPSetMaxElem)
 	case md.mode == engine.IPTables:
 		aff.Note = fmt.Sprintf("iptables keeps at most %d clients per endpoint (xt_recent ip_list_tot); recentEvictedLive counts clients it forgot inside the timeout: a known deviation, not counted as a violation", engine.RecentListCapacity)
 	}

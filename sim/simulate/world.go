@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
@@ -301,7 +301,7 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 		md.ncfg.IPTables.Fault, md.ncfg.NFTables.Fault, md.ncfg.IPVS.Fault = f, f, f
 	}
 	if p.IPTablesAffinity == "ipset" {
-		md.ncfg.IPTables.RecentCapacity = iptables.IPSetMaxElem
+		md.ncfg.IPTables.RecentCapacity = proxy.IPSetMaxElem
 	}
 	md.scfg = engine.SyncConfig{MaxInterval: time.Hour}
 	if p.MinSyncPeriod != nil {
@@ -314,7 +314,7 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 	}
 	or := oracle.Oracle{IPVSScheduler: p.IPVSScheduler}
 	if p.IPTablesAffinity == "ipset" {
-		or.RecentCapacity = iptables.IPSetMaxElem
+		or.RecentCapacity = proxy.IPSetMaxElem
 	}
 	if err := w.renderVersions(md, or); err != nil {
 		return nil, err
