@@ -230,7 +230,7 @@ fuzz-run:
 	done
 
 bench:
-	$(GO) test -run XXX -bench . -benchtime 3x -count 5 ./sim/cluster/
+	$(GO) test -run XXX -bench . -benchtime 3x -count 5 ./sim/apiserver/
 	$(GO) test -run XXX -bench . -count 5 ./harness/stats/
 
 lint:
