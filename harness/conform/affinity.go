@@ -8,6 +8,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
@@ -252,19 +253,10 @@ func freeAddrs(st *cluster.State, clients []*netns.Client, node string) []netip.
 		}
 	}
 	var out []netip.Addr
-	for ip := topHost(pc); pc.Contains(ip); ip = ip.Prev() {
+	for ip := topology.LastHost(pc); pc.Contains(ip); ip = ip.Prev() {
 		if !used[ip] {
 			out = append(out, ip)
 		}
 	}
 	return out
-}
-
-// topHost is the highest address of p below its broadcast address.
-func topHost(p netip.Prefix) netip.Addr {
-	a := p.Masked().Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	v |= (1 << (32 - p.Bits())) - 1
-	v--
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }

@@ -175,7 +175,7 @@ func placeClients(cfg *netns.Config, clients []scenario.Client, index map[string
 	}
 	next := make([]netip.Addr, len(cfg.Nodes))
 	for i, n := range cfg.Nodes {
-		next[i] = lastHost(n.PodCIDR)
+		next[i] = LastHost(n.PodCIDR)
 	}
 	for ci, c := range clients {
 		nodes := c.Nodes
@@ -214,8 +214,9 @@ func placeClients(cfg *netns.Config, clients []scenario.Client, index map[string
 	return nil
 }
 
-// lastHost is the highest address of p below its broadcast address.
-func lastHost(p netip.Prefix) netip.Addr {
+// LastHost is the highest address of p below its broadcast address: the
+// first client address a node hands out, counting down.
+func LastHost(p netip.Prefix) netip.Addr {
 	a := p.Masked().Addr().As4()
 	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
 	v |= (1 << (32 - p.Bits())) - 1

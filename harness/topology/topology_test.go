@@ -156,8 +156,8 @@ func TestLastHost(t *testing.T) {
 		"10.0.0.0/30":   "10.0.0.2",
 		"10.0.0.0/16":   "10.0.255.254",
 	} {
-		if got := lastHost(netip.MustParsePrefix(p)).String(); got != want {
-			t.Errorf("lastHost(%s) = %s, want %s", p, got, want)
+		if got := LastHost(netip.MustParsePrefix(p)).String(); got != want {
+			t.Errorf("LastHost(%s) = %s, want %s", p, got, want)
 		}
 	}
 }
