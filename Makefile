@@ -36,15 +36,45 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: sim upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
-build:
+# build makes bin/sim and the upstream programs of the kube-proxy subject
+# (make upstream); make run needs bin/sim only.
+build: sim upstream
+
+sim:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sim
 
 # run prints the summary only: sim run writes files only with --out, so a
 # run (any seed) never changes the committed results/.
-run: build
+run: sim
 	$(BIN) run scenarios/1000-services.yaml
+
+# upstream builds the kube-proxy subject's programs into bin/: etcd, and
+# kube-apiserver and kube-proxy at the release pinned in
+# harness/upstream/tools/kubernetes/go.mod, each from its nested module (the
+# main module never requires k8s.io/kubernetes). The version ldflags are the
+# ones Kubernetes' own build sets, so kube-proxy --version names the release.
+# Cached: a binary is rebuilt only when its module's go.mod or go.sum changes.
+# Cold on two cores: see harness/upstream/README.md.
+UPSTREAM     := harness/upstream/tools
+KUBE_VERSION  = $(shell sed -n 's/^\tk8s.io\/kubernetes v\([^ ]*\).*/v\1/p' $(UPSTREAM)/kubernetes/go.mod)
+KUBE_LDFLAGS  = -s -w $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-base/version,\
+	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitTreeState=clean \
+	-X $(p).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))))
+upstream: bin/etcd bin/kube-apiserver bin/kube-proxy
+
+bin/kube-apiserver bin/kube-proxy &: $(UPSTREAM)/kubernetes/go.mod $(UPSTREAM)/kubernetes/go.sum
+	@mkdir -p bin
+	@start=$$(date +%s); cd $(UPSTREAM)/kubernetes && \
+	$(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $(CURDIR)/bin/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy && \
+	echo "built bin/kube-apiserver bin/kube-proxy $(KUBE_VERSION) in $$(( $$(date +%s) - start )) s"
+
+bin/etcd: $(UPSTREAM)/etcd/go.mod $(UPSTREAM)/etcd/go.sum
+	@mkdir -p bin
+	@start=$$(date +%s); cd $(UPSTREAM)/etcd && \
+	$(GO) build -trimpath -ldflags "-s -w" -o $(CURDIR)/bin/etcd go.etcd.io/etcd/server/v3 && \
+	echo "built bin/etcd in $$(( $$(date +%s) - start )) s"
 
 # deps installs the Debian packages once (apt-get only when one is missing).
 deps:
