@@ -10,7 +10,12 @@
 #   make vm-assets  what the VM tier needs: bin/sim-static, qemu-system-x86
 #                 when the VM will run, and the Debian kernel and busybox in
 #                 ~/.cache/kpsim/vm (idempotent; make test runs it first)
-#   make build    build bin/sim
+#   make build    build bin/sim and the upstream programs (make upstream)
+#   make upstream etcd, kube-apiserver and kube-proxy (the pinned releases of
+#                 harness/upstream/tools) into bin/, for --subject kube-proxy;
+#                 cached, about 10 minutes of both cores the first time
+#   make conformance-upstream  the conformance suite on the unmodified
+#                 kube-proxy in iptables and nftables mode (root)
 #   make soak     sim soak scenarios/soak.yaml, N = 2,000 changes with every
 #                 50th kernel apply failing, in iptables and nftables mode
 #   make bench    benchmarks (loading, engines, statistics)
@@ -36,7 +41,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: sim upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -63,6 +68,23 @@ KUBE_LDFLAGS  = -s -w $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-
 	-X $(p).gitVersion=$(KUBE_VERSION) -X $(p).gitTreeState=clean \
 	-X $(p).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(p).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))))
 upstream: bin/etcd bin/kube-apiserver bin/kube-proxy
+
+# upstream-bg starts make upstream in the background under nice 19 (its
+# output in $(UPSTREAM_LOG)); upstream-wait waits for it and fails, with the
+# log's tail, if it failed. Without upstream-bg, upstream-wait builds.
+UPSTREAM_LOG := $(TEST_DIR)/kpsim-upstream-build.log
+upstream-bg:
+	@rm -f $(UPSTREAM_LOG).rc; echo "make test: building the upstream programs in the background (log: $(UPSTREAM_LOG))"; \
+	( nice -n 19 $(MAKE) --no-print-directory upstream > $(UPSTREAM_LOG) 2>&1; echo $$? > $(UPSTREAM_LOG).rc ) </dev/null >/dev/null 2>&1 & \
+	echo $$! > $(UPSTREAM_LOG).pid
+
+upstream-wait:
+	@if [ ! -e $(UPSTREAM_LOG) ]; then $(MAKE) --no-print-directory upstream; exit $$?; fi; \
+	start=$$(date +%s); pid=$$(cat $(UPSTREAM_LOG).pid 2>/dev/null); \
+	while [ ! -s $(UPSTREAM_LOG).rc ] && kill -0 "$$pid" 2>/dev/null; do sleep 2; done; \
+	rc=$$(cat $(UPSTREAM_LOG).rc 2>/dev/null || echo "none: the background build is gone"); cat $(UPSTREAM_LOG); \
+	echo "make test: upstream build finished (exit $$rc; waited $$(( $$(date +%s) - start )) s for it)"; \
+	rm -f $(UPSTREAM_LOG) $(UPSTREAM_LOG).rc $(UPSTREAM_LOG).pid; [ "$$rc" = 0 ] || { echo "make upstream failed (see above)"; exit 1; }
 
 bin/kube-apiserver bin/kube-proxy &: $(UPSTREAM)/kubernetes/go.mod $(UPSTREAM)/kubernetes/go.sum
 	@mkdir -p bin
@@ -92,29 +114,43 @@ deps:
 # The VM assets come first: a Go test resolves the VM's modules on the
 # cached kernel. As a normal user they are not fetched (apt-get needs root)
 # and that test skips, like the other privileged ones.
-test: deps build
+#
+# The upstream programs (make upstream: about 10 minutes of both cores on a
+# new machine) build in the background at the lowest priority from the
+# start, on the CPU the earlier tiers leave idle (the microVM's emulation
+# uses one core); the tiers that run them come last, after upstream-wait.
+test: deps sim
+	@$(MAKE) --no-print-directory upstream-bg
 	@$(MAKE) --no-print-directory lint
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory vm-assets; fi
 	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-before.txt
-	@$(MAKE) --no-print-directory test-go
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory conformance
 	@$(MAKE) --no-print-directory soak
 	@$(MAKE) --no-print-directory test-vm
+	@$(MAKE) --no-print-directory upstream-wait
+	@$(MAKE) --no-print-directory test-go
+	@$(MAKE) --no-print-directory conformance-upstream
 	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-after.txt
 	@diff -u $(TEST_DIR)/kpsim-host-before.txt $(TEST_DIR)/kpsim-host-after.txt \
 		|| { echo "make test: the host's network state changed during the tests (see the diff above)"; exit 1; }
 	@echo "host network state unchanged (iptables-save, iptables-legacy-save, nft list ruleset, ip netns, root links)"
 	@$(MAKE) --no-print-directory check-skips
 
-# host-snapshot records the root namespace's rules, namespaces and links, so
-# that make test can prove the tests left the host as it was.
+# host-snapshot records the root namespace's rules, namespaces and links, the
+# conntrack table size (its hash size is global and writable from any
+# namespace: kube-proxy runs with --conntrack-max-per-core=0) and the sysctls
+# kube-proxy sets in its own namespace, so that make test can prove the tests
+# left the host as it was.
 host-snapshot:
 	@{ echo "## iptables-save"; iptables-save 2>/dev/null | grep -v '^#'; \
 	   echo "## iptables-legacy-save"; iptables-legacy-save 2>/dev/null | grep -v '^#'; \
 	   echo "## nft list ruleset"; nft list ruleset 2>/dev/null; \
 	   echo "## ip netns"; ip netns list 2>/dev/null; \
-	   echo "## links"; ip -o link show 2>/dev/null | sed 's/^[0-9]*: //' | cut -d' ' -f1 | sort; } > $(SNAPSHOT)
+	   echo "## links"; ip -o link show 2>/dev/null | sed 's/^[0-9]*: //' | cut -d' ' -f1 | sort; \
+	   echo "## conntrack (hashsize is global to the machine)"; cat /sys/module/nf_conntrack/parameters/hashsize 2>/dev/null; \
+	   sysctl -n net.netfilter.nf_conntrack_max net.netfilter.nf_conntrack_tcp_timeout_established \
+		net.netfilter.nf_conntrack_tcp_timeout_close_wait net.ipv4.conf.all.route_localnet 2>/dev/null; } > $(SNAPSHOT)
 
 # test-go runs every package under the race detector, the namespace tier
 # included: its sync loops, probers and observers are where goroutines meet
@@ -122,7 +158,7 @@ host-snapshot:
 # Sync there). On two cores the race build adds about 5 minutes to a cold
 # cache and the run takes about twice as long as without it.
 # KPSIM_SIM_BIN hands the kill soak (cmd/sim) the sim just built.
-test-go: build
+test-go: sim
 	@if [ "$$(id -u)" = 0 ]; then export KPSIM_REQUIRE_ALL=1; fi; \
 	KPSIM_SIM_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v ./... > $(TEST_LOG) 2>&1; status=$$?; \
 	grep -E '^(ok|FAIL|panic|---)|^\s+--- (FAIL|SKIP)|^\s+[a-z_]+\.go:[0-9]+:' $(TEST_LOG) | grep -v -- '--- PASS' ; \
@@ -131,7 +167,7 @@ test-go: build
 # conformance runs the suite through the real kernel: iptables mode with both
 # iptables backends, nftables mode in both layouts (root: it builds its own
 # namespaces), writing JUnit and Markdown next to the test log.
-conformance: build
+conformance: sim
 	@if [ "$$(id -u)" != 0 ]; then echo "make conformance: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
 	$(BIN) conform scenarios/conformance/ --mode iptables --iptables-backend nft \
 		--junit $(TEST_DIR)/kpsim-junit-iptables-nft.xml --summary $(TEST_DIR)/kpsim-summary-iptables-nft.md
@@ -145,6 +181,16 @@ conformance: build
 		$(BIN) conform scenarios/conformance/*.yaml --mode $$mode --calibrate $(CALIBRATE_RUNS) || exit 1; \
 	done
 
+# conformance-upstream runs the suite on the second subject: the unmodified
+# kube-proxy (bin/kube-proxy, make upstream) against a real kube-apiserver
+# and etcd in the run's namespaces, in iptables and nftables mode (root).
+conformance-upstream: sim upstream
+	@if [ "$$(id -u)" != 0 ]; then echo "make conformance-upstream: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
+	@for mode in iptables nftables; do \
+		$(BIN) conform scenarios/conformance/ --subject kube-proxy --mode $$mode \
+			--junit $(TEST_DIR)/kpsim-junit-kube-proxy-$$mode.xml --summary $(TEST_DIR)/kpsim-summary-kube-proxy-$$mode.md || exit 1; \
+	done
+
 # harness-calibration checks the checker at length and writes
 # results/harness-calibration/: the whole suite on the simulated machine
 # (HARNESS_RUNS runs per mode, false-failure rate against the family alpha),
@@ -154,7 +200,7 @@ conformance: build
 HARNESS_RUNS ?= 1000
 REPEAT_SCENARIOS = scenarios/conformance/distribution.yaml scenarios/conformance/many-endpoints.yaml scenarios/conformance/internal-traffic-local.yaml
 REPEAT_RUNS ?= 30
-harness-calibration: build
+harness-calibration: sim
 	@mkdir -p results/harness-calibration
 	@for mode in iptables nftables ipvs; do \
 		$(BIN) conform scenarios/conformance/*.yaml --mode $$mode --calibrate $(HARNESS_RUNS) \
@@ -174,7 +220,7 @@ harness-calibration: build
 CALIBRATE_RUNS ?= 200
 SOAK_EVENTS ?= 2000
 SOAK_FAIL   ?= 50
-soak: build
+soak: sim
 	@if [ "$$(id -u)" != 0 ]; then echo "make soak: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
 	@status=0; for mode in iptables nftables; do \
 		start=$$(date +%s); \
@@ -217,7 +263,7 @@ test-vm: vm-assets
 
 # calibrate measures the real iptables dataplane's sync times for the
 # simulator's cost model (root).
-calibrate: build
+calibrate: sim
 	$(BIN) calibrate --mode iptables
 	$(BIN) calibrate --mode nftables
 
@@ -278,7 +324,7 @@ lint:
 # results regenerates results/1000-services/ with the tool: report.json (the
 # same seed gives the same bytes), report.md and the PNG plots. Never edit
 # them by hand; the run fails (exit 1) if a scenario check fails.
-results: build
+results: sim
 	rm -f results/1000-services/cluster.json
 	$(BIN) run scenarios/1000-services.yaml --out results/1000-services
 
