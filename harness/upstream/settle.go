@@ -23,6 +23,9 @@ type Sync struct {
 // settleInterval is how often Settle scrapes.
 const settleInterval = 25 * time.Millisecond
 
+// errNoQueue says kube-proxy queued no sync after the write.
+var errNoQueue = errors.New("kube-proxy queued no sync")
+
 // ErrSyncFailed says kube-proxy reported a failed sync while Settle waited.
 var ErrSyncFailed = errors.New("kube-proxy reported a failed sync")
 
@@ -77,7 +80,7 @@ func settle(ctx context.Context, scrape func(context.Context) (Metrics, error), 
 		return ok, nil
 	})
 	if err != nil && !queued {
-		return Sync{}, fmt.Errorf("no sync queued after %s: %w", since.Format(time.RFC3339Nano), err)
+		return Sync{}, fmt.Errorf("%w after %s: %w", errNoQueue, since.Format(time.RFC3339Nano), err)
 	}
 	return found, err
 }
