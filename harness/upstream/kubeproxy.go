@@ -65,6 +65,7 @@ type KubeProxy struct {
 	version    string
 	metricsURL string
 	http       *http.Client
+	history    syncHistory // sums per sync count seen by Scrape, for Settle
 }
 
 func (cfg *KubeProxyConfig) validate() error {

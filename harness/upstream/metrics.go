@@ -129,5 +129,9 @@ func (k *KubeProxy) Scrape(ctx context.Context) (Metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return Metrics{}, fmt.Errorf("could not scrape kube-proxy on %s: %s", k.cfg.Node, resp.Status)
 	}
-	return ParseMetrics(resp.Body)
+	m, err := ParseMetrics(resp.Body)
+	if err == nil {
+		k.history.record(m)
+	}
+	return m, err
 }

@@ -171,6 +171,12 @@ func TestSettle(t *testing.T) {
 		scrapes: []Metrics{queued, {Syncs: 7, SyncSeconds: 1.4, LastSync: at(10.5), LastQueued: at(10.1)}},
 		want:    Sync{Ended: at(10.5)},
 	}, {
+		// The change's sync (10.2 to 10.3) ended before Settle's first look;
+		// a scrape before the write saw 5 syncs, so its duration is known.
+		name:    "sync done before the first look",
+		scrapes: []Metrics{idle, {Syncs: 6, SyncSeconds: 1.1, LastSync: at(10.3), LastQueued: at(10.1)}},
+		want:    Sync{Started: at(10.2), Ended: at(10.3), Duration: 100 * time.Millisecond},
+	}, {
 		name:    "no queue",
 		scrapes: []Metrics{idle},
 		wantErr: errNoQueue,
@@ -181,7 +187,7 @@ func TestSettle(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := settle(context.Background(), fakeScrapes(tt.scrapes...), since, 200*time.Millisecond, time.Millisecond)
+			got, err := settle(context.Background(), fakeScrapes(tt.scrapes...), &syncHistory{}, since, 200*time.Millisecond, time.Millisecond)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("settle = %+v, %v; want %v", got, err, tt.wantErr)
@@ -199,14 +205,19 @@ func TestSettle(t *testing.T) {
 }
 
 // TestSettleNotProven: a queued change whose only sync started before the
-// queue times out.
+// queue, or whose sync ended before the first look with no earlier scrape
+// to date its start, times out.
 func TestSettleNotProven(t *testing.T) {
-	s := []Metrics{
-		{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1)},
-		{Syncs: 6, SyncSeconds: 1.3, LastSync: at(10.3), LastQueued: at(10.1)},
-	}
-	_, err := settle(context.Background(), fakeScrapes(s...), at(10), 50*time.Millisecond, time.Millisecond)
-	if err == nil || errors.Is(err, errNoQueue) {
-		t.Errorf("settle = %v, want a timeout with the change queued", err)
+	for name, s := range map[string][]Metrics{
+		"sync started before the queue": {
+			{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1)},
+			{Syncs: 6, SyncSeconds: 1.3, LastSync: at(10.3), LastQueued: at(10.1)},
+		},
+		"no baseline": {{Syncs: 6, SyncSeconds: 1.1, LastSync: at(10.3), LastQueued: at(10.1)}},
+	} {
+		_, err := settle(context.Background(), fakeScrapes(s...), &syncHistory{}, at(10), 50*time.Millisecond, time.Millisecond)
+		if err == nil || errors.Is(err, errNoQueue) {
+			t.Errorf("%s: settle = %v, want a timeout with the change queued", name, err)
+		}
 	}
 }
