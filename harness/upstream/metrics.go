@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -117,21 +118,34 @@ func unixTime(s float64) time.Time {
 
 // Scrape reads kube-proxy's /metrics, dialling inside its namespace.
 func (k *KubeProxy) Scrape(ctx context.Context) (Metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.metricsURL, nil)
+	body, err := k.ScrapeText(ctx)
 	if err != nil {
-		return Metrics{}, fmt.Errorf("could not scrape kube-proxy: %w", err)
+		return Metrics{}, err
 	}
-	resp, err := k.http.Do(req)
-	if err != nil {
-		return Metrics{}, fmt.Errorf("could not scrape kube-proxy on %s: %w", k.cfg.Node, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Metrics{}, fmt.Errorf("could not scrape kube-proxy on %s: %s", k.cfg.Node, resp.Status)
-	}
-	m, err := ParseMetrics(resp.Body)
+	m, err := ParseMetrics(bytes.NewReader(body))
 	if err == nil {
 		k.history.record(m)
 	}
 	return m, err
+}
+
+// ScrapeText returns kube-proxy's /metrics text as served.
+func (k *KubeProxy) ScrapeText(ctx context.Context) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.metricsURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("could not scrape kube-proxy: %w", err)
+	}
+	resp, err := k.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("could not scrape kube-proxy on %s: %w", k.cfg.Node, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("could not scrape kube-proxy on %s: %s", k.cfg.Node, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("could not scrape kube-proxy on %s: %w", k.cfg.Node, err)
+	}
+	return body, nil
 }

@@ -3,6 +3,7 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -24,6 +25,10 @@ import (
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
+
+// update rewrites testdata/metrics-*.txt from the real kube-proxy:
+// flock /tmp/kpsim-heavy.lock go test -run TestKubeProxy ./harness/upstream/ -update
+var update = flag.Bool("update", false, "rewrite testdata/metrics-*.txt from the real kube-proxy (root)")
 
 // The run the integration test builds: two nodes, a control plane, one
 // Service with one endpoint per node.
@@ -188,6 +193,17 @@ func testKubeProxy(t *testing.T, mode cluster.Mode) {
 	m, err := proxies[0].Scrape(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if *update {
+		// testdata/metrics-MODE.txt: the real kube-proxy's /metrics after
+		// two settled slice writes, for TestParseMetrics (no root).
+		text, err := proxies[0].ScrapeText(ctx)
+		if err == nil {
+			err = os.WriteFile(filepath.Join("testdata", "metrics-"+string(mode)+".txt"), text, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	if m.Programming == 0 {
 		t.Errorf("network_programming_duration_seconds has no sample after two slice writes with a trigger time: %+v", m)

@@ -5,10 +5,12 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -219,5 +221,80 @@ func TestSettleNotProven(t *testing.T) {
 		if err == nil || errors.Is(err, errNoQueue) {
 			t.Errorf("%s: settle = %v, want a timeout with the change queued", name, err)
 		}
+	}
+}
+
+// sample reads one sample's value from /metrics text by its exact series
+// name, independently of ParseMetrics.
+func sample(t *testing.T, text, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no sample %s", series)
+	return 0
+}
+
+// TestParseMetrics reads the real kube-proxy's /metrics (captured by the
+// root integration test with -update) and checks each figure against the
+// sample line, and kube-proxy's own invariant: every sync is full or
+// partial.
+func TestParseMetrics(t *testing.T) {
+	for _, mode := range []string{"iptables", "nftables"} {
+		t.Run(mode, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "metrics-"+mode+".txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := ParseMetrics(strings.NewReader(string(data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(data)
+			v4 := `{ip_family="IPv4"}`
+			checks := []struct {
+				name      string
+				got, want float64
+			}{
+				{"Syncs", float64(m.Syncs), sample(t, text, mSync+"_count"+v4)},
+				{"SyncSeconds", m.SyncSeconds, sample(t, text, mSync+"_sum"+v4)},
+				{"FullSyncs", float64(m.FullSyncs), sample(t, text, mFull+"_count"+v4)},
+				{"PartialSyncSeconds", m.PartialSyncSeconds, sample(t, text, mPartial+"_sum"+v4)},
+				{"Programming", float64(m.Programming), sample(t, text, mProgramming+"_count"+v4)},
+				{"LastSync", float64(m.LastSync.UnixNano()) / 1e9, sample(t, text, mLast+v4)},
+				{"LastQueued", float64(m.LastQueued.UnixNano()) / 1e9, sample(t, text, mQueued+v4)},
+			}
+			for _, c := range checks {
+				if math.Abs(c.got-c.want) > 1e-6 {
+					t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+				}
+			}
+			if m.Syncs == 0 || m.Syncs != m.FullSyncs+m.PartialSyncs || m.SyncErrors != 0 {
+				t.Errorf("syncs %d = full %d + partial %d, errors %d: want > 0, equal, 0", m.Syncs, m.FullSyncs, m.PartialSyncs, m.SyncErrors)
+			}
+			if m.LastSync.Before(m.LastQueued) {
+				t.Errorf("last sync %v before last queue %v after settling", m.LastSync, m.LastQueued)
+			}
+		})
+	}
+}
+
+// TestParseMetricsFamilies: an unlabelled series is read, another family
+// is ignored, and a missing metric reads as zero.
+func TestParseMetricsFamilies(t *testing.T) {
+	text := "# TYPE " + mIPTFail + " counter\n" + mIPTFail + " 3\n" +
+		"# TYPE " + mNFTFail + " counter\n" + mNFTFail + `{ip_family="IPv6"} 7` + "\n" + mNFTFail + `{ip_family="IPv4"} 2` + "\n"
+	m, err := ParseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.SyncErrors != 5 || m.Syncs != 0 || !m.LastSync.IsZero() {
+		t.Errorf("ParseMetrics = %+v, want SyncErrors 5 and the rest zero", m)
 	}
 }
