@@ -351,8 +351,9 @@ func updateService(ctx context.Context, client kubernetes.Interface, ns, name st
 }
 
 // changeService applies a service-update event's fields to s. Session
-// affinity None clears sessionAffinityConfig (a real API rejects one set with
-// None, so a timeout alone changes nothing on a None Service); ClientIP
+// affinity None clears sessionAffinityConfig (validation forbids one with
+// None; kube-apiserver's defaulting clears it first, the fake clientset does
+// not), so a timeout alone changes nothing on a None Service; ClientIP
 // without a config gets the default timeout, as the API would default it.
 func changeService(s *corev1.Service, e *scenario.Event) {
 	if e.SessionAffinity != "" {

@@ -191,8 +191,17 @@ func upsertService(ctx context.Context, client kubernetes.Interface, want *corev
 	if err == nil {
 		return 1, nil
 	}
+	// kube-apiserver allocates a Service's cluster IP and node ports before
+	// it looks for the name, so creating one that exists with its own
+	// clusterIP fails as Invalid ("provided IP is already allocated"), not
+	// AlreadyExists: either way, update it if it is there.
 	if !apierrors.IsAlreadyExists(err) {
-		return 0, fmt.Errorf("could not create Service %s/%s: %w", want.Namespace, want.Name, err)
+		if !apierrors.IsInvalid(err) {
+			return 0, fmt.Errorf("could not create Service %s/%s: %w", want.Namespace, want.Name, err)
+		}
+		if _, gerr := api.Get(ctx, want.Name, metav1.GetOptions{}); gerr != nil {
+			return 0, fmt.Errorf("could not create Service %s/%s: %w", want.Namespace, want.Name, err)
+		}
 	}
 	n := 0
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {

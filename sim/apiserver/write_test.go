@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -51,7 +52,7 @@ func connected(t testing.TB, file string) *Model {
 	return connect(t, l, exp, client)
 }
 
-func connect(t testing.TB, l *scenario.Loaded, exp *scenario.Expanded, client *fake.Clientset) *Model {
+func connect(t testing.TB, l *scenario.Loaded, exp *scenario.Expanded, client kubernetes.Interface) *Model {
 	t.Helper()
 	c, err := Connect(client)
 	if err != nil {
@@ -406,6 +407,16 @@ func TestSeedErrors(t *testing.T) {
 	_, err := Upsert(context.Background(), client, []*corev1.Service{testService("demo", "first", "10.96.0.1")}, nil)
 	if err == nil || !strings.Contains(err.Error(), "Service demo/first") || !strings.Contains(err.Error(), "default/kubernetes") || !apierrors.IsInvalid(err) {
 		t.Errorf("error %v: want one naming demo/first and default/kubernetes, wrapping the API's", err)
+	}
+	// The same refusal for a Service that exists (kube-apiserver allocates
+	// the IP before it looks for the name) is an update.
+	if _, err := client.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	own := testService("default", "kubernetes", "10.96.0.1")
+	own.Labels = map[string]string{"component": "apiserver"}
+	if n, err := Upsert(context.Background(), client, []*corev1.Service{own}, nil); err != nil || n != 1 {
+		t.Errorf("Upsert of an existing Service refused as Invalid: %d, %v; want 1 update", n, err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gone"}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating}}
 	if _, err := client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
