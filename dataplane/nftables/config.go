@@ -24,7 +24,6 @@ package nftables
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/kpsim/kpsim/dataplane"
 )
@@ -54,9 +53,6 @@ type Config struct {
 	Layout Layout
 	// Table is the nftables table (family ip); empty means "kube-proxy".
 	Table string
-	// ServiceCIDRs, when set, add kube-proxy's "drop traffic to unallocated
-	// ClusterIPs" rule to cluster-ips-check.
-	ServiceCIDRs []netip.Prefix
 	// NoCounters leaves out the per-endpoint and per-verdict counters (the
 	// `counter` statement of endpoint DNAT rules and the `counter` flag of
 	// the no-endpoint maps and DNAT maps). kube-proxy has none; with
@@ -78,11 +74,6 @@ func (c *Config) defaults() error {
 	c.NodeConfig.Default()
 	if err := c.NodeConfig.Validate(); err != nil {
 		return err
-	}
-	for _, p := range c.ServiceCIDRs {
-		if !p.Addr().Is4() {
-			return fmt.Errorf("service CIDR %s is not IPv4", p)
-		}
 	}
 	return nil
 }

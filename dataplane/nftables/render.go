@@ -35,6 +35,11 @@ type state struct {
 	shared   map[elemKey]owners
 	chains   map[string]chainUse // the fast layout's shared chains
 	noLocal  [2]int              // internal, external
+	// stale are the kube-proxy layout's service chains this render
+	// flushed and left in place: kube-proxy deletes a stale chain in a
+	// later sync (once the kernel noticed it is unreferenced), so the
+	// next render deletes them.
+	stale []string
 	// overlay marks a partial render's state: only the changed service
 	// ports and touched elements, to be applied over the committed state.
 	overlay bool
@@ -172,12 +177,19 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	}
 	e := &emitter{}
 	stats := Stats{Full: full, First: first}
+	if !first {
+		for _, name := range r.committed.stale {
+			e.del(1, &knftables.Chain{Name: name})
+			stats.Deleted++
+		}
+	}
 	var next *state
 	if full {
 		next = r.renderFull(st, cat, e, first, &stats)
 	} else {
 		next = r.renderPartial(st, changed, cat, e, &stats)
 	}
+	next.stale = e.stale
 	tx := r.txs.NewTransaction()
 	e.run(tx)
 	stats.Operations = tx.NumOperations()
@@ -223,6 +235,10 @@ func (r *Renderer) renderFull(st *cluster.State, cat proxy.Categorizer, e *emitt
 		if !first {
 			e.flush(2, o.nameOnly())
 		}
+	}
+	for _, el := range b.elems {
+		e.add(4, el.object(el.container, el.isMap))
+		stats.Elements++
 	}
 
 	names := st.SortedServicePorts()
@@ -384,6 +400,7 @@ func (s *state) apply(o *state) {
 		}
 	}
 	s.noLocal = o.noLocal
+	s.stale = o.stale
 }
 
 // diffService emits what turns prev into rec (either may be nil). In a full
@@ -411,14 +428,20 @@ func (r *Renderer) diffService(e *emitter, prev, rec *svcRecord, full bool, stat
 		}
 	}
 	// Stale chains: flushed first (dropping their references), deleted
-	// last (after the elements that point at them).
+	// last (after the elements that point at them); in the kube-proxy
+	// layout, as kube-proxy does, deleted by the next render.
 	if prev != nil {
 		for _, c := range prev.chains {
-			if rec.chain(c.name) == nil {
-				e.flush(1, &knftables.Chain{Name: c.name})
-				e.del(5, &knftables.Chain{Name: c.name})
-				stats.Deleted++
+			if rec.chain(c.name) != nil {
+				continue
 			}
+			e.flush(1, &knftables.Chain{Name: c.name})
+			if r.cfg.Layout == LayoutKubeProxy {
+				e.stale = append(e.stale, c.name)
+				continue
+			}
+			e.del(5, &knftables.Chain{Name: c.name})
+			stats.Deleted++
 		}
 		for _, o := range prev.objs {
 			if n := rec.obj(o.name); n == nil || !n.sameDef(o) {
@@ -526,6 +549,7 @@ func sortedElemKeys[V any](m map[elemKey]V) []elemKey {
 // (4) add rules and elements; (5) delete stale chains, now unreferenced.
 type emitter struct {
 	phases [6][]op
+	stale  []string // chains flushed and left for the next render to delete
 }
 
 type op struct {
