@@ -18,12 +18,12 @@ import (
 
 // TestFaultSkewAtMDE: the shares the programmed numgen values give are the
 // fault's target shares (proxy.MDESkewShares), read from the
-// kube-proxy layout's vmap ranges and from the tracer in both layouts. One
+// kube-proxy layout's numgen map ranges and from the tracer in both layouts. One
 // endpoint keeps all the traffic; the kube-proxy layout's table is the
 // same, the fast layout writes it in its cascade form, as under
 // uniform-probability.
 func TestFaultSkewAtMDE(t *testing.T) {
-	vmap := regexp.MustCompile(`numgen random mod (\d+) vmap \{ ([^}]*) \}`)
+	vmap := regexp.MustCompile(`numgen random mod (\d+) v?map \{ ([^}]*) \}`)
 	for _, layout := range layouts {
 		for _, k := range []int{1, 2, 3, 10, 20, 50} {
 			st := newTestState()
@@ -41,7 +41,7 @@ func TestFaultSkewAtMDE(t *testing.T) {
 			}
 			m := vmap.FindStringSubmatch(f.Dump())
 			if m == nil {
-				t.Fatalf("k=%d: no numgen vmap in\n%s", k, f.Dump())
+				t.Fatalf("k=%d: no numgen map in\n%s", k, f.Dump())
 			}
 			mod, _ := strconv.ParseFloat(m[1], 64)
 			if mod != float64(10*k*(k-1)) {

@@ -44,7 +44,7 @@ func TestFaultUniformProbability(t *testing.T) {
 				p *= 11.0 / 12
 			}
 			// kube-proxy: weighted numgen buckets; fast: a cascade.
-			if w := map[Layout]string{LayoutKubeProxy: "0-2 : goto", LayoutFast: "numgen random mod 3 == 0"}[layout]; !affinity && strings.Count(f.Dump(), w) != 1+btoi(layout == LayoutFast) {
+			if w := map[Layout]string{LayoutKubeProxy: "0-2 : 10.180.0.1 . 80", LayoutFast: "numgen random mod 3 == 0"}[layout]; !affinity && strings.Count(f.Dump(), w) != 1+btoi(layout == LayoutFast) {
 				t.Errorf("%s: %q not found as expected in\n%s", layout, w, f.Dump())
 			}
 		}

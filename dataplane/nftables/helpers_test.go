@@ -43,7 +43,35 @@ func testConfig(layout Layout, faults ...proxy.Fault) Config {
 	for _, f := range faults {
 		fs[f] = true
 	}
-	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}, Layout: layout}
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs,
+		ServiceCIDRs: []netip.Prefix{serviceCIDR}, NodeIPs: []netip.Addr{nodeIP}}, Layout: layout}
+}
+
+// serviceCIDR holds the test states' cluster IPs.
+var serviceCIDR = netip.MustParsePrefix("172.30.0.0/16")
+
+// withoutStale drops the kube-proxy layout's stale chains from a Fake
+// dump: service chains without rules, which kube-proxy flushes in one sync
+// and deletes in a later one (the next render, here).
+func withoutStale(dump string) string {
+	const chain, rule = "add chain ip kube-proxy ", "add rule ip kube-proxy "
+	lines := strings.Split(strings.TrimSpace(dump), "\n")
+	hasRules := map[string]bool{}
+	for _, l := range lines {
+		if rest, ok := strings.CutPrefix(l, rule); ok {
+			hasRules[strings.Fields(rest)[0]] = true
+		}
+	}
+	var out []string
+	for _, l := range lines {
+		if rest, ok := strings.CutPrefix(l, chain); ok {
+			if n := strings.Fields(rest)[0]; strings.Contains(n, "/") && !hasRules[n] {
+				continue
+			}
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }
 
 // newFakeBackend returns a backend over a fresh Fake.
