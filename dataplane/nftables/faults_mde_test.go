@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,7 +32,11 @@ func TestFaultSkewAtMDE(t *testing.T) {
 			_, f := load(t, testConfig(layout, proxy.FaultSkewAtMDE), st)
 			want := proxy.MDESkewShares(k)
 			res := tracePacket(t, f, podIP, fmt.Sprintf("172.30.1.%d", k), 80, nil)
-			for i, e := range st.Endpoints[spn] {
+			// The shares follow kube-proxy's endpoint order (by
+			// "ip:port" string, proxy.SortEndpoints).
+			eps := slices.Clone(st.Endpoints[spn])
+			proxy.SortEndpoints(eps)
+			for i, e := range eps {
 				if got := res.P(e.String()); math.Abs(got-want[i]) > 1e-12 {
 					t.Errorf("%s k=%d endpoint %d: traced share %.15f, target %.15f", layout, k, i, got, want[i])
 				}
