@@ -91,6 +91,7 @@ func TestFailedSyncLeavesNothingStale(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						b.r.now = steppingClock()
 						if _, err := b.Sync(st, nil, true); err != nil {
 							t.Fatal(err)
 						}
@@ -143,6 +144,7 @@ func TestFailuresInARow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.r.now = steppingClock()
 	if _, err := b.Sync(st, nil, true); err != nil {
 		t.Fatal(err)
 	}

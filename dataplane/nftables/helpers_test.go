@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -82,7 +83,19 @@ func newFakeBackend(t testing.TB, cfg Config) (*Backend, *knftables.Fake) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.r.now = steppingClock()
 	return b, f
+}
+
+// steppingClock is a renderer clock two seconds further on every render,
+// so that each render deletes the chains the one before left stale (as
+// kube-proxy's syncs, at least a second apart by its min sync period, do).
+func steppingClock() func() time.Time {
+	t := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	return func() time.Time {
+		t = t.Add(2 * time.Second)
+		return t
+	}
 }
 
 // load renders st fully into a fresh Fake.

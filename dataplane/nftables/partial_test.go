@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -156,6 +157,48 @@ func TestPartialStale(t *testing.T) {
 			}
 			checkSameAsFull(t, layout, f, st)
 		})
+	}
+}
+
+// TestStaleChainTiming: a flushed chain is deleted by the first render more
+// than a second after the one that flushed it, and a chain that comes back
+// before then is live again (not deleted later).
+func TestStaleChainTiming(t *testing.T) {
+	st := overallState()
+	b, f := load(t, testConfig(LayoutKubeProxy), st)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b.r.now = func() time.Time { return now }
+	spn := name("ns2", "svc2", "p80")
+	sp, eps := st.Services[spn], st.Endpoints[spn]
+	chain := "chain ip kube-proxy " + ServiceChain(spn)
+	delete(st.Services, spn)
+	delete(st.Endpoints, spn)
+	if tx, _ := sync(t, b, st, []cluster.ServicePortName{spn}, false); !strings.Contains(tx, "flush "+chain) {
+		t.Fatalf("not flushed:\n%s", tx)
+	}
+	now = now.Add(900 * time.Millisecond)
+	if tx, _ := sync(t, b, st, nil, false); strings.Contains(tx, "delete "+chain) {
+		t.Errorf("deleted 0.9 s after the flush:\n%s", tx)
+	}
+	now = now.Add(200 * time.Millisecond)
+	if tx, _ := sync(t, b, st, nil, false); !strings.Contains(tx, "delete "+chain) {
+		t.Errorf("not deleted 1.1 s after the flush:\n%s", tx)
+	}
+	checkSameAsFull(t, LayoutKubeProxy, f, st)
+
+	// Removed and back within the second: never deleted.
+	delete(st.Services, spn)
+	delete(st.Endpoints, spn)
+	sync(t, b, st, []cluster.ServicePortName{spn}, false)
+	st.Services[spn], st.Endpoints[spn] = sp, eps
+	now = now.Add(500 * time.Millisecond)
+	sync(t, b, st, []cluster.ServicePortName{spn}, false)
+	now = now.Add(5 * time.Second)
+	if tx, _ := sync(t, b, st, nil, false); strings.Contains(tx, "delete "+chain) {
+		t.Errorf("a live chain was deleted as stale:\n%s", tx)
+	}
+	if got, want := sortedDump(f.Dump()), sortedDump(func() string { _, fr := load(t, testConfig(LayoutKubeProxy), st); return fr.Dump() }()); got != want {
+		t.Errorf("differs from a full sync:\n%s", lineDiff(want, got))
 	}
 }
 

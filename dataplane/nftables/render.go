@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -26,6 +27,8 @@ type Renderer struct {
 	committed *state // what the kernel holds; nil before the first commit
 	pending   *state // the last render, until Commit
 	needFull  bool   // the last render was not committed
+	// now is the clock of stale chain deletion (time.Now; tests set it).
+	now func() time.Time
 }
 
 // state is the table as a render leaves it: the record of each service port
@@ -35,15 +38,25 @@ type state struct {
 	shared   map[elemKey]owners
 	chains   map[string]chainUse // the fast layout's shared chains
 	noLocal  [2]int              // internal, external
-	// stale are the kube-proxy layout's service chains this render
-	// flushed and left in place: kube-proxy deletes a stale chain in a
-	// later sync (once the kernel noticed it is unreferenced), so the
-	// next render deletes them.
-	stale []string
+	// stale are the kube-proxy layout's service chains flushed and left
+	// in place, with when: kube-proxy deletes a stale chain in the first
+	// sync that starts more than a second after the one that flushed it
+	// (kernels before 6.2 notice late that a chain is unreferenced).
+	stale []staleChain
 	// overlay marks a partial render's state: only the changed service
 	// ports and touched elements, to be applied over the committed state.
 	overlay bool
 }
+
+// staleChain is a flushed chain waiting for its deletion.
+type staleChain struct {
+	name    string
+	flushed time.Time
+}
+
+// staleDelay is how long kube-proxy leaves a flushed chain before deleting
+// it (syncProxyRules: chains stale since before start minus one second).
+const staleDelay = time.Second
 
 // owners are the service ports that own a shared element, with the element
 // each wants. Most elements have one owner: a slice is cheaper than a map.
@@ -112,6 +125,7 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 		mark: fmt.Sprintf("%#x", uint32(1)<<cfg.MasqueradeBit),
 		cat:  cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode),
 		txs:  knftables.NewFake(knftables.IPv4Family, cfg.Table),
+		now:  time.Now,
 	}
 	if cfg.Faults.Has(proxy.FaultKeepDeletedEndpoint) {
 		r.memory = proxy.NewEndpointMemory()
@@ -177,10 +191,16 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	}
 	e := &emitter{}
 	stats := Stats{Full: full, First: first}
+	now := r.now()
+	var carried []staleChain
 	if !first {
-		for _, name := range r.committed.stale {
-			e.del(1, &knftables.Chain{Name: name})
-			stats.Deleted++
+		for _, c := range r.committed.stale {
+			if c.flushed.Before(now.Add(-staleDelay)) {
+				e.del(1, &knftables.Chain{Name: c.name})
+				stats.Deleted++
+			} else {
+				carried = append(carried, c)
+			}
 		}
 	}
 	var next *state
@@ -189,13 +209,29 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	} else {
 		next = r.renderPartial(st, changed, cat, e, &stats)
 	}
-	next.stale = e.stale
+	next.stale = r.staleAfter(carried, e, now)
 	tx := r.txs.NewTransaction()
 	e.run(tx)
 	stats.Operations = tx.NumOperations()
 	stats.NoLocalEndpoints = map[string]int{"internal": next.noLocal[0], "external": next.noLocal[1]}
 	r.pending = next
 	return tx, stats, nil
+}
+
+// staleAfter is the stale list after a render: the chains it flushed, and
+// those carried over (not yet due) that it did not write again (a chain
+// written again is live; kube-proxy forgets it as stale).
+func (r *Renderer) staleAfter(carried []staleChain, e *emitter, now time.Time) []staleChain {
+	out := make([]staleChain, 0, len(carried)+len(e.stale))
+	for _, c := range carried {
+		if !e.written[c.name] {
+			out = append(out, c)
+		}
+	}
+	for _, name := range e.stale {
+		out = append(out, staleChain{name: name, flushed: now})
+	}
+	return out
 }
 
 // record renders one service port of st, or returns nil when it has no
@@ -480,6 +516,10 @@ func (r *Renderer) writeChain(e *emitter, c *chainRec, exists bool, stats *Stats
 		}
 		e.add(4, obj)
 	}
+	if e.written == nil {
+		e.written = map[string]bool{}
+	}
+	e.written[c.name] = true
 	stats.ChainsWritten++
 	stats.Rules += len(c.rules)
 }
@@ -549,7 +589,9 @@ func sortedElemKeys[V any](m map[elemKey]V) []elemKey {
 // (4) add rules and elements; (5) delete stale chains, now unreferenced.
 type emitter struct {
 	phases [6][]op
-	stale  []string // chains flushed and left for the next render to delete
+	stale  []string // chains flushed and left for a later render to delete
+	// written are the chains (re)written.
+	written map[string]bool
 }
 
 type op struct {
