@@ -52,6 +52,14 @@ func (b *baseRecord) chain(name, comment string) *chainRec {
 	return c
 }
 
+// topChains adds the regular chains the base chains jump to, in
+// kube-proxy's order: nodeport-endpoints-check, service-endpoints-check,
+// firewall-check, services, masquerading, cluster-ips-check.
+func (b *baseRecord) topChains() (nodePortCheck, svcCheck, fw, services, masq, clusterIPsCheck *chainRec) {
+	return b.chain(ChainNodePortEndpointsCheck, ""), b.chain(ChainServiceEndpointsCheck, ""), b.chain(ChainFirewallCheck, ""),
+		b.chain(ChainServices, ""), b.chain(ChainMasquerading, ""), b.chain(ChainClusterIPsCheck, "")
+}
+
 // kubeProxyBase is kube-proxy v1.37's setupNFTables (feature gate
 // KubeProxyNFTablesLocalhostNodePorts off, its default): base chains, the
 // jumps from them (nftablesJumpChains order), then the fixed chains, sets
@@ -66,12 +74,7 @@ func (r *Renderer) kubeProxyBase(b *baseRecord) {
 	natOut := b.base(ChainNATOutput, knftables.NATType, knftables.OutputHook, knftables.DNATPriority)
 	natPost := b.base(ChainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority)
 
-	nodePortCheck := b.chain(ChainNodePortEndpointsCheck, "")
-	svcCheck := b.chain(ChainServiceEndpointsCheck, "")
-	fw := b.chain(ChainFirewallCheck, "")
-	services := b.chain(ChainServices, "")
-	masq := b.chain(ChainMasquerading, "")
-	clusterIPsCheck := b.chain(ChainClusterIPsCheck, "")
+	nodePortCheck, svcCheck, fw, services, masq, clusterIPsCheck := b.topChains()
 	in.addRule("ct state new jump "+nodePortCheck.name, "")
 	in.addRule("ct state new jump "+svcCheck.name, "")
 	fwd.addRule("ct state new jump "+svcCheck.name, "")
@@ -168,12 +171,7 @@ func (r *Renderer) baseRules(b *baseRecord, h *hookChains) {
 	// Jumps, in kube-proxy's nftablesJumpChains order. REJECT is only
 	// allowed in prerouting since kernel 5.9, hence the endpoint checks in
 	// input, forward and output.
-	nodePortCheck := b.chain(ChainNodePortEndpointsCheck, "")
-	svcCheck := b.chain(ChainServiceEndpointsCheck, "")
-	fw := b.chain(ChainFirewallCheck, "")
-	services := b.chain(ChainServices, "")
-	masq := b.chain(ChainMasquerading, "")
-	clusterIPsCheck := b.chain(ChainClusterIPsCheck, "")
+	nodePortCheck, svcCheck, fw, services, masq, clusterIPsCheck := b.topChains()
 	h.in.addRule("ct state new jump "+nodePortCheck.name, "")
 	h.in.addRule("ct state new jump "+svcCheck.name, "")
 	h.fwd.addRule("ct state new jump "+svcCheck.name, "")

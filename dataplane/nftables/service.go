@@ -84,15 +84,7 @@ func (r *Renderer) buildRecord(v *view) *svcRecord {
 	// The fast layout's cascade mode: kube-proxy v1.31's per-service-port
 	// chains without endpoint chains (see fastCascadeRules).
 	r.dispatchElements(rec, v, "goto "+v.internalChain, "goto "+v.extChain)
-	if v.UsesClusterChain {
-		rec.ensureChain(v.clusterChain)
-	}
-	if v.UsesLocalChain {
-		rec.ensureChain(v.localChain)
-	}
-	if v.UsesExtChain {
-		rec.ensureChain(v.extChain)
-	}
+	r.policyChains(rec, v)
 	if v.HasInternal {
 		r.masqueradeRules(rec.ensureChain(v.internalChain), v)
 	}
@@ -108,6 +100,20 @@ func (r *Renderer) buildRecord(v *view) *svcRecord {
 	}
 	r.hairpinElements(rec, v)
 	return rec
+}
+
+// policyChains creates the service port's Cluster, Local and external
+// chains that it uses, in kube-proxy's order.
+func (r *Renderer) policyChains(rec *svcRecord, v *view) {
+	if v.UsesClusterChain {
+		rec.ensureChain(v.clusterChain)
+	}
+	if v.UsesLocalChain {
+		rec.ensureChain(v.localChain)
+	}
+	if v.UsesExtChain {
+		rec.ensureChain(v.extChain)
+	}
 }
 
 // kubeProxyRecord is kube-proxy v1.37's syncProxyRules for one service
@@ -127,15 +133,7 @@ func (r *Renderer) kubeProxyRecord(rec *svcRecord, v *view) {
 			rec.addShared(SetHairpinConnections, false, []string{ip, ip, v.proto, strconv.Itoa(int(ep.Port))}, nil, "")
 		}
 	}
-	if v.UsesClusterChain {
-		rec.ensureChain(v.clusterChain)
-	}
-	if v.UsesLocalChain {
-		rec.ensureChain(v.localChain)
-	}
-	if v.UsesExtChain {
-		rec.ensureChain(v.extChain)
-	}
+	r.policyChains(rec, v)
 	r.dispatchElements(rec, v, "goto "+v.internalChain, "goto "+v.extChain)
 	if v.UsesExtChain {
 		r.kubeProxyExternalRules(rec.chain(v.extChain), v)
