@@ -23,6 +23,15 @@ type NodeConfig struct {
 	// iptables and nftables layouts also short-circuit pod traffic to
 	// external destinations). The zero value disables the detector.
 	ClusterCIDR netip.Prefix
+	// ServiceCIDRs are the cluster's service ranges (the scenario's
+	// cluster.serviceCIDR; kube-proxy reads them from the ServiceCIDR
+	// objects): nftables mode drops traffic to an address in them that is
+	// no Service's cluster IP. Empty: no such rule.
+	ServiceCIDRs []netip.Prefix
+	// NodeIPs are the node's own addresses that accept node port traffic
+	// (kube-proxy's default --nodeport-addresses=primary in nftables mode:
+	// the node IP). Empty: every local address but loopback.
+	NodeIPs []netip.Addr
 	// MasqueradeAll masquerades all traffic to cluster IPs.
 	MasqueradeAll bool
 	// MasqueradeBit is the bit of the masquerade mark (0: 14, mark 0x4000).
@@ -42,13 +51,24 @@ func (c *NodeConfig) Default() {
 }
 
 // Validate checks the fields after Default: a masquerade bit in 0..31 and an
-// IPv4 cluster CIDR (these backends are IPv4 only).
+// IPv4 cluster CIDR, service CIDRs and node IPs (these backends are IPv4
+// only).
 func (c *NodeConfig) Validate() error {
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		return fmt.Errorf("masquerade bit %d is outside 0..31", c.MasqueradeBit)
 	}
 	if c.ClusterCIDR.IsValid() && !c.ClusterCIDR.Addr().Is4() {
 		return fmt.Errorf("cluster CIDR %s is not IPv4", c.ClusterCIDR)
+	}
+	for _, p := range c.ServiceCIDRs {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return fmt.Errorf("service CIDR %s is not IPv4", p)
+		}
+	}
+	for _, a := range c.NodeIPs {
+		if !a.Is4() {
+			return fmt.Errorf("node IP %s is not IPv4", a)
+		}
 	}
 	return nil
 }

@@ -129,10 +129,14 @@ func (b *Backend) Dump() (string, error) {
 }
 
 // Counters reads the per-endpoint and per-verdict counters and maps them to
-// service ports and endpoints.
+// service ports and endpoints. The kube-proxy layout has no counters, as
+// kube-proxy's table has none: nil (unavailable), no error.
 func (b *Backend) Counters() ([]dataplane.Counter, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.r.cfg.Layout == LayoutKubeProxy {
+		return nil, nil
+	}
 	refs := b.r.Refs()
 	if b.opt.ListJSON != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)

@@ -2,11 +2,13 @@
 // the cluster state into knftables transactions, without touching the
 // kernel, in two layouts:
 //
-//   - LayoutKubeProxy is kube-proxy's `ip kube-proxy` table (about v1.31:
-//     partial sync, cluster-ips), hashed chain names included: a chain per
-//     service port and policy, a chain per endpoint reached through an
-//     anonymous `numgen random mod N vmap`, per-endpoint affinity sets.
-//   - LayoutFast keeps the same observable behaviour without the
+//   - LayoutKubeProxy is kube-proxy v1.37.2's `ip kube-proxy` table, rule
+//     for rule, hashed chain names included: a chain per service port and
+//     policy whose endpoints are inline
+//     (`dnat ip addr . port to numgen random mod N map { ... }`), endpoint
+//     chains and sets only for ClientIP affinity, hairpin masquerade through
+//     the hairpin-connections set, stale chains deleted a sync later.
+//   - LayoutFast, our own variant, keeps the same observable behaviour without the
 //     per-endpoint chains whose verdict-map references make a full load grow
 //     superlinearly on the kernel: endpoint choice is
 //     `dnat ip to numgen random mod N map @dnat-...`, hairpin masquerade is
@@ -24,7 +26,6 @@ package nftables
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/kpsim/kpsim/dataplane"
 )
@@ -54,13 +55,11 @@ type Config struct {
 	Layout Layout
 	// Table is the nftables table (family ip); empty means "kube-proxy".
 	Table string
-	// ServiceCIDRs, when set, add kube-proxy's "drop traffic to unallocated
-	// ClusterIPs" rule to cluster-ips-check.
-	ServiceCIDRs []netip.Prefix
-	// NoCounters leaves out the per-endpoint and per-verdict counters (the
-	// `counter` statement of endpoint DNAT rules and the `counter` flag of
-	// the no-endpoint maps and DNAT maps). kube-proxy has none; with
-	// counters on, `nft list` shows what each endpoint received.
+	// NoCounters leaves out the fast layout's per-endpoint and per-verdict
+	// counters (the `counter` statement of its cascade rules and the
+	// `counter` flag of the no-endpoint maps and endpoint maps); with
+	// counters on, `nft list` shows what each endpoint received. The
+	// kube-proxy layout has none, as kube-proxy.
 	NoCounters bool
 }
 
@@ -78,11 +77,6 @@ func (c *Config) defaults() error {
 	c.NodeConfig.Default()
 	if err := c.NodeConfig.Validate(); err != nil {
 		return err
-	}
-	for _, p := range c.ServiceCIDRs {
-		if !p.Addr().Is4() {
-			return fmt.Errorf("service CIDR %s is not IPv4", p)
-		}
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ func countersText(cs []dataplane.Counter) string {
 // each cluster IP of overallState) and maps it to service ports and
 // endpoints.
 func TestParseCounters(t *testing.T) {
-	for _, layout := range layouts {
+	for _, layout := range countedLayouts {
 		t.Run(string(layout), func(t *testing.T) {
 			b, _ := load(t, testConfig(layout), overallState())
 			refs := b.Renderer().Refs()
@@ -58,10 +58,26 @@ func TestParseCounters(t *testing.T) {
 	}
 }
 
+// countedLayouts are the layouts with counters: the fast one (kube-proxy's
+// table has none).
+var countedLayouts = []Layout{LayoutFast}
+
+// TestCountersKubeProxyNone: the kube-proxy layout writes no counter, and
+// Counters reports them unavailable (nil).
+func TestCountersKubeProxyNone(t *testing.T) {
+	b, f := load(t, testConfig(LayoutKubeProxy), overallState())
+	if strings.Contains(f.Dump(), "counter") {
+		t.Errorf("counters in the kube-proxy layout:\n%s", f.Dump())
+	}
+	if cs, err := b.Counters(); cs != nil || err != nil {
+		t.Errorf("counters %v, %v; want nil, nil", cs, err)
+	}
+}
+
 // TestCountersFake: with a Fake, Counters lists every endpoint and verdict
 // element with zero counts.
 func TestCountersFake(t *testing.T) {
-	for _, layout := range layouts {
+	for _, layout := range countedLayouts {
 		b, _ := load(t, testConfig(layout), overallState())
 		cs, err := b.Counters()
 		if err != nil {

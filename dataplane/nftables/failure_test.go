@@ -91,6 +91,7 @@ func TestFailedSyncLeavesNothingStale(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						b.r.now = steppingClock()
 						if _, err := b.Sync(st, nil, true); err != nil {
 							t.Fatal(err)
 						}
@@ -107,8 +108,15 @@ func TestFailedSyncLeavesNothingStale(t *testing.T) {
 							t.Fatalf("seed %d: sync after the failure: %+v, %v", seed, res, err)
 						}
 						_, fresh := load(t, testConfig(layout), st)
-						if got, want := sortedDump(f.Dump()), sortedDump(fresh.Dump()); got != want {
+						if got, want := sortedDump(withoutStale(f.Dump())), sortedDump(fresh.Dump()); got != want {
 							t.Fatalf("seed %d: table differs from a fresh sync (-fresh +got):\n%s", seed, lineDiff(want, got))
+						}
+						// The next render deletes the stale chains.
+						if _, err := b.Sync(st, nil, false); err != nil {
+							t.Fatalf("seed %d: sync after the recovery: %v", seed, err)
+						}
+						if got, want := sortedDump(f.Dump()), sortedDump(fresh.Dump()); got != want {
+							t.Fatalf("seed %d: after one more sync, table differs from a fresh sync (-fresh +got):\n%s", seed, lineDiff(want, got))
 						}
 					}
 				})
@@ -118,25 +126,32 @@ func TestFailedSyncLeavesNothingStale(t *testing.T) {
 }
 
 // TestFailuresInARow: nft reports an error although the kernel took the
-// batch (nothing the kernel does today, but nothing forbids it). The full
-// sync over the committed state then fails too (it deletes a chain the
-// kernel no longer has), and the sync after that recreates the table and
-// leaves a fresh sync's table instead of failing for ever.
+// batch (nothing the kernel does today, but nothing forbids it). Here the
+// batch deleted the stale chains an earlier sync left (kube-proxy layout:
+// flushed in one sync, deleted in the next), so the full sync over the
+// committed state fails too (it deletes them again, and the kernel no
+// longer has them), and the sync after that recreates the table and leaves
+// a fresh sync's table instead of failing for ever.
 func TestFailuresInARow(t *testing.T) {
+	const layout = LayoutKubeProxy
 	rng := rand.New(rand.NewPCG(1, 20))
 	st := overallState()
 	for range 5 {
 		mutate(rng, st)
 	}
 	f := &injectingFake{Fake: knftables.NewFake(knftables.IPv4Family, DefaultTable)}
-	b, err := NewBackend(testConfig(LayoutKubeProxy), f, BackendOptions{})
+	b, err := NewBackend(testConfig(layout), f, BackendOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.r.now = steppingClock()
 	if _, err := b.Sync(st, nil, true); err != nil {
 		t.Fatal(err)
 	}
-	changed := failureChange(rng, st, 1)
+	if _, err := b.Sync(st, failureChange(rng, st, 1), false); err != nil {
+		t.Fatal(err)
+	}
+	changed := failureChange(rng, st, 2)
 	f.failure = "applied"
 	if _, err := b.Sync(st, changed, false); !errors.Is(err, errInjected) {
 		t.Fatalf("sync of B returned %v, want the injected failure", err)
@@ -148,7 +163,7 @@ func TestFailuresInARow(t *testing.T) {
 	if err != nil || !res.Full {
 		t.Fatalf("sync after two failures: %+v, %v", res, err)
 	}
-	if _, fresh := load(t, testConfig(LayoutKubeProxy), st); sortedDump(f.Dump()) != sortedDump(fresh.Dump()) {
+	if _, fresh := load(t, testConfig(layout), st); sortedDump(f.Dump()) != sortedDump(fresh.Dump()) {
 		t.Fatalf("table differs from a fresh sync:\n%s", lineDiff(sortedDump(fresh.Dump()), sortedDump(f.Dump())))
 	}
 }

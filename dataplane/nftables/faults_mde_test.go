@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,12 +19,12 @@ import (
 
 // TestFaultSkewAtMDE: the shares the programmed numgen values give are the
 // fault's target shares (proxy.MDESkewShares), read from the
-// kube-proxy layout's vmap ranges and from the tracer in both layouts. One
+// kube-proxy layout's numgen map ranges and from the tracer in both layouts. One
 // endpoint keeps all the traffic; the kube-proxy layout's table is the
 // same, the fast layout writes it in its cascade form, as under
 // uniform-probability.
 func TestFaultSkewAtMDE(t *testing.T) {
-	vmap := regexp.MustCompile(`numgen random mod (\d+) vmap \{ ([^}]*) \}`)
+	vmap := regexp.MustCompile(`numgen random mod (\d+) v?map \{ ([^}]*) \}`)
 	for _, layout := range layouts {
 		for _, k := range []int{1, 2, 3, 10, 20, 50} {
 			st := newTestState()
@@ -31,7 +32,11 @@ func TestFaultSkewAtMDE(t *testing.T) {
 			_, f := load(t, testConfig(layout, proxy.FaultSkewAtMDE), st)
 			want := proxy.MDESkewShares(k)
 			res := tracePacket(t, f, podIP, fmt.Sprintf("172.30.1.%d", k), 80, nil)
-			for i, e := range st.Endpoints[spn] {
+			// The shares follow kube-proxy's endpoint order (by
+			// "ip:port" string, proxy.SortEndpoints).
+			eps := slices.Clone(st.Endpoints[spn])
+			proxy.SortEndpoints(eps)
+			for i, e := range eps {
 				if got := res.P(e.String()); math.Abs(got-want[i]) > 1e-12 {
 					t.Errorf("%s k=%d endpoint %d: traced share %.15f, target %.15f", layout, k, i, got, want[i])
 				}
@@ -41,7 +46,7 @@ func TestFaultSkewAtMDE(t *testing.T) {
 			}
 			m := vmap.FindStringSubmatch(f.Dump())
 			if m == nil {
-				t.Fatalf("k=%d: no numgen vmap in\n%s", k, f.Dump())
+				t.Fatalf("k=%d: no numgen map in\n%s", k, f.Dump())
 			}
 			mod, _ := strconv.ParseFloat(m[1], 64)
 			if mod != float64(10*k*(k-1)) {

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,20 +32,24 @@ func TestFaultUniformProbability(t *testing.T) {
 				}
 			}
 			// 12 endpoints: weights rounded to 2^-31 (12^11 > 2^31).
+			// The cascade follows kube-proxy's endpoint order (by
+			// "ip:port" string, proxy.SortEndpoints).
 			res = tracePacket(t, f, podIP, "172.30.1.12", 80, nil)
+			eps := slices.Clone(st.Endpoints[spn12])
+			proxy.SortEndpoints(eps)
 			p := 1.0
-			for i, o := range res {
+			for i, e := range eps {
 				want := p / 12
 				if i == 11 {
 					want = p
 				}
-				if math.Abs(o.P-want) > 1e-8 {
-					t.Errorf("%s affinity=%v: endpoint %d of 12: P = %v, want %v", layout, affinity, i, o.P, want)
+				if got := res.P(e.String()); math.Abs(got-want) > 1e-8 {
+					t.Errorf("%s affinity=%v: endpoint %d of 12: P = %v, want %v", layout, affinity, i, got, want)
 				}
 				p *= 11.0 / 12
 			}
 			// kube-proxy: weighted numgen buckets; fast: a cascade.
-			if w := map[Layout]string{LayoutKubeProxy: "0-2 : goto", LayoutFast: "numgen random mod 3 == 0"}[layout]; !affinity && strings.Count(f.Dump(), w) != 1+btoi(layout == LayoutFast) {
+			if w := map[Layout]string{LayoutKubeProxy: "0-2 : 10.180.0.1 . 80", LayoutFast: "numgen random mod 3 == 0"}[layout]; !affinity && strings.Count(f.Dump(), w) != 1+btoi(layout == LayoutFast) {
 				t.Errorf("%s: %q not found as expected in\n%s", layout, w, f.Dump())
 			}
 		}

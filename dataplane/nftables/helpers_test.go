@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -43,7 +44,35 @@ func testConfig(layout Layout, faults ...proxy.Fault) Config {
 	for _, f := range faults {
 		fs[f] = true
 	}
-	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs}, Layout: layout}
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: thisNode, ClusterCIDR: podCIDR, Faults: fs,
+		ServiceCIDRs: []netip.Prefix{serviceCIDR}, NodeIPs: []netip.Addr{nodeIP}}, Layout: layout}
+}
+
+// serviceCIDR holds the test states' cluster IPs.
+var serviceCIDR = netip.MustParsePrefix("172.30.0.0/16")
+
+// withoutStale drops the kube-proxy layout's stale chains from a Fake
+// dump: service chains without rules, which kube-proxy flushes in one sync
+// and deletes in a later one (the next render, here).
+func withoutStale(dump string) string {
+	const chain, rule = "add chain ip kube-proxy ", "add rule ip kube-proxy "
+	lines := strings.Split(strings.TrimSpace(dump), "\n")
+	hasRules := map[string]bool{}
+	for _, l := range lines {
+		if rest, ok := strings.CutPrefix(l, rule); ok {
+			hasRules[strings.Fields(rest)[0]] = true
+		}
+	}
+	var out []string
+	for _, l := range lines {
+		if rest, ok := strings.CutPrefix(l, chain); ok {
+			if n := strings.Fields(rest)[0]; strings.Contains(n, "/") && !hasRules[n] {
+				continue
+			}
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }
 
 // newFakeBackend returns a backend over a fresh Fake.
@@ -54,7 +83,19 @@ func newFakeBackend(t testing.TB, cfg Config) (*Backend, *knftables.Fake) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.r.now = steppingClock()
 	return b, f
+}
+
+// steppingClock is a renderer clock two seconds further on every render,
+// so that each render deletes the chains the one before left stale (as
+// kube-proxy's syncs, at least a second apart by its min sync period, do).
+func steppingClock() func() time.Time {
+	t := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	return func() time.Time {
+		t = t.Add(2 * time.Second)
+		return t
+	}
 }
 
 // load renders st fully into a fresh Fake.

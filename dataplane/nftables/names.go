@@ -14,14 +14,18 @@ import (
 
 // Base chains, named "${type}-${hook}" as kube-proxy names them.
 const (
-	ChainFilterPrerouting     = "filter-prerouting"
-	ChainFilterInput          = "filter-input"
-	ChainFilterForward        = "filter-forward"
-	ChainFilterOutput         = "filter-output"
-	ChainFilterOutputPostDNAT = "filter-output-post-dnat"
-	ChainNATPrerouting        = "nat-prerouting"
-	ChainNATOutput            = "nat-output"
-	ChainNATPostrouting       = "nat-postrouting"
+	ChainFilterPrerouting = "filter-prerouting" // fast layout
+	// ChainFilterPreroutingPreDNAT and ChainFilterOutputPreDNAT are
+	// kube-proxy's (v1.37) filter chains before DNAT (firewall-check).
+	ChainFilterPreroutingPreDNAT = "filter-prerouting-pre-dnat"
+	ChainFilterOutputPreDNAT     = "filter-output-pre-dnat"
+	ChainFilterInput             = "filter-input"
+	ChainFilterForward           = "filter-forward"
+	ChainFilterOutput            = "filter-output"
+	ChainFilterOutputPostDNAT    = "filter-output-post-dnat" // fast layout
+	ChainNATPrerouting           = "nat-prerouting"
+	ChainNATOutput               = "nat-output"
+	ChainNATPostrouting          = "nat-postrouting"
 	// ChainFilterPreroutingPostDNAT is the fast layout's own base chain: it
 	// sees forwarded packets after DNAT (hairpin masquerade).
 	ChainFilterPreroutingPostDNAT = "filter-prerouting-post-dnat"
@@ -35,7 +39,7 @@ const (
 	ChainReject                 = "reject-chain"
 	ChainClusterIPsCheck        = "cluster-ips-check"
 	ChainFirewallCheck          = "firewall-check"
-	ChainMarkForMasquerade      = "mark-for-masquerade"
+	ChainMarkForMasquerade      = "mark-for-masquerade" // fast layout
 	ChainMasquerading           = "masquerading"
 	MapServiceIPs               = "service-ips"
 	MapServiceNodePorts         = "service-nodeports"
@@ -44,6 +48,11 @@ const (
 	MapFirewallIPs              = "firewall-ips"
 	SetClusterIPs               = "cluster-ips"
 	SetHairpinEndpoints         = "hairpin-endpoints" // fast layout only
+	// SetHairpinConnections is kube-proxy's (v1.37) hairpin set:
+	// `ep . ep . proto . port` for each endpoint on this node.
+	SetHairpinConnections = "hairpin-connections"
+	// SetNodePortIPs holds the addresses that accept node port traffic.
+	SetNodePortIPs = "nodeport-ips"
 )
 
 const (
@@ -62,7 +71,7 @@ const (
 	PrefixService  = "service-"  // Cluster policy chain
 	PrefixLocal    = "local-"    // Local policy chain
 	PrefixExternal = "external-" // external destinations (node ports)
-	PrefixEndpoint = "endpoint-" // kube-proxy layout: one endpoint
+	PrefixEndpoint = "endpoint-" // kube-proxy layout: one endpoint of a ClientIP affinity Service
 	PrefixAffinity = "affinity-" // ClientIP affinity set of one endpoint
 )
 

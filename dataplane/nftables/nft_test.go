@@ -134,7 +134,7 @@ func TestNFTAcceptsPartialSyncs(t *testing.T) {
 func TestNFTCountersLive(t *testing.T) {
 	run := nftRunner(t)
 	const n = 6
-	for _, layout := range layouts {
+	for _, layout := range countedLayouts {
 		t.Run(string(layout), func(t *testing.T) {
 			st := overallState()
 			b, _ := newFakeBackend(t, testConfig(layout))

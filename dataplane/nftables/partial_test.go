@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -39,14 +40,12 @@ func ops(tx string) []string {
 // that service port's chains and elements.
 func TestPartialOneEndpoint(t *testing.T) {
 	want := map[Layout][]string{
+		// The endpoints are inline in the service chain: one chain
+		// rewritten, whatever the number of endpoints.
 		LayoutKubeProxy: {
 			"add chain service-42NFTM6N-ns2/svc2/tcp/p80",
 			"flush chain service-42NFTM6N-ns2/svc2/tcp/p80",
-			"add chain endpoint-EXH665KD-ns2/svc2/tcp/p80__10.180.1.8/80",
-			"add rule endpoint-EXH665KD-ns2/svc2/tcp/p80__10.180.1.8/80 ip saddr 10.180.1.8 jump mark-for-masquerade",
-			"add rule endpoint-EXH665KD-ns2/svc2/tcp/p80__10.180.1.8/80 meta l4proto tcp counter dnat to 10.180.1.8:80",
-			"add rule service-42NFTM6N-ns2/svc2/tcp/p80 ip daddr 172.30.0.42 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade",
-			"add rule service-42NFTM6N-ns2/svc2/tcp/p80 numgen random mod 4 vmap { 0 : goto endpoint-TFPIOPED-ns2/svc2/tcp/p80__10.180.0.4/80 , 1 : goto endpoint-NILE4YCW-ns2/svc2/tcp/p80__10.180.0.5/80 , 2 : goto endpoint-DUPYSPDN-ns2/svc2/tcp/p80__10.180.1.7/80 , 3 : goto endpoint-EXH665KD-ns2/svc2/tcp/p80__10.180.1.8/80 }",
+			"add rule service-42NFTM6N-ns2/svc2/tcp/p80 meta l4proto tcp dnat ip addr . port to numgen random mod 4 map { 0 : 10.180.0.4 . 80 , 1 : 10.180.0.5 . 80 , 2 : 10.180.1.7 . 80 , 3 : 10.180.1.8 . 80 }",
 		},
 		// svc2 was the only service port with 3 endpoints: its shared
 		// selection chain goes, the one for 4 comes.
@@ -83,8 +82,8 @@ func TestPartialOneEndpoint(t *testing.T) {
 func checkSameAsFull(t *testing.T, layout Layout, f interface{ Dump() string }, st *cluster.State) {
 	t.Helper()
 	_, fresh := load(t, testConfig(layout), st)
-	if got, want := sortedDump(f.Dump()), sortedDump(fresh.Dump()); got != want {
-		t.Errorf("state after partial syncs differs from a full sync:\n%s", lineDiff(want, got))
+	if got, want := sortedDump(withoutStale(f.Dump())), sortedDump(fresh.Dump()); got != want {
+		t.Errorf("state after partial syncs differs from a full sync (stale chains aside):\n%s", lineDiff(want, got))
 	}
 }
 
@@ -101,9 +100,11 @@ func TestPartialNoChange(t *testing.T) {
 	}
 }
 
-// TestPartialStale: removing an endpoint flushes and deletes its chain (and
-// affinity set); removing a service port deletes all of its objects and
-// elements.
+// TestPartialStale: removing an endpoint flushes its chain (deleted by the
+// next render in the kube-proxy layout, as kube-proxy deletes it in a later
+// sync; at once in the fast layout) and deletes its affinity set; removing a
+// service port deletes all of its objects and elements (its chains, again,
+// in the kube-proxy layout by the next render).
 func TestPartialStale(t *testing.T) {
 	for _, layout := range layouts {
 		t.Run(string(layout), func(t *testing.T) {
@@ -116,11 +117,10 @@ func TestPartialStale(t *testing.T) {
 			if !strings.Contains(tx, "delete set ip kube-proxy affinity-FVNDPF47-ns3/svc3/tcp/p80__"+gone) {
 				t.Errorf("stale affinity set not deleted:\n%s", tx)
 			}
+			staleEP := "chain ip kube-proxy endpoint-FVNDPF47-ns3/svc3/tcp/p80__" + gone
 			if layout == LayoutKubeProxy {
-				for _, w := range []string{"flush chain ip kube-proxy endpoint-FVNDPF47-ns3/svc3/tcp/p80__" + gone, "delete chain ip kube-proxy endpoint-FVNDPF47-ns3/svc3/tcp/p80__" + gone} {
-					if !strings.Contains(tx, w) {
-						t.Errorf("missing %q:\n%s", w, tx)
-					}
+				if !strings.Contains(tx, "flush "+staleEP) || strings.Contains(tx, "delete "+staleEP) {
+					t.Errorf("want the stale endpoint chain flushed, not deleted:\n%s", tx)
 				}
 			} else if !strings.Contains(tx, "delete element ip kube-proxy hairpin-endpoints { 10.180.2.3 . 10.180.2.3 }") {
 				t.Errorf("stale hairpin element not deleted:\n%s", tx)
@@ -132,12 +132,18 @@ func TestPartialStale(t *testing.T) {
 			delete(st.Services, spn)
 			delete(st.Endpoints, spn)
 			tx, _ = sync(t, b, st, []cluster.ServicePortName{spn}, false)
-			if strings.Contains(f.Dump(), "ns2/svc2") {
-				t.Errorf("objects of a removed service remain:\n%s", tx)
-			}
 			want := []string{"delete element ip kube-proxy service-ips { 172.30.0.42 . tcp . 80 }", "delete element ip kube-proxy cluster-ips { 172.30.0.42 }"}
 			if layout == LayoutKubeProxy {
-				want = append(want, "delete chain ip kube-proxy service-42NFTM6N-ns2/svc2/tcp/p80")
+				staleSvc := "chain ip kube-proxy service-42NFTM6N-ns2/svc2/tcp/p80"
+				want = append(want, "delete "+staleEP, "flush "+staleSvc)
+				if strings.Contains(tx, "delete "+staleSvc) {
+					t.Errorf("the removed service's chain was deleted at once:\n%s", tx)
+				}
+				checkSameAsFull(t, layout, f, st)
+				next, _ := sync(t, b, st, nil, false)
+				if !strings.Contains(next, "delete "+staleSvc) {
+					t.Errorf("the next render did not delete the stale chain:\n%s", next)
+				}
 			} else {
 				want = append(want, "delete element ip kube-proxy cluster-ip-endpoints-tcp { 172.30.0.42 . tcp . 80 . 2 }")
 			}
@@ -146,8 +152,53 @@ func TestPartialStale(t *testing.T) {
 					t.Errorf("missing %q:\n%s", w, tx)
 				}
 			}
+			if strings.Contains(f.Dump(), "ns2/svc2") {
+				t.Errorf("objects of a removed service remain:\n%s", f.Dump())
+			}
 			checkSameAsFull(t, layout, f, st)
 		})
+	}
+}
+
+// TestStaleChainTiming: a flushed chain is deleted by the first render more
+// than a second after the one that flushed it, and a chain that comes back
+// before then is live again (not deleted later).
+func TestStaleChainTiming(t *testing.T) {
+	st := overallState()
+	b, f := load(t, testConfig(LayoutKubeProxy), st)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b.r.now = func() time.Time { return now }
+	spn := name("ns2", "svc2", "p80")
+	sp, eps := st.Services[spn], st.Endpoints[spn]
+	chain := "chain ip kube-proxy " + ServiceChain(spn)
+	delete(st.Services, spn)
+	delete(st.Endpoints, spn)
+	if tx, _ := sync(t, b, st, []cluster.ServicePortName{spn}, false); !strings.Contains(tx, "flush "+chain) {
+		t.Fatalf("not flushed:\n%s", tx)
+	}
+	now = now.Add(900 * time.Millisecond)
+	if tx, _ := sync(t, b, st, nil, false); strings.Contains(tx, "delete "+chain) {
+		t.Errorf("deleted 0.9 s after the flush:\n%s", tx)
+	}
+	now = now.Add(200 * time.Millisecond)
+	if tx, _ := sync(t, b, st, nil, false); !strings.Contains(tx, "delete "+chain) {
+		t.Errorf("not deleted 1.1 s after the flush:\n%s", tx)
+	}
+	checkSameAsFull(t, LayoutKubeProxy, f, st)
+
+	// Removed and back within the second: never deleted.
+	delete(st.Services, spn)
+	delete(st.Endpoints, spn)
+	sync(t, b, st, []cluster.ServicePortName{spn}, false)
+	st.Services[spn], st.Endpoints[spn] = sp, eps
+	now = now.Add(500 * time.Millisecond)
+	sync(t, b, st, []cluster.ServicePortName{spn}, false)
+	now = now.Add(5 * time.Second)
+	if tx, _ := sync(t, b, st, nil, false); strings.Contains(tx, "delete "+chain) {
+		t.Errorf("a live chain was deleted as stale:\n%s", tx)
+	}
+	if got, want := sortedDump(f.Dump()), sortedDump(func() string { _, fr := load(t, testConfig(LayoutKubeProxy), st); return fr.Dump() }()); got != want {
+		t.Errorf("differs from a full sync:\n%s", lineDiff(want, got))
 	}
 }
 
@@ -184,9 +235,16 @@ func TestPartialRandomWalk(t *testing.T) {
 				full := step%37 == 36
 				sync(t, b, st, changed, full)
 				_, fresh := load(t, testConfig(layout), st)
-				if got, want := sortedDump(f.Dump()), sortedDump(fresh.Dump()); got != want {
+				if got, want := sortedDump(withoutStale(f.Dump())), sortedDump(fresh.Dump()); got != want {
 					t.Fatalf("step %d (changed %v, full %v): state differs from a full sync:\n%s", step, changed, full, lineDiff(want, got))
 				}
+			}
+			// One more render deletes the last stale chains: then the
+			// table is exactly a fresh full sync's.
+			sync(t, b, st, nil, false)
+			_, fresh := load(t, testConfig(layout), st)
+			if got, want := sortedDump(f.Dump()), sortedDump(fresh.Dump()); got != want {
+				t.Errorf("after a last no-op render: state differs from a full sync:\n%s", lineDiff(want, got))
 			}
 		})
 	}

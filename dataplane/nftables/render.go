@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -26,6 +27,8 @@ type Renderer struct {
 	committed *state // what the kernel holds; nil before the first commit
 	pending   *state // the last render, until Commit
 	needFull  bool   // the last render was not committed
+	// now is the clock of stale chain deletion (time.Now; tests set it).
+	now func() time.Time
 }
 
 // state is the table as a render leaves it: the record of each service port
@@ -35,10 +38,25 @@ type state struct {
 	shared   map[elemKey]owners
 	chains   map[string]chainUse // the fast layout's shared chains
 	noLocal  [2]int              // internal, external
+	// stale are the kube-proxy layout's service chains flushed and left
+	// in place, with when: kube-proxy deletes a stale chain in the first
+	// sync that starts more than a second after the one that flushed it
+	// (kernels before 6.2 notice late that a chain is unreferenced).
+	stale []staleChain
 	// overlay marks a partial render's state: only the changed service
 	// ports and touched elements, to be applied over the committed state.
 	overlay bool
 }
+
+// staleChain is a flushed chain waiting for its deletion.
+type staleChain struct {
+	name    string
+	flushed time.Time
+}
+
+// staleDelay is how long kube-proxy leaves a flushed chain before deleting
+// it (syncProxyRules: chains stale since before start minus one second).
+const staleDelay = time.Second
 
 // owners are the service ports that own a shared element, with the element
 // each wants. Most elements have one owner: a slice is cheaper than a map.
@@ -107,6 +125,7 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 		mark: fmt.Sprintf("%#x", uint32(1)<<cfg.MasqueradeBit),
 		cat:  cfg.Faults.Categorizer(cfg.NodeName, cfg.PreferSameNode),
 		txs:  knftables.NewFake(knftables.IPv4Family, cfg.Table),
+		now:  time.Now,
 	}
 	if cfg.Faults.Has(proxy.FaultKeepDeletedEndpoint) {
 		r.memory = proxy.NewEndpointMemory()
@@ -172,18 +191,47 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	}
 	e := &emitter{}
 	stats := Stats{Full: full, First: first}
+	now := r.now()
+	var carried []staleChain
+	if !first {
+		for _, c := range r.committed.stale {
+			if c.flushed.Before(now.Add(-staleDelay)) {
+				e.del(1, &knftables.Chain{Name: c.name})
+				stats.Deleted++
+			} else {
+				carried = append(carried, c)
+			}
+		}
+	}
 	var next *state
 	if full {
 		next = r.renderFull(st, cat, e, first, &stats)
 	} else {
 		next = r.renderPartial(st, changed, cat, e, &stats)
 	}
+	next.stale = r.staleAfter(carried, e, now)
 	tx := r.txs.NewTransaction()
 	e.run(tx)
 	stats.Operations = tx.NumOperations()
 	stats.NoLocalEndpoints = map[string]int{"internal": next.noLocal[0], "external": next.noLocal[1]}
 	r.pending = next
 	return tx, stats, nil
+}
+
+// staleAfter is the stale list after a render: the chains it flushed, and
+// those carried over (not yet due) that it did not write again (a chain
+// written again is live; kube-proxy forgets it as stale).
+func (r *Renderer) staleAfter(carried []staleChain, e *emitter, now time.Time) []staleChain {
+	out := make([]staleChain, 0, len(carried)+len(e.stale))
+	for _, c := range carried {
+		if !e.written[c.name] {
+			out = append(out, c)
+		}
+	}
+	for _, name := range e.stale {
+		out = append(out, staleChain{name: name, flushed: now})
+	}
+	return out
 }
 
 // record renders one service port of st, or returns nil when it has no
@@ -223,6 +271,10 @@ func (r *Renderer) renderFull(st *cluster.State, cat proxy.Categorizer, e *emitt
 		if !first {
 			e.flush(2, o.nameOnly())
 		}
+	}
+	for _, el := range b.elems {
+		e.add(4, el.object(el.container, el.isMap))
+		stats.Elements++
 	}
 
 	names := st.SortedServicePorts()
@@ -384,6 +436,7 @@ func (s *state) apply(o *state) {
 		}
 	}
 	s.noLocal = o.noLocal
+	s.stale = o.stale
 }
 
 // diffService emits what turns prev into rec (either may be nil). In a full
@@ -411,14 +464,20 @@ func (r *Renderer) diffService(e *emitter, prev, rec *svcRecord, full bool, stat
 		}
 	}
 	// Stale chains: flushed first (dropping their references), deleted
-	// last (after the elements that point at them).
+	// last (after the elements that point at them); in the kube-proxy
+	// layout, as kube-proxy does, deleted by the next render.
 	if prev != nil {
 		for _, c := range prev.chains {
-			if rec.chain(c.name) == nil {
-				e.flush(1, &knftables.Chain{Name: c.name})
-				e.del(5, &knftables.Chain{Name: c.name})
-				stats.Deleted++
+			if rec.chain(c.name) != nil {
+				continue
 			}
+			e.flush(1, &knftables.Chain{Name: c.name})
+			if r.cfg.Layout == LayoutKubeProxy {
+				e.stale = append(e.stale, c.name)
+				continue
+			}
+			e.del(5, &knftables.Chain{Name: c.name})
+			stats.Deleted++
 		}
 		for _, o := range prev.objs {
 			if n := rec.obj(o.name); n == nil || !n.sameDef(o) {
@@ -457,6 +516,10 @@ func (r *Renderer) writeChain(e *emitter, c *chainRec, exists bool, stats *Stats
 		}
 		e.add(4, obj)
 	}
+	if e.written == nil {
+		e.written = map[string]bool{}
+	}
+	e.written[c.name] = true
 	stats.ChainsWritten++
 	stats.Rules += len(c.rules)
 }
@@ -526,6 +589,9 @@ func sortedElemKeys[V any](m map[elemKey]V) []elemKey {
 // (4) add rules and elements; (5) delete stale chains, now unreferenced.
 type emitter struct {
 	phases [6][]op
+	stale  []string // chains flushed and left for a later render to delete
+	// written are the chains (re)written.
+	written map[string]bool
 }
 
 type op struct {

@@ -73,20 +73,38 @@ func newView(spn cluster.ServicePortName, sp *cluster.ServicePort, cat proxy.Cat
 func (r *Renderer) buildRecord(v *view) *svcRecord {
 	rec := &svcRecord{spn: v.spn}
 	rec.noLocalInternal, rec.noLocalExternal = v.NoLocalInternal, v.NoLocalExternal
-	if r.cfg.Layout == LayoutFast && !r.cascade(v) {
+	switch {
+	case r.cfg.Layout == LayoutKubeProxy:
+		r.kubeProxyRecord(rec, v)
+		return rec
+	case !r.cascade(v):
 		r.fastMapRecord(rec, v)
 		return rec
 	}
-	// kube-proxy's per-service-port chains (in the fast layout without
-	// endpoint chains: see fastCascadeRules).
+	// The fast layout's cascade mode: kube-proxy v1.31's per-service-port
+	// chains without endpoint chains (see fastCascadeRules).
 	r.dispatchElements(rec, v, "goto "+v.internalChain, "goto "+v.extChain)
-	// Chains are created in kube-proxy's order: endpoint chains, then
-	// the policy chains, then the external chain.
-	if r.cfg.Layout == LayoutKubeProxy {
-		for _, ep := range v.cat.AllReachable {
-			rec.chains = append(rec.chains, &chainRec{name: v.endpointChain(ep)})
-		}
+	r.policyChains(rec, v)
+	if v.HasInternal {
+		r.masqueradeRules(rec.ensureChain(v.internalChain), v)
 	}
+	if v.UsesExtChain {
+		r.externalRules(rec.ensureChain(v.extChain), v)
+	}
+	r.affinitySets(rec, v)
+	if v.UsesClusterChain {
+		r.fastCascadeRules(rec.chain(v.clusterChain), v, v.cat.Cluster)
+	}
+	if v.UsesLocalChain {
+		r.fastCascadeRules(rec.chain(v.localChain), v, v.cat.Local)
+	}
+	r.hairpinElements(rec, v)
+	return rec
+}
+
+// policyChains creates the service port's Cluster, Local and external
+// chains that it uses, in kube-proxy's order.
+func (r *Renderer) policyChains(rec *svcRecord, v *view) {
 	if v.UsesClusterChain {
 		rec.ensureChain(v.clusterChain)
 	}
@@ -96,28 +114,65 @@ func (r *Renderer) buildRecord(v *view) *svcRecord {
 	if v.UsesExtChain {
 		rec.ensureChain(v.extChain)
 	}
-	if v.HasInternal {
-		r.masqueradeRules(rec.ensureChain(v.internalChain), v)
+}
+
+// kubeProxyRecord is kube-proxy v1.37's syncProxyRules for one service
+// port: endpoint chains only with ClientIP affinity, this node's endpoints
+// in hairpin-connections, the policy and external chains, the dispatch
+// elements, then the rules: external chain, affinity sets, endpoint
+// selection (an inline numgen DNAT map, or affinity checks and a numgen
+// vmap over the endpoint chains), endpoint chains.
+func (r *Renderer) kubeProxyRecord(rec *svcRecord, v *view) {
+	aff := v.sp.ClientIPAffinity
+	for _, ep := range v.cat.AllReachable {
+		if aff {
+			rec.ensureChain(v.endpointChain(ep))
+		}
+		if ep.NodeName != "" && ep.NodeName == r.cfg.NodeName {
+			ip := ep.IP.String()
+			rec.addShared(SetHairpinConnections, false, []string{ip, ip, v.proto, strconv.Itoa(int(ep.Port))}, nil, "")
+		}
 	}
+	r.policyChains(rec, v)
+	r.dispatchElements(rec, v, "goto "+v.internalChain, "goto "+v.extChain)
 	if v.UsesExtChain {
-		r.externalRules(rec.ensureChain(v.extChain), v)
+		r.kubeProxyExternalRules(rec.chain(v.extChain), v)
 	}
 	r.affinitySets(rec, v)
+	policy := r.kubeProxyDNATRules
+	if aff {
+		policy = r.kubeProxyJumpRules
+	}
 	if v.UsesClusterChain {
-		r.policyRules(rec.chain(v.clusterChain), v, v.cat.Cluster)
+		policy(rec.chain(v.clusterChain), v, v.cat.Cluster)
 	}
 	if v.UsesLocalChain {
-		r.policyRules(rec.chain(v.localChain), v, v.cat.Local)
+		policy(rec.chain(v.localChain), v, v.cat.Local)
 	}
-	switch r.cfg.Layout {
-	case LayoutKubeProxy:
+	if aff {
 		for _, ep := range v.cat.AllReachable {
 			r.endpointRules(rec.chain(v.endpointChain(ep)), v, ep)
 		}
-	case LayoutFast:
-		r.hairpinElements(rec, v)
 	}
-	return rec
+}
+
+// kubeProxyExternalRules fill kube-proxy v1.37's external chain: the
+// masquerade mark for externalTrafficPolicy Cluster; for Local, pod and
+// host traffic short-circuited to the Cluster chain (host traffic
+// masqueraded); then the external policy chain.
+func (r *Renderer) kubeProxyExternalRules(c *chainRec, v *view) {
+	if !v.ExternalLocal {
+		c.addRule(r.markRule(), "masquerade")
+	} else {
+		if r.cfg.ClusterCIDR.IsValid() {
+			c.addRule(fmt.Sprintf("ip saddr %s goto %s", r.cfg.ClusterCIDR.Masked(), v.clusterChain), "short-circuit pod traffic")
+		}
+		c.addRule("fib saddr type local "+r.markRule(), "masquerade local traffic")
+		c.addRule("fib saddr type local goto "+v.clusterChain, "short-circuit local traffic")
+	}
+	if v.HasExternal {
+		c.addRule("goto "+v.externalPolicyChain, "")
+	}
 }
 
 // dispatchElements are the service port's elements in the shared maps:
@@ -211,23 +266,39 @@ func (r *Renderer) selection(eps []*cluster.Endpoint) []*cluster.Endpoint {
 	return eps
 }
 
-// policyRules fill a Cluster or Local policy chain with endpoint selection.
-func (r *Renderer) policyRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
-	if r.cfg.Layout == LayoutKubeProxy {
-		r.kubeProxyPolicyRules(c, v, eps)
+// kubeProxyDNATRules are kube-proxy v1.37's writeServiceToEndpointDNATs:
+// one endpoint is a plain `dnat to`; more are one inline numgen DNAT map,
+// `dnat ip addr . port to numgen random mod N map { 0 : ip . port , ... }`.
+func (r *Renderer) kubeProxyDNATRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
+	sel := r.selection(eps)
+	if len(sel) == 0 {
 		return
 	}
-	r.fastCascadeRules(c, v, eps)
+	mod, buckets := r.buckets(len(sel))
+	if mod == 1 {
+		c.addRule(fmt.Sprintf("meta l4proto %s dnat to %s", v.proto, sel[0]), "")
+		return
+	}
+	var b []byte
+	for i, ep := range sel {
+		if i > 0 {
+			b = append(b, " , "...)
+		}
+		b = append(b, buckets[i]...)
+		b = append(b, " : "...)
+		b = append(b, ep.IP.String()...)
+		b = append(b, " . "...)
+		b = strconv.AppendInt(b, int64(ep.Port), 10)
+	}
+	c.addRule(fmt.Sprintf("meta l4proto %s dnat ip addr . port to numgen random mod %d map { %s }", v.proto, mod, b), "")
 }
 
-// kubeProxyPolicyRules are kube-proxy's writeServiceToEndpointRules: one
-// affinity check per endpoint, then one numgen verdict map over the
-// endpoint chains.
-func (r *Renderer) kubeProxyPolicyRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
-	if v.sp.ClientIPAffinity {
-		for _, ep := range eps {
-			c.addRule(fmt.Sprintf("%sip saddr @%s goto %s", r.leakMatch(), v.affinitySet(ep), v.endpointChain(ep)), "")
-		}
+// kubeProxyJumpRules are kube-proxy's writeServiceToEndpointJumps (ClientIP
+// affinity): one affinity check per endpoint, then one numgen verdict map
+// over the endpoint chains.
+func (r *Renderer) kubeProxyJumpRules(c *chainRec, v *view, eps []*cluster.Endpoint) {
+	for _, ep := range eps {
+		c.addRule(fmt.Sprintf("%sip saddr @%s goto %s", r.leakMatch(), v.affinitySet(ep), v.endpointChain(ep)), "")
 	}
 	sel := r.selection(eps)
 	if len(sel) == 0 {
@@ -246,17 +317,13 @@ func (r *Renderer) kubeProxyPolicyRules(c *chainRec, v *view, eps []*cluster.End
 	c.addRule(fmt.Sprintf("numgen random mod %d vmap { %s }", mod, b), "")
 }
 
-// endpointRules fill a kube-proxy endpoint chain: hairpin masquerade, the
-// affinity refresh, and the DNAT (counted, unless NoCounters).
+// endpointRules fill a kube-proxy endpoint chain (ClientIP affinity only):
+// the affinity refresh and the DNAT.
 func (r *Renderer) endpointRules(c *chainRec, v *view, ep *cluster.Endpoint) {
-	k := ep.String()
-	c.addRule(fmt.Sprintf("ip saddr %s jump %s", ep.IP, ChainMarkForMasquerade), "")
-	if v.sp.ClientIPAffinity {
-		for _, u := range r.updates(v, ep) {
-			c.addRule(u.match+strings.TrimPrefix(u.update, " "), "")
-		}
+	for _, u := range r.updates(v, ep) {
+		c.addRule(u.match+strings.TrimPrefix(u.update, " "), "")
 	}
-	c.addRule(fmt.Sprintf("meta l4proto %s %sdnat to %s", v.proto, r.counter(), k), "")
+	c.addRule(fmt.Sprintf("meta l4proto %s dnat to %s", v.proto, ep), "")
 }
 
 func (r *Renderer) counter() string {

@@ -641,6 +641,15 @@ func parseMatchExpr(t []string) (expr, int, error) {
 			}
 			return s[f.src.String()+" . "+f.dst.String()], nil
 		}), 6, nil
+	case hasPrefix(t, "ip", "saddr", ".", "ip", "daddr", ".", "meta", "l4proto", ".", "th", "dport", "*") && strings.HasPrefix(t[11], "@"):
+		set := t[11][1:]
+		return matchFunc(func(tr *Tracer, f flow, _ trace.History) (bool, error) {
+			s, ok := tr.sets[set]
+			if !ok {
+				return false, fmt.Errorf("no set %q", set)
+			}
+			return s[fmt.Sprintf("%s . %s . %s . %d", f.src, f.dst, f.proto, f.dport)], nil
+		}), 12, nil
 	case hasPrefix(t, "ip", "*") && (t[1] == "saddr" || t[1] == "daddr") && len(t) >= 3:
 		return parseAddrMatch(t)
 	case len(t) >= 3 && (t[0] == "tcp" || t[0] == "udp" || t[0] == "sctp") && t[1] == "dport":
@@ -663,12 +672,13 @@ func parseMatchExpr(t []string) (expr, int, error) {
 			}
 			return tr.isLocal(f.dst), nil
 		}), 4, nil
-	case hasPrefix(t, "mark", "and", "*", "==", "0"):
+	case hasPrefix(t, "mark", "and", "*", "*", "0") && (t[3] == "==" || t[3] == "!="):
 		m, err := strconv.ParseUint(t[2], 0, 32)
 		if err != nil {
 			return nil, 0, fmt.Errorf("bad mark %q", t[2])
 		}
-		return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) { return f.mark&uint32(m) == 0, nil }), 5, nil
+		zero := t[3] == "=="
+		return matchFunc(func(_ *Tracer, f flow, _ trace.History) (bool, error) { return (f.mark&uint32(m) == 0) == zero, nil }), 5, nil
 	}
 	return nil, 0, nil
 }
@@ -722,6 +732,17 @@ func parseNATExpr(t []string) (expr, int, error) {
 			return nil, 0, err
 		}
 		return n, 9, nil
+	case hasPrefix(t, "dnat", "ip", "addr", ".", "port", "to", "numgen", "random", "mod", "*", "map", "*") && strings.HasPrefix(t[11], "{"):
+		// kube-proxy v1.37's inline endpoint map.
+		mod, err := strconv.ParseUint(t[9], 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("bad numgen modulus %q", t[9])
+		}
+		n := &numgenExpr{mod: mod, kind: 'd'}
+		if n.buckets, err = parseInlineMap(t[11]); err != nil {
+			return nil, 0, err
+		}
+		return n, 12, nil
 	case hasPrefix(t, "dnat", "ip", "to", "ip", "daddr", ".", "meta", "l4proto", ".", "th", "dport", ".", "numgen", "random", "mod", "*", "map", "*") && strings.HasPrefix(t[17], "@"):
 		mod, err := strconv.ParseUint(t[15], 10, 64)
 		if err != nil {

@@ -563,8 +563,13 @@ func (s *suite) newBackend(n *netns.Node, podCIDR netip.Prefix, variant string, 
 	if s.ipset {
 		affinity = "ipset"
 	}
+	var serviceCIDRs []netip.Prefix
+	if p, err := netip.ParsePrefix(s.l.Scenario.Cluster.ServiceCIDR); err == nil {
+		serviceCIDRs = []netip.Prefix{p}
+	}
 	return backends.New(s.o.Mode, n.NS,
-		dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, MasqueradeAll: px.MasqueradeAll, Faults: faults},
+		dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, ServiceCIDRs: serviceCIDRs,
+			NodeIPs: []netip.Addr{n.Config.Addr.Addr()}, MasqueradeAll: px.MasqueradeAll, Faults: faults},
 		backends.Options{IPTablesVariant: variant, Affinity: iptables.AffinityMode(affinity), Layout: nftables.Layout(s.layout),
 			Scheduler: px.IPVSScheduler, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}})
 }

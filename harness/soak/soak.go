@@ -334,6 +334,7 @@ type soak struct {
 	fa              *FailApply
 	variant, layout string
 	podCIDR         netip.Prefix
+	serviceCIDRs    []netip.Prefix
 	m               *apiserver.Model
 	topo, ref       *netns.Topology
 	stopSignals     []func()
@@ -348,7 +349,7 @@ func (s *soak) logf(format string, a ...any) { fmt.Fprintf(s.o.Log, "soak: "+for
 
 func (s *soak) newBackend(ns *netns.Namespace, nodeName string) (dataplane.Backend, error) {
 	px := s.l.Scenario.Proxy
-	return backends.New(s.o.Mode, ns, dataplane.NodeConfig{NodeName: nodeName, ClusterCIDR: s.podCIDR, MasqueradeAll: px.MasqueradeAll},
+	return backends.New(s.o.Mode, ns, dataplane.NodeConfig{NodeName: nodeName, ClusterCIDR: s.podCIDR, ServiceCIDRs: s.serviceCIDRs, MasqueradeAll: px.MasqueradeAll},
 		backends.Options{IPTablesVariant: s.variant, Affinity: iptables.AffinityMode(px.IPTablesAffinity), Layout: nftables.Layout(s.layout)})
 }
 
@@ -413,6 +414,7 @@ func (s *soak) setup(ctx context.Context) (context.Context, netip.Prefix, string
 	if err != nil {
 		return nil, netip.Prefix{}, "", fmt.Errorf("could not parse the service CIDR: %w", err)
 	}
+	s.serviceCIDRs = []netip.Prefix{serviceCIDR}
 	id, err := netns.NewRunID()
 	if err != nil {
 		return nil, netip.Prefix{}, "", err
@@ -604,6 +606,17 @@ func (s *soak) compare(ctx context.Context, st *cluster.State) error {
 	s.stopSignals = append(s.stopSignals, stop)
 	if err := ref.Build(ctx); err != nil {
 		return fmt.Errorf("could not build the reference namespaces: %w", err)
+	}
+	// kube-proxy's nftables mode deletes the chains a sync flushed in a
+	// later sync, a second on (its periodic sync at the latest): run that
+	// sync on every node, so that the kernel is compared without them.
+	if s.o.Mode == cluster.ModeNFTables {
+		time.Sleep(1100 * time.Millisecond)
+		for _, n := range s.nodes {
+			if _, err := n.backend.Sync(st, nil, false); err != nil {
+				return fmt.Errorf("node %s: the sync deleting stale chains: %w", n.name, err)
+			}
+		}
 	}
 	for i, n := range s.nodes {
 		rn, ok := ref.Node(n.name)

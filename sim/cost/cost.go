@@ -60,6 +60,9 @@ const (
 	bytesAffinityRule = 190
 	bytesNFTElement   = 90
 	bytesNFTRule      = 120
+	// bytesNFTInlineEndpoint is one "N : ip . port ," entry of an inline
+	// DNAT map.
+	bytesNFTInlineEndpoint = 24
 )
 
 // ServicePortInput is what the counting needs of one service port on a node.
@@ -105,21 +108,35 @@ func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
 		}
 		c.Objects = c.NatRules + c.FilterRules + c.Chains // restore lines
 	case cluster.ModeNFTables:
-		c.NFTChains, c.NFTRules = 14, 20
+		// kube-proxy v1.37's fixed part: 8 base chains and 7 regular
+		// ones (services, masquerading, reject-chain and the four
+		// checks) with their 21 rules (the service CIDR drop rule
+		// included); masquerading off-cluster traffic is one rule in
+		// services, not one per Service.
+		c.NFTChains, c.NFTRules = 15, 21
+		if masquerade {
+			c.NFTRules++
+		}
 		for _, s := range in {
-			c.MapElements++ // service-ips or no-endpoint-services
-			c.Bytes += bytesNFTElement
+			c.MapElements += 2 // cluster-ips; service-ips or no-endpoint-services
+			c.Bytes += 2 * bytesNFTElement
 			if s.Reject || s.Drop {
 				continue
 			}
-			c.NFTChains += 1 + s.Reachable
-			c.NFTRules += 2 + 2*s.Reachable // masq + numgen; endpoint: masq + dnat
-			c.Bytes += (2 + 2*s.Reachable) * bytesNFTRule
-			if s.Affinity {
-				c.Sets += s.Reachable
-				c.NFTRules += 2 * s.Reachable // lookup in service chain, update in endpoint chain
-				c.Bytes += 2 * s.Reachable * bytesNFTRule
+			c.NFTChains++ // the service chain
+			if !s.Affinity {
+				// One DNAT rule, the endpoints inline in its numgen map.
+				c.NFTRules++
+				c.Bytes += bytesNFTRule + s.Endpoints*bytesNFTInlineEndpoint
+				continue
 			}
+			// ClientIP affinity: an endpoint chain (update, DNAT) and a
+			// set per endpoint, a lookup per endpoint and the numgen vmap
+			// in the service chain.
+			c.NFTChains += s.Reachable
+			c.Sets += s.Reachable
+			c.NFTRules += 1 + 3*s.Reachable
+			c.Bytes += (1 + 3*s.Reachable) * bytesNFTRule
 		}
 		c.Objects = c.NFTRules + c.MapElements + c.NFTChains + c.Sets
 	case cluster.ModeIPVS:

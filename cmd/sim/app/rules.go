@@ -102,6 +102,9 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 	if p, err := netip.ParsePrefix(sc.Cluster.PodCIDR); err == nil {
 		ncfg.ClusterCIDR = p
 	}
+	if p, err := netip.ParsePrefix(sc.Cluster.ServiceCIDR); err == nil {
+		ncfg.ServiceCIDRs = []netip.Prefix{p}
+	}
 	o := backends.Options{Affinity: iptables.AffinityMode(sc.Proxy.IPTablesAffinity), Layout: nftables.Layout(sc.Proxy.NFTablesLayout)}
 	if f.affinity != "" {
 		o.Affinity = iptables.AffinityMode(f.affinity)
