@@ -302,8 +302,9 @@ func SavedRules(save string) map[string]bool {
 }
 
 // MissingJumps returns the rules of a jump text (Ruleset.Jumps) that save,
-// the output of `iptables-save`, lacks, as a jump text. It compares lines as
-// iptables-save prints them, which is how the jump text writes them.
+// the output of `iptables-save`, lacks, as a jump text, with every chain
+// declaration of the jump text kept. It compares lines as iptables-save
+// prints them, which is how the jump text writes them.
 func MissingJumps(jumps, save string) string {
 	have := SavedRules(save)
 	var out strings.Builder
@@ -312,6 +313,9 @@ func MissingJumps(jumps, save string) string {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table = line[1:]
+			out.WriteString(line + "\n")
+		case strings.HasPrefix(line, ":"):
+			// Declaring the (empty) canary again is harmless.
 			out.WriteString(line + "\n")
 		case strings.HasPrefix(line, "-A "):
 			if !have[table+" "+line] {
@@ -382,14 +386,18 @@ func (b *Backend) Cleanup() error {
 }
 
 // MergeJumps adds the rules of a jump text (per table: "-A <BUILTIN> ...")
-// to the table sections of a restore text, before each table's COMMIT.
+// to the table sections of a restore text, before each table's COMMIT, and
+// its chain declarations (":KUBE-PROXY-CANARY - [0:0]") after each table's
+// header.
 func MergeJumps(restore, jumps string) string {
-	perTable := map[string][]string{}
+	perTable, decls := map[string][]string{}, map[string][]string{}
 	table := ""
 	for _, line := range strings.Split(jumps, "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table = line
+		case strings.HasPrefix(line, ":"):
+			decls[table] = append(decls[table], line)
 		case strings.HasPrefix(line, "-A "):
 			perTable[table] = append(perTable[table], line)
 		}
@@ -408,6 +416,12 @@ func MergeJumps(restore, jumps string) string {
 		line := restore[pos:end]
 		if strings.HasPrefix(line, "*") {
 			table = line
+			out.WriteString(restore[done:next])
+			done = next
+			for _, d := range decls[table] {
+				out.WriteString(d + "\n")
+			}
+			delete(decls, table)
 		}
 		if line == "COMMIT" {
 			out.WriteString(restore[done:pos])
@@ -420,9 +434,19 @@ func MergeJumps(restore, jumps string) string {
 		pos = next
 	}
 	out.WriteString(restore[done:])
-	// A table with jumps but no section in restore gets a section of its own.
-	for t, js := range perTable {
-		out.WriteString(t + "\n" + strings.Join(js, "\n") + "\nCOMMIT\n")
+	// A table with jumps or declarations but no section in restore gets a
+	// section of its own, in the jump text's order.
+	for _, line := range strings.Split(jumps, "\n") {
+		if !strings.HasPrefix(line, "*") || (decls[line] == nil && perTable[line] == nil) {
+			continue
+		}
+		out.WriteString(line + "\n")
+		for _, l := range append(decls[line], perTable[line]...) {
+			out.WriteString(l + "\n")
+		}
+		out.WriteString("COMMIT\n")
+		delete(decls, line)
+		delete(perTable, line)
 	}
 	return out.String()
 }

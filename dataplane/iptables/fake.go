@@ -46,6 +46,7 @@ const maxChainName = 28
 
 var builtinChains = map[string][]string{
 	"filter": {"INPUT", "FORWARD", "OUTPUT"},
+	"mangle": {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
 	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
 }
 
@@ -80,8 +81,9 @@ type Fake struct {
 	LocalAddrs []netip.Addr
 }
 
-// NewFake returns empty filter and nat tables with their built-in chains
-// (policy ACCEPT), as in a fresh network namespace.
+// NewFake returns empty filter, mangle and nat tables with their built-in
+// chains (policy ACCEPT), as in a fresh network namespace. Only the canary
+// chain goes into mangle; the tracer never walks it.
 func NewFake(localAddrs ...netip.Addr) *Fake {
 	f := &Fake{Tables: map[string]*Table{}, Sets: map[string]*IPSet{}, LocalAddrs: localAddrs}
 	for name, chains := range builtinChains {
