@@ -91,3 +91,25 @@ func TestLargeClusterComments(t *testing.T) {
 		t.Error("the cluster IP comment must stay")
 	}
 }
+
+// TestLargeClusterCount: kube-proxy counts the endpoints of the service
+// ports it proxies; endpoints whose Service is missing (a slice seen before
+// its Service) do not push the node into large-cluster mode.
+func TestLargeClusterCount(t *testing.T) {
+	st := newState()
+	sp := clusterIPPort(name("ns", "a", "p"), "172.30.0.70", 80)
+	add(st, sp, ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
+	orphan := name("ns", "orphan", "p")
+	st.Endpoints[orphan] = []*cluster.Endpoint{ep("10.180.1.1", 80, otherNode, "R"), ep("10.180.1.2", 80, otherNode, "R")}
+	cfg := testConfig()
+	cfg.LargeClusterThreshold = 3
+	_, _, rs := load(t, cfg, st)
+	if !strings.Contains(rs.Restore, `"ns/a:p -> 10.180.0.1:80"`) {
+		t.Errorf("2 proxied endpoints (threshold 3) rendered in large-cluster mode:\n%s", rs.Restore)
+	}
+	add(st, clusterIPPort(orphan, "172.30.0.71", 80), st.Endpoints[orphan]...)
+	_, _, rs = load(t, cfg, st)
+	if strings.Contains(rs.Restore, " -> ") {
+		t.Errorf("4 proxied endpoints (threshold 3) rendered with per-endpoint comments:\n%s", rs.Restore)
+	}
+}
