@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -59,6 +60,12 @@ type Renderer struct {
 	// aborted reports such a render; the next one is full.
 	maybeChains, maybeSets map[string]cluster.ServicePortName
 	aborted                bool
+	// lingering are the stale chains, with their service port, that
+	// large-cluster renders left in place (Config.StaleChainPeriod) and the
+	// kernel holds, rules and all; lastCleanup is when a render last
+	// deleted stale chains.
+	lingering   map[string]cluster.ServicePortName
+	lastCleanup time.Time
 
 	// Fixed text, made once: the rules of the top-level chains that do not
 	// depend on Services, and the jump rules.
@@ -127,6 +134,7 @@ func (r *Renderer) Commit(rs *Ruleset) {
 	r.committedOuts = rs.outs
 	r.committedGen = rs.gen
 	r.maybeChains, r.maybeSets, r.aborted = nil, nil, false
+	r.lingering = rs.lingering
 }
 
 // Abort records that applying rs failed, so that the kernel holds the last
@@ -172,6 +180,7 @@ func (r *Renderer) Reset() {
 	r.cache = nil
 	r.committedGen = 0
 	r.maybeChains, r.maybeSets, r.aborted = nil, nil, false
+	r.lingering, r.lastCleanup = nil, time.Time{}
 }
 
 // outPair is a service port's output in the cache (old) and in this render
@@ -386,7 +395,7 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	// Finally the jump to KUBE-NODEPORTS, which must be the last rule of
 	// KUBE-SERVICES.
 	s.natRules.add(nodePortsJumpRule)
-	r.deleteStale(rs, s, cache, quickStale)
+	r.deleteStale(rs, s, cache, quickStale, large)
 	r.assemble(rs, s)
 	return rs, nil
 }
@@ -508,9 +517,19 @@ func (r *Renderer) renderServices(st *cluster.State, changed []cluster.ServicePo
 }
 
 // deleteStale finds the chains and sets no service port uses any more, and
-// declares (which flushes) then deletes each stale chain.
-func (r *Renderer) deleteStale(rs *Ruleset, s *sections, cache map[cluster.ServicePortName]*svcOut, quickStale bool) {
-	rs.Stale, rs.StaleSets = r.stale(cache, quickStale)
+// declares (which flushes) then deletes each stale chain. In large-cluster
+// mode it does so at most once per StaleChainPeriod, as kube-proxy, and
+// otherwise leaves the stale chains as they are (Ruleset.Lingering).
+func (r *Renderer) deleteStale(rs *Ruleset, s *sections, cache map[cluster.ServicePortName]*svcOut, quickStale, large bool) {
+	stale, sets := r.stale(cache, quickStale)
+	now := r.cfg.Now()
+	if large && r.cfg.Affinity == AffinityRecent && r.cfg.StaleChainPeriod > 0 && now.Sub(r.lastCleanup) <= r.cfg.StaleChainPeriod {
+		rs.lingering = r.staleOwners(stale)
+		rs.Lingering = stale
+		return
+	}
+	r.lastCleanup = now
+	rs.Stale, rs.StaleSets = stale, sets
 	for _, c := range rs.Stale {
 		s.natChains.b = appendChainLine(s.natChains.b, c, nil)
 		s.natChains.end()
@@ -770,10 +789,13 @@ func (r *Renderer) stale(cur map[cluster.ServicePortName]*svcOut, quick bool) (c
 		}
 	}
 	clear(r.moved)
-	// What a failed apply may have left (see Abort), unless used now.
-	for c, spn := range r.maybeChains {
-		if now := cur[spn]; now == nil || !now.holds(c, false) {
-			chains = append(chains, c)
+	// What a failed apply may have left (see Abort), and what large-cluster
+	// renders left in place, unless used now.
+	for _, m := range []map[string]cluster.ServicePortName{r.maybeChains, r.lingering} {
+		for c, spn := range m {
+			if now := cur[spn]; now == nil || !now.holds(c, false) {
+				chains = append(chains, c)
+			}
 		}
 	}
 	for s, spn := range r.maybeSets {
@@ -784,6 +806,52 @@ func (r *Renderer) stale(cur map[cluster.ServicePortName]*svcOut, quick bool) (c
 	slices.Sort(chains)
 	slices.Sort(sets)
 	return slices.Compact(chains), slices.Compact(sets)
+}
+
+// staleOwners maps each stale chain to the service port that had it: from
+// the chains left in place or maybe held before, else from the committed
+// outputs (one pass over them).
+func (r *Renderer) staleOwners(stale []string) map[string]cluster.ServicePortName {
+	out := make(map[string]cluster.ServicePortName, len(stale))
+	want := make(map[string]bool, len(stale))
+	for _, c := range stale {
+		if spn, ok := r.lingering[c]; ok {
+			out[c] = spn
+		} else if spn, ok := r.maybeChains[c]; ok {
+			out[c] = spn
+		} else {
+			want[c] = true
+		}
+	}
+	for spn, o := range r.committedOuts {
+		if len(want) == 0 {
+			break
+		}
+		for _, c := range o.chainNames() {
+			if want[c] {
+				out[c] = spn
+				delete(want, c)
+			}
+		}
+	}
+	return out
+}
+
+// chainNames lists the service port's chains.
+func (o *svcOut) chainNames() []string {
+	var out []string
+	for _, c := range []struct {
+		prefix string
+		used   bool
+	}{{PrefixSVC, o.UsesClusterChain}, {PrefixSVL, o.UsesLocalChain}, {PrefixEXT, o.UsesExtChain}} {
+		if c.used {
+			out = append(out, c.prefix+string(o.h[:]))
+		}
+	}
+	for _, e := range o.eps {
+		out = append(out, PrefixSEP+string(e.sep[:]))
+	}
+	return out
 }
 
 // holds reports whether the service port's output uses the chain (or, with

@@ -46,6 +46,11 @@ type Ruleset struct {
 	NoLocalEndpoints map[string]int
 	// Stale lists the chains this render deletes; StaleSets the ipsets.
 	Stale, StaleSets []string
+	// Lingering lists the stale chains a large-cluster render leaves in
+	// place, rules and all (Config.StaleChainPeriod); a later render
+	// deletes them. lingering maps them to their service ports.
+	Lingering []string
+	lingering map[string]cluster.ServicePortName
 
 	// outs is what each service port contributed (the renderer's cache),
 	// gen the renderer's count of this render.
