@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -111,5 +113,26 @@ func TestLargeClusterCount(t *testing.T) {
 	_, _, rs = load(t, cfg, st)
 	if strings.Contains(rs.Restore, " -> ") {
 		t.Errorf("4 proxied endpoints (threshold 3) rendered with per-endpoint comments:\n%s", rs.Restore)
+	}
+}
+
+// TestHealthCheckNodePort: a LoadBalancer port with externalTrafficPolicy
+// Local accepts its Service's healthCheckNodePort in filter KUBE-NODEPORTS,
+// with or without local endpoints, as kube-proxy writes it.
+func TestHealthCheckNodePort(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		st := newState()
+		sp := clusterIPPort(name("ns", "lb", "http"), "172.30.0.90", 80)
+		sp.Type, sp.NodePort, sp.ExternalLocal, sp.HealthCheckNodePort = corev1.ServiceTypeLoadBalancer, 30081, true, 30900
+		node := otherNode
+		if local {
+			node = thisNode
+		}
+		add(st, sp, ep("10.180.0.1", 80, node, "R"))
+		f, _, rs := load(t, testConfig(), st)
+		want := `-A KUBE-NODEPORTS -m comment --comment "ns/lb:http health check node port" -m tcp -p tcp --dport 30900 -j ACCEPT`
+		if !strings.Contains(rs.Restore, "*filter\n") || !strings.Contains(f.Dump(), want+"\n") {
+			t.Errorf("local endpoint %v: no %q in\n%s", local, want, f.Dump())
+		}
 	}
 }

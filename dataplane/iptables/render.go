@@ -204,6 +204,7 @@ type svcInfo struct {
 	h              hash
 	clusterIP      netip.Addr
 	port, nodePort int32
+	hcNodePort     int32 // healthCheckNodePort, 0 for none
 	// Roles are kube-proxy's role flags of the service port.
 	proxy.Roles
 	sorted          bool // eps sorted by ip:port, without duplicates
@@ -651,7 +652,7 @@ func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.Servic
 	r.endpoints(o, sp, cat.AllReachable, prev)
 
 	v := &svc{sp: sp, cat: cat, o: o, large: large}
-	o.clusterIP, o.port, o.nodePort = sp.ClusterIP, sp.Port, sp.NodePort
+	o.clusterIP, o.port, o.nodePort, o.hcNodePort = sp.ClusterIP, sp.Port, sp.NodePort, sp.HealthCheckNodePort
 	o.Roles = cat.Roles(sp)
 
 	// The top-level lines go first, as in kube-proxy's output.
@@ -1047,6 +1048,20 @@ func (r *Renderer) writeTop(s *sections, o *svcOut) {
 	r.clusterIPRules(&s.natRules, o)
 	r.clusterIPFilterRules(&s.filterRules, o)
 	r.nodePortRules(&s.natRules, &s.filterRules, o)
+	r.healthCheckRule(&s.filterRules, o)
+}
+
+// healthCheckRule accepts connections to the Service's healthCheckNodePort
+// (filter KUBE-NODEPORTS), whether or not this node has local endpoints.
+// kube-proxy writes it for each port of the Service.
+func (r *Renderer) healthCheckRule(w *lines, o *svcOut) {
+	if o.hcNodePort == 0 {
+		return
+	}
+	b := append(append(w.b, "-A "+ChainNodePorts+` -m comment --comment "`...), o.name...)
+	b = append(b, ` health check node port" -m tcp -p tcp --dport `...)
+	w.b = append(strconv.AppendInt(b, int64(o.hcNodePort), 10), " -j ACCEPT"...)
+	w.end()
 }
 
 // appendMatch appends ` -m <proto> -p <proto>`.
