@@ -39,6 +39,9 @@ type Commands interface {
 	IPSetRestore(input string, exist bool) error
 	// IPSetNames lists the sets (`ipset list -n`).
 	IPSetNames() ([]string, error)
+	// EnsureNFAcct creates the nfacct counter name unless it exists
+	// (NFAcctEnsure).
+	EnsureNFAcct(name string) error
 }
 
 // Backend is the iptables dataplane of one node.
@@ -172,6 +175,8 @@ func (c nsCommands) IPSetNames() ([]string, error) {
 	return strings.Fields(list), nil
 }
 
+func (c nsCommands) EnsureNFAcct(name string) error { return NFAcctEnsure(c.ns, name) }
+
 func (c nsCommands) run(stdin string, name string, args ...string) error {
 	cmd := exec.Command(name, args...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -202,6 +207,9 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	full = full || b.needFull
+	if full {
+		b.ensureNFAcct()
+	}
 	rs, err := b.r.Render(st, changed, full)
 	if err != nil {
 		return dataplane.SyncResult{}, err
@@ -266,6 +274,18 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 	b.unsure = false
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// ensureNFAcct creates kube-proxy's nfacct counters, as kube-proxy does on
+// each full sync, and tells the renderer which ones it may match: a counter
+// that could not be created (a kernel without nfnetlink_acct) is left out
+// of the rules, as kube-proxy leaves it out, and the sync goes on.
+func (b *Backend) ensureNFAcct() {
+	have := make(map[string]bool, len(NFAcctCounters))
+	for _, name := range NFAcctCounters {
+		have[name] = b.cmds.EnsureNFAcct(name) == nil
+	}
+	b.r.SetNFAcct(have)
 }
 
 // destroyExisting returns `ipset restore` input destroying the sets of stale

@@ -93,6 +93,9 @@ type Renderer struct {
 	// Scratch space of one service port's render.
 	tmp    svcOut
 	hashIn []byte
+	// nfInvalid and nfLocalhost report that kube-proxy's nfacct counters
+	// exist (SetNFAcct): the rules then count into them.
+	nfInvalid, nfLocalhost bool
 	// Per-render copies of the faults in force.
 	fUniform, fDropLast, fNoTimeout bool
 	fSkew, fLeak, fOverstay         bool
@@ -120,6 +123,15 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 	r.filterStatic = append(r.forwardRules(), r.kubeletFirewallRules()...)
 	r.jumps = r.jumpRestore()
 	return r, nil
+}
+
+// SetNFAcct says which of kube-proxy's nfacct counters (NFAcctCounters)
+// exist in the kernel: the INVALID drop rule and the localhost node-port
+// rules match only those. Without a call, none does. The Backend calls it
+// before each full render, after creating the counters.
+func (r *Renderer) SetNFAcct(have map[string]bool) {
+	r.nfInvalid, r.nfLocalhost = have[NFAcctInvalidDropped], have[NFAcctLocalhostNodePorts]
+	r.filterStatic = append(r.forwardRules(), r.kubeletFirewallRules()...)
 }
 
 // Config returns the renderer's configuration, defaults filled.
@@ -1025,7 +1037,11 @@ func (r *Renderer) markMasqRules() []string {
 // chain's policy, and drop INVALID packets (unless conntrack is liberal).
 func (r *Renderer) forwardRules() []string {
 	var out []string
-	if !r.cfg.ConntrackTCPLiberal {
+	switch {
+	case r.cfg.ConntrackTCPLiberal:
+	case r.nfInvalid:
+		out = append(out, fmt.Sprintf("-A %s -m conntrack --ctstate INVALID -m nfacct --nfacct-name %s -j DROP", ChainForward, NFAcctInvalidDropped))
+	default:
 		out = append(out, fmt.Sprintf("-A %s -m conntrack --ctstate INVALID -j DROP", ChainForward))
 	}
 	return append(out,
@@ -1118,11 +1134,20 @@ func (r *Renderer) clusterIPFilterRules(w *lines, o *svcOut) {
 	w.end()
 }
 
-// nodePortRules send node-port traffic to the KUBE-EXT chain (nat), and
+// nodePortRules send node-port traffic to the KUBE-EXT chain (nat), first
+// the localhost one through its nfacct counter when that exists, and
 // REJECT or DROP it when there is nowhere to send it (filter).
 func (r *Renderer) nodePortRules(nat, filter *lines, o *svcOut) {
 	if !o.External {
 		return
+	}
+	if o.HasEndpoints && r.nfLocalhost {
+		// Node ports on 127.0.0.0/8 (route_localnet), counted.
+		b := append(append(nat.b, "-A "+ChainNodePorts+" -m comment --comment "...), o.name...)
+		b = strconv.AppendInt(append(appendMatch(b, o), " -d 127.0.0.0/8 --dport "...), int64(o.nodePort), 10)
+		b = append(b, " -m nfacct --nfacct-name "+NFAcctLocalhostNodePorts...)
+		nat.b = appendChain(append(b, " -j "...), PrefixEXT, &o.h)
+		nat.end()
 	}
 	if o.HasEndpoints {
 		b := append(append(nat.b, "-A "+ChainNodePorts+" -m comment --comment "...), o.name...)
