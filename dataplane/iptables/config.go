@@ -4,7 +4,7 @@
 // walks a NEW connection through them with its probabilities, and the parser
 // that maps iptables-save counters back to service ports and endpoints.
 //
-// The layout is kube-proxy's (pkg/proxy/iptables/proxier.go, about v1.33),
+// The layout is kube-proxy's (pkg/proxy/iptables/proxier.go, v1.37.2),
 // limits included: a `recent` list per endpoint for ClientIP affinity holds at
 // most 100 clients. Beside it, AffinityIPSet is an option of our own that keeps
 // affinity in ipset hash:ip sets with per-entry timeouts instead. See README.md
