@@ -31,6 +31,7 @@ import (
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/topology"
+	"github.com/kpsim/kpsim/harness/upstream"
 	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -46,6 +47,9 @@ type Options struct {
 	// (the caller knows it: the sim binary's, or Binaries.Version()).
 	Subject        string
 	SubjectVersion string
+	// KubeProxy are the binaries of the kube-proxy subject
+	// (upstream.Find).
+	KubeProxy upstream.Binaries
 	Faults         []string
 	// Seed overrides every scenario's seed when set.
 	Seed *uint64
@@ -487,6 +491,11 @@ func (s *suite) buildNamespaces(ctx context.Context, m *apiserver.Model) (*netns
 	cfg, err := topology.FromModel(m, id)
 	if err != nil {
 		return nil, err
+	}
+	if s.o.Subject == SubjectKubeProxy {
+		if cfg.ControlPlane, err = controlPlanePrefix(cfg); err != nil {
+			return nil, fmt.Errorf("could not place the control plane: %w", err)
+		}
 	}
 	fmt.Fprintf(s.o.Log, "conform: %s: building namespaces (run %s)\n", s.out.Scenario, id)
 	topo, err := netns.Build(ctx, cfg)
