@@ -31,8 +31,8 @@ import (
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/topology"
-	"github.com/kpsim/kpsim/harness/upstream"
 	"github.com/kpsim/kpsim/harness/traffic"
+	"github.com/kpsim/kpsim/harness/upstream"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
@@ -50,7 +50,7 @@ type Options struct {
 	// KubeProxy are the binaries of the kube-proxy subject
 	// (upstream.Find).
 	KubeProxy upstream.Binaries
-	Faults         []string
+	Faults    []string
 	// Seed overrides every scenario's seed when set.
 	Seed *uint64
 	// IPTablesBackend ("nft" or "legacy") and IPTablesAffinity ("recent"

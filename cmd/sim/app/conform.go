@@ -340,5 +340,14 @@ func (f *conformFlags) subjectOptions(o *conform.Options) error {
 		o.SubjectVersion = Version
 		return nil
 	}
-	return &EnvError{Err: fmt.Errorf("the kube-proxy subject is not built yet")}
+	bin, err := findUpstream(f.kubeProxy)
+	if err != nil {
+		return err
+	}
+	v, err := bin.Version()
+	if err != nil {
+		return &EnvError{Err: err}
+	}
+	o.KubeProxy, o.SubjectVersion = bin, v
+	return nil
 }
