@@ -13,7 +13,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/kpsim/kpsim/dataplane/calibrate"
@@ -130,9 +129,6 @@ func (c *calibRun) load(ctx context.Context, n, k int) error {
 		}
 	}
 	svcs, slices := calibObjects(n, k)
-	if err := createNamespaces(ctx, cs, svcs); err != nil {
-		return err
-	}
 	start := time.Now()
 	if _, err := apiserver.Upsert(ctx, cs, svcs, slices); err != nil {
 		return fmt.Errorf("could not load %d services: %w", n, err)
@@ -168,20 +164,6 @@ func calibObjects(n, k int) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 		slices = append(slices, sl)
 	}
 	return svcs, slices
-}
-
-func createNamespaces(ctx context.Context, cs kubernetes.Interface, svcs []*corev1.Service) error {
-	seen := map[string]bool{}
-	for _, s := range svcs {
-		if seen[s.Namespace] {
-			continue
-		}
-		seen[s.Namespace] = true
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.Namespace}}, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("could not create namespace %s: %w", s.Namespace, err)
-		}
-	}
-	return nil
 }
 
 // measure starts a fresh kube-proxy on node r+1, reads its first (full)

@@ -30,6 +30,7 @@ import (
 	"github.com/kpsim/kpsim/harness/upstream"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 // kubeProxies is the kube-proxy subject of one suite.
@@ -95,7 +96,13 @@ func (k *kubeProxies) start(ctx context.Context, topo *netns.Topology) error {
 	for _, n := range topo.Nodes() {
 		addrs[n.Config.Name], cidrs[n.Config.Name] = n.Config.Addr.Addr(), n.Config.PodCIDR
 	}
-	if _, err := apiserver.Seed(ctx, cp.Client(), s.m.Expanded, apiserver.SeedOptions{NodeAddrs: addrs, PodCIDRs: cidrs}); err != nil {
+	// The model streamed its objects into the fake clientset; the same
+	// expansion (same seed) gives them again.
+	exp, err := scenario.Expand(s.l, &s.seed)
+	if err != nil {
+		return err
+	}
+	if _, err := apiserver.Seed(ctx, cp.Client(), exp, apiserver.SeedOptions{NodeAddrs: addrs, PodCIDRs: cidrs}); err != nil {
 		return fmt.Errorf("could not write the scenario into the API: %w", err)
 	}
 	if k.api, err = apiserver.Connect(cp.Client()); err != nil {
