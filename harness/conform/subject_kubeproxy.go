@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,6 +126,9 @@ func (k *kubeProxies) start(ctx context.Context, topo *netns.Topology) error {
 func (k *kubeProxies) startNode(ctx context.Context, n *netns.Node, dir string) error {
 	px := k.s.l.Scenario.Proxy
 	k.s.liftICMPLimits(n)
+	if err := k.untrackControl(n); err != nil {
+		return err
+	}
 	d := filepath.Join(dir, "kube-proxy-"+n.Config.Name)
 	if err := os.MkdirAll(d, 0o700); err != nil {
 		return &EnvironmentError{fmt.Errorf("could not create %s: %w", d, err)}
@@ -144,6 +148,40 @@ func (k *kubeProxies) startNode(ctx context.Context, n *netns.Node, dir string) 
 }
 
 func (k *kubeProxies) nodes() int { return len(k.list) }
+
+// untrackControl keeps kube-proxy's own connections out of the node
+// namespace's connection tracking: its watch of the API server and the
+// harness's scrapes of its metrics. The probes' independence proof counts
+// the namespace's conntrack entries per block (probe_independence.go), and
+// those connections, re-tracked after each flush, would count as probes'.
+// The rules go in the raw table, which kube-proxy does not write; the
+// connections' packets are then "untracked", which no kube-proxy rule
+// matches (its rules match new, invalid or DNATed states).
+func (k *kubeProxies) untrackControl(n *netns.Node) error {
+	bin := "iptables-nft"
+	if k.variant == "legacy" {
+		bin = "iptables-legacy"
+	}
+	api := strconv.Itoa(upstream.APIServerPort)
+	metrics := strconv.Itoa(upstream.MetricsPort)
+	for _, rule := range [][]string{
+		{"OUTPUT", "-p", "tcp", "--dport", api},
+		{"PREROUTING", "-p", "tcp", "--sport", api},
+		{"OUTPUT", "-p", "tcp", "--dport", metrics},
+		{"OUTPUT", "-p", "tcp", "--sport", metrics},
+		{"PREROUTING", "-p", "tcp", "--dport", metrics},
+		{"PREROUTING", "-p", "tcp", "--sport", metrics},
+	} {
+		args := append([]string{"-w", "-t", "raw", "-A", rule[0]}, rule[1:]...)
+		var stderr strings.Builder
+		cmd := exec.Command(bin, append(args, "-j", "NOTRACK")...)
+		cmd.Stderr = &stderr
+		if err := n.NS.Run(cmd); err != nil {
+			return &EnvironmentError{fmt.Errorf("node %s: could not untrack kube-proxy's own connections (%s %s): %w: %s", n.Config.Name, bin, strings.Join(args, " "), err, stderr.String())}
+		}
+	}
+	return nil
+}
 
 // counters reads upstream's iptables counters in the node namespace
 // (`iptables-save -c`) and maps them with the chain names our renderer
@@ -184,9 +222,17 @@ func (k *kubeProxies) counters(name string) []dataplane.Counter {
 
 // apply writes the step into the model (the oracle's state) and through
 // the real API, then waits for a sync of every kube-proxy that started
-// after the write. A step that wrote nothing to the real API queues no
-// sync: nothing to wait for.
+// after the write (settleKubeProxy). A step that wrote nothing to the real
+// API queues no sync: nothing to wait for.
 func (k *kubeProxies) apply(ctx context.Context, step apiserver.Step) (map[string]time.Duration, error) {
+	before := make([]upstream.Metrics, len(k.list))
+	for i, kp := range k.list {
+		m, err := kp.Scrape(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: kube-proxy's metrics: %w", kp.Node(), err)
+		}
+		before[i] = m
+	}
 	t0 := time.Now()
 	if _, err := k.s.m.Cluster.Apply(ctx, step); err != nil {
 		return nil, &applyError{err}
@@ -199,14 +245,83 @@ func (k *kubeProxies) apply(ctx context.Context, step apiserver.Step) (map[strin
 	if writes == 0 {
 		return out, nil
 	}
-	for _, kp := range k.list {
-		sy, err := kp.Settle(ctx, t0, settleTimeout)
-		if err != nil {
-			return nil, fmt.Errorf("node %s: kube-proxy did not sync the change within %s: %w (its log: %s)", kp.Node(), settleTimeout, err, kp.LogPath())
+	for i, kp := range k.list {
+		programmed := 0 // slice writes carry a trigger time: each is observed once programmed
+		if step.Action != apiserver.ActServiceUpdate {
+			programmed = writes
 		}
-		out[kp.Node()] = sy.Ended.Sub(t0)
+		ended, err := settleKubeProxy(ctx, kp.Scrape, before[i], t0, programmed, settleTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: kube-proxy did not sync the change: %w (its log: %s)", kp.Node(), err, kp.LogPath())
+		}
+		out[kp.Node()] = ended.Sub(t0)
 	}
 	return out, nil
+}
+
+// settleKubeProxy waits (timeout at most) until kube-proxy has completed a
+// sync that started after it queued the change written at since, and
+// returns when that sync ended. It reads only kube-proxy's metrics. s0 is
+// a scrape taken before the write: with it, a sync that ran and ended
+// between the write and the first scrape that sees the change queued is
+// still proven (upstream.Settle, which starts from that first scrape, waits
+// in vain for a further sync in that case: a sync of a few milliseconds
+// usually ends before the next poll).
+//
+// The rule, polling: wait for a scrape S1 whose LastQueued (Q) >= since.
+// Proven when kubeproxy_network_programming_duration_seconds has counted
+// programmed EndpointSlice writes since s0 (each slice write carries
+// endpoints.kubernetes.io/last-change-trigger-time, and kube-proxy
+// observes it once, after the sync that consumed it applied its rules;
+// nobody else writes the run's API); or, syncs being serial, when two
+// consecutive scrapes (s0 counting as the first) differ by exactly one sync
+// that started (its end LastSync minus the growth of the duration sum) at
+// or after Q, or two syncs have ended since S1 (at most one of them was
+// running at S1). The start estimate runs early by what kube-proxy does
+// after setting LastSync (its conntrack cleanup, milliseconds with the
+// probes' entries), so Service updates, which carry no trigger time, may
+// wait for the second sync.
+func settleKubeProxy(ctx context.Context, scrape func(context.Context) (upstream.Metrics, error), s0 upstream.Metrics, since time.Time, programmed int, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	prev, s1, queued := s0, upstream.Metrics{}, false
+	for {
+		m, err := scrape(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if m.SyncErrors > s0.SyncErrors {
+			return time.Time{}, fmt.Errorf("%w: %d since the change", upstream.ErrSyncFailed, m.SyncErrors-s0.SyncErrors)
+		}
+		if !queued && !m.LastQueued.Before(since) {
+			s1, queued = m, true
+		}
+		if programmed > 0 && m.Programming-s0.Programming >= uint64(programmed) {
+			return m.LastSync, nil
+		}
+		if queued {
+			if m.Syncs-prev.Syncs == 1 {
+				d := time.Duration((m.SyncSeconds - prev.SyncSeconds) * float64(time.Second))
+				if !m.LastSync.Add(-d).Before(s1.LastQueued) {
+					return m.LastSync, nil
+				}
+			}
+			if m.Syncs-s1.Syncs >= 2 {
+				return m.LastSync, nil
+			}
+		}
+		prev = m
+		if time.Now().After(deadline) {
+			if !queued {
+				return time.Time{}, fmt.Errorf("no sync queued within %s of the write", timeout)
+			}
+			return time.Time{}, fmt.Errorf("no sync after the change within %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (k *kubeProxies) stop() {
