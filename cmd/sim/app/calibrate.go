@@ -100,12 +100,8 @@ reads it (results/calibration/<mode>.json).`,
 				out = append(out, cal)
 			}
 			if f.file != "" {
-				if err := os.MkdirAll(filepath.Dir(f.file), 0o755); err != nil {
+				if err := writeCalibration(f.file, out); err != nil {
 					return err
-				}
-				b, _ := json.MarshalIndent(out, "", "  ")
-				if err := os.WriteFile(f.file, append(b, '\n'), 0o644); err != nil {
-					return fmt.Errorf("could not write calibration: %w", err)
 				}
 			}
 			if f.out.format == "json" {
@@ -135,3 +131,16 @@ reads it (results/calibration/<mode>.json).`,
 }
 
 func kernelRelease() string { return conform.KernelRelease() }
+
+// writeCalibration writes a calibration file (indented JSON), its folder
+// created when missing.
+func writeCalibration(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("could not write calibration: %w", err)
+	}
+	return nil
+}

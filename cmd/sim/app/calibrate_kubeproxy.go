@@ -42,12 +42,8 @@ func calibrateKubeProxy(ctx context.Context, s Streams, f *calibrateFlags) error
 		out = append(out, cal)
 	}
 	if f.file != "" {
-		if err := os.MkdirAll(filepath.Dir(f.file), 0o755); err != nil {
+		if err := writeCalibration(f.file, out); err != nil {
 			return err
-		}
-		b, _ := json.MarshalIndent(out, "", "  ")
-		if err := os.WriteFile(f.file, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("could not write calibration: %w", err)
 		}
 		if err := writeComparison(filepath.Dir(f.file)); err != nil {
 			return err
