@@ -509,7 +509,6 @@ func (s *suite) buildNamespaces(ctx context.Context, m *apiserver.Model) (*netns
 
 func (s *suite) teardown() {
 	fmt.Fprintf(s.o.Log, "conform: %s: tearing down\n", s.out.Scenario)
-	debugDump(s)
 	if s.px != nil {
 		s.px.stop()
 	}
