@@ -182,7 +182,9 @@ func (c *calibRun) measure(ctx context.Context, r int) (calibrate.UpstreamSample
 		return m, err
 	}
 	defer kp.Close()
-	m1, err := kp.Scrape(ctx)
+	// StartKubeProxy returns once the first sync set its timestamp; its
+	// duration is observed just after.
+	m1, err := scrapeUntil(ctx, kp, func(m upstream.Metrics) bool { return m.Syncs > 0 })
 	if err != nil {
 		return m, err
 	}
@@ -191,15 +193,16 @@ func (c *calibRun) measure(ctx context.Context, r int) (calibrate.UpstreamSample
 	if err := c.setFirstReady(ctx, false); err != nil {
 		return m, err
 	}
-	sy, err := kp.Settle(ctx, t0, calibTimeout)
-	if err != nil {
+	if _, err := settleKubeProxy(ctx, kp.Scrape, m1, t0, 1, calibTimeout); err != nil {
 		return m, fmt.Errorf("the partial sync: %w (log %s)", err, kp.LogPath())
 	}
-	m2, err := kp.Scrape(ctx)
+	// The programming latency is observed before the sync's duration:
+	// wait for the duration too.
+	m2, err := scrapeUntil(ctx, kp, func(m2 upstream.Metrics) bool { return m2.Syncs > m1.Syncs })
 	if err != nil {
 		return m, err
 	}
-	m.Partial = partialOf(m1, m2, sy)
+	m.Partial = partialOf(m1, m2)
 	_ = kp.Close()
 	return m, c.setFirstReady(ctx, true)
 }
@@ -217,14 +220,30 @@ func firstFull(m upstream.Metrics) float64 {
 // partialOf is the duration of the syncs between two scrapes: the partial
 // histogram's delta when the release has it, else the sync histogram's,
 // per sync.
-func partialOf(a, b upstream.Metrics, sy upstream.Sync) float64 {
+func partialOf(a, b upstream.Metrics) float64 {
 	if d := b.PartialSyncs - a.PartialSyncs; d > 0 {
 		return (b.PartialSyncSeconds - a.PartialSyncSeconds) / float64(d)
 	}
-	if d := b.Syncs - a.Syncs; d > 0 {
-		return (b.SyncSeconds - a.SyncSeconds) / float64(d)
+	return (b.SyncSeconds - a.SyncSeconds) / float64(max(b.Syncs-a.Syncs, 1))
+}
+
+// scrapeUntil scrapes kube-proxy until ok (calibTimeout at most).
+func scrapeUntil(ctx context.Context, kp *upstream.KubeProxy, ok func(upstream.Metrics) bool) (upstream.Metrics, error) {
+	deadline := time.Now().Add(calibTimeout)
+	for {
+		m, err := kp.Scrape(ctx)
+		if err != nil || ok(m) {
+			return m, err
+		}
+		if time.Now().After(deadline) {
+			return m, fmt.Errorf("kube-proxy on %s: no sync observed within %s (log %s)", kp.Node(), calibTimeout, kp.LogPath())
+		}
+		select {
+		case <-ctx.Done():
+			return m, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	return sy.Duration.Seconds()
 }
 
 func (c *calibRun) setFirstReady(ctx context.Context, ready bool) error {

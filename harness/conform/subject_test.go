@@ -57,7 +57,7 @@ func TestCalibObjects(t *testing.T) {
 
 // TestSyncFigures: the first full sync from the full histogram (the sync
 // histogram when the release has none); the partial sync from the partial
-// histogram's delta, else the sync histogram's, else the settled sync.
+// histogram's delta, else the sync histogram's.
 func TestSyncFigures(t *testing.T) {
 	if got := firstFull(upstream.Metrics{Syncs: 1, SyncSeconds: 2.5, FullSyncs: 1, FullSyncSeconds: 2.4}); got != 2.4 {
 		t.Errorf("full = %v, want 2.4", got)
@@ -66,14 +66,11 @@ func TestSyncFigures(t *testing.T) {
 		t.Errorf("full without the full histogram = %v, want 2.5", got)
 	}
 	a := upstream.Metrics{Syncs: 1, SyncSeconds: 2.5, PartialSyncs: 0}
-	if got := partialOf(a, upstream.Metrics{Syncs: 2, SyncSeconds: 2.75, PartialSyncs: 1, PartialSyncSeconds: 0.2}, upstream.Sync{}); got != 0.2 {
+	if got := partialOf(a, upstream.Metrics{Syncs: 2, SyncSeconds: 2.75, PartialSyncs: 1, PartialSyncSeconds: 0.2}); got != 0.2 {
 		t.Errorf("partial = %v, want 0.2", got)
 	}
-	if got := partialOf(a, upstream.Metrics{Syncs: 3, SyncSeconds: 3.5}, upstream.Sync{}); got != 0.5 {
+	if got := partialOf(a, upstream.Metrics{Syncs: 3, SyncSeconds: 3.5}); got != 0.5 {
 		t.Errorf("partial from the sync histogram = %v, want 0.5", got)
-	}
-	if got := partialOf(a, a, upstream.Sync{Duration: 40 * time.Millisecond}); got != 0.04 {
-		t.Errorf("partial from the settled sync = %v, want 0.04", got)
 	}
 }
 
