@@ -29,3 +29,13 @@ func TestConformSubjectUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestConformSubjectMissingBinaries: without etcd, kube-apiserver and
+// kube-proxy beside the binary (a test binary has none), the kube-proxy
+// subject exits 3 saying how to build them.
+func TestConformSubjectMissingBinaries(t *testing.T) {
+	code, _, errs := run("conform", "../../../scenarios/conformance/distribution.yaml", "--subject", "kube-proxy")
+	if code != ExitEnvironment || !strings.Contains(errs, "make upstream") {
+		t.Errorf("exit %d, want %d with how to build (stderr %q)", code, ExitEnvironment, errs)
+	}
+}
