@@ -102,6 +102,8 @@ type Ratio struct {
 	OursFull, UpstreamFull        float64
 	OursPartial, UpstreamPartial  float64
 	Full, Partial                 float64
+	// OursRuns and UpstreamRuns are the runs behind each median.
+	OursRuns, UpstreamRuns int
 }
 
 // Compare pairs ours (the calibration of variant oursVariant) with
@@ -122,7 +124,7 @@ func Compare(ours []*Calibration, oursVariant string, up *UpstreamCalibration) [
 			p := c.Points[i]
 			out = append(out, Ratio{Services: u.Services, EndpointsPerService: u.EndpointsPerService, OursVariant: oursVariant,
 				OursFull: p.FullSeconds, UpstreamFull: u.FullSeconds, OursPartial: p.PartialSeconds, UpstreamPartial: u.PartialSeconds,
-				Full: p.FullSeconds / u.FullSeconds, Partial: p.PartialSeconds / u.PartialSeconds})
+				Full: p.FullSeconds / u.FullSeconds, Partial: p.PartialSeconds / u.PartialSeconds, OursRuns: p.Runs, UpstreamRuns: u.Runs})
 		}
 	}
 	return out
@@ -136,17 +138,11 @@ func WriteRatios(w io.Writer, up *UpstreamCalibration, rs []Ratio) error {
 		mode += " (" + up.Variant + ")"
 	}
 	fmt.Fprintf(&b, "%s, kube-proxy %s, kernel %s:\n\n", mode, up.Version, up.Kernel)
-	b.WriteString("| services x endpoints | ours | full ours s | full kube-proxy s | ours / kube-proxy | partial ours s | partial kube-proxy s | ours / kube-proxy | runs |\n")
+	b.WriteString("| services x endpoints | ours | full ours s | full kube-proxy s | ours / kube-proxy | partial ours s | partial kube-proxy s | ours / kube-proxy | runs ours / kube-proxy |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		runs := 0
-		for _, p := range up.Points {
-			if p.Services == r.Services {
-				runs = p.Runs
-			}
-		}
-		fmt.Fprintf(&b, "| %d x %d | %s | %.3f | %.3f | %.2f | %.4f | %.4f | %.2f | %d |\n", r.Services, r.EndpointsPerService, r.OursVariant,
-			r.OursFull, r.UpstreamFull, r.Full, r.OursPartial, r.UpstreamPartial, r.Partial, runs)
+		fmt.Fprintf(&b, "| %d x %d | %s | %.3f | %.3f | %.2f | %.4f | %.4f | %.2f | %d / %d |\n", r.Services, r.EndpointsPerService, r.OursVariant,
+			r.OursFull, r.UpstreamFull, r.Full, r.OursPartial, r.UpstreamPartial, r.Partial, r.OursRuns, r.UpstreamRuns)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -52,7 +52,7 @@ func TestCompare(t *testing.T) {
 	ours := []*Calibration{
 		{Mode: cluster.ModeIPTables, Variant: "nft", Points: []Point{{Services: 1000, EndpointsPerService: 10, FullSeconds: 9, PartialSeconds: 1}}},
 		{Mode: cluster.ModeIPTables, Variant: "legacy", Points: []Point{
-			{Services: 1000, EndpointsPerService: 10, FullSeconds: 0.5, PartialSeconds: 0.1},
+			{Services: 1000, EndpointsPerService: 10, FullSeconds: 0.5, PartialSeconds: 0.1, Runs: 5},
 			{Services: 2000, EndpointsPerService: 10, FullSeconds: 1, PartialSeconds: 0.2}}},
 	}
 	up := &UpstreamCalibration{Mode: cluster.ModeIPTables, Variant: "legacy", Version: "v1.37.2", Points: []UpstreamPoint{
@@ -66,7 +66,7 @@ func TestCompare(t *testing.T) {
 	if err := WriteRatios(&b, up, rs); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"iptables (legacy), kube-proxy v1.37.2", "| 1000 x 10 | legacy | 0.500 | 0.250 | 2.00 | 0.1000 | 0.0500 | 2.00 | 3 |"} {
+	for _, want := range []string{"iptables (legacy), kube-proxy v1.37.2", "| 1000 x 10 | legacy | 0.500 | 0.250 | 2.00 | 0.1000 | 0.0500 | 2.00 | 5 / 3 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

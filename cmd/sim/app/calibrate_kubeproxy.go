@@ -98,7 +98,8 @@ func writeComparison(dir string) error {
 	b.WriteString(comparisonBegin + "\n\n## Ours against upstream kube-proxy\n\n")
 	b.WriteString("Sync time of our dataplane (`<mode>.json`) against upstream kube-proxy's own metrics (`kube-proxy-<mode>.json`:\n" +
 		"`kubeproxy_sync_full_proxy_rules_duration_seconds` for a fresh kube-proxy's first sync, `..._partial_...` after one\n" +
-		"endpoint turns not ready), at the sizes both measured; ratio ours / kube-proxy (above 1: ours is slower).\n\n")
+		"endpoint turns not ready), at the sizes both measured; ratio ours / kube-proxy (above 1: ours is slower). Ours are\n" +
+		"the medians in `<mode>.json`, measured when that file was written (its kernel and load, see above), not beside upstream's.\n\n")
 	for _, mode := range []cluster.Mode{cluster.ModeIPTables, cluster.ModeNFTables} {
 		var ours []*calibrate.Calibration
 		var ups []*calibrate.UpstreamCalibration

@@ -18,7 +18,7 @@ func TestWriteComparison(t *testing.T) {
 		}
 	}
 	write("README.md", "# Calibration data\n\nhand-written intro\n")
-	write("nftables.json", `[{"mode":"nftables","variant":"kube-proxy","points":[{"services":1000,"endpointsPerService":10,"fullSyncSeconds":1.5,"partialSyncSeconds":0.06}]}]`)
+	write("nftables.json", `[{"mode":"nftables","variant":"kube-proxy","points":[{"services":1000,"endpointsPerService":10,"fullSyncSeconds":1.5,"partialSyncSeconds":0.06,"runs":5}]}]`)
 	write("kube-proxy-nftables.json", `[{"mode":"nftables","kubeProxyVersion":"v1.37.2","points":[{"services":1000,"endpointsPerService":10,"fullSyncSeconds":0.5,"partialSyncSeconds":0.03,"runs":3}]}]`)
 	for range 2 {
 		if err := writeComparison(dir); err != nil {
@@ -30,7 +30,7 @@ func TestWriteComparison(t *testing.T) {
 	if strings.Count(text, comparisonBegin) != 1 || !strings.Contains(text, "hand-written intro") {
 		t.Errorf("README:\n%s", text)
 	}
-	if !strings.Contains(text, "| 1000 x 10 | kube-proxy | 1.500 | 0.500 | 3.00 | 0.0600 | 0.0300 | 2.00 | 3 |") {
+	if !strings.Contains(text, "| 1000 x 10 | kube-proxy | 1.500 | 0.500 | 3.00 | 0.0600 | 0.0300 | 2.00 | 5 / 3 |") {
 		t.Errorf("no ratio row:\n%s", text)
 	}
 }
