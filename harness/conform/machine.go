@@ -67,15 +67,7 @@ func (k *kernelMachine) send(ctx context.Context, b Probe, r *rand.Rand) (int, e
 func (k *kernelMachine) flush() { _ = k.prober.Flush() }
 
 func (k *kernelMachine) counters(name string) []dataplane.Counter {
-	n := k.s.nodeObj(name)
-	if n == nil {
-		return nil
-	}
-	cs, err := n.backend.Counters()
-	if err != nil {
-		return nil
-	}
-	return cs
+	return k.s.px.counters(name)
 }
 
 func (k *kernelMachine) idle(ctx context.Context, d time.Duration) error {
@@ -105,16 +97,7 @@ func (k *kernelMachine) quiesce() {
 }
 
 func (k *kernelMachine) apply(ctx context.Context, step apiserver.Step) (map[string]time.Duration, error) {
-	before := map[*node]uint64{}
-	for _, n := range k.s.nodes {
-		before[n] = n.tracker.Seq()
-	}
-	t0 := time.Now()
-	writes, err := k.s.m.Cluster.Apply(ctx, step)
-	if err != nil {
-		return nil, &applyError{err}
-	}
-	return k.s.settle(before, writes, t0)
+	return k.s.px.apply(ctx, step)
 }
 
 // applyError is an API write that failed (not a settle timeout).

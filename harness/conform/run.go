@@ -16,27 +16,23 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"maps"
 	"math/rand/v2"
-	"net/netip"
 	"os"
 	"os/exec"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kpsim/kpsim/dataplane"
-	"github.com/kpsim/kpsim/dataplane/backends"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/ipvs"
 	"github.com/kpsim/kpsim/dataplane/netns"
-	"github.com/kpsim/kpsim/dataplane/nftables"
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/harness/traffic"
+	"github.com/kpsim/kpsim/harness/upstream"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
@@ -45,8 +41,16 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Mode   cluster.Mode
-	Faults []string
+	Mode cluster.Mode
+	// Subject is the proxy under test: SubjectKPSim (empty: the default)
+	// or SubjectKubeProxy. SubjectVersion is its version for the report
+	// (the caller knows it: the sim binary's, or Binaries.Version()).
+	Subject        string
+	SubjectVersion string
+	// KubeProxy are the binaries of the kube-proxy subject
+	// (upstream.Find).
+	KubeProxy upstream.Binaries
+	Faults    []string
 	// Seed overrides every scenario's seed when set.
 	Seed *uint64
 	// IPTablesBackend ("nft" or "legacy") and IPTablesAffinity ("recent"
@@ -187,7 +191,7 @@ func load(files []string, o Options) (Options, proxy.Faults, []*scenario.Loaded,
 // Holm level of the whole run, and applies Holm over the run's verdicts.
 func execute(ctx context.Context, loaded []*scenario.Loaded, o Options, runOne func(context.Context, *scenario.Loaded, float64, *report.Run) *report.Suite) *report.Run {
 	faults, _ := proxy.ParseFaults(o.Faults) // load checked them
-	run := &report.Run{Mode: string(o.Mode), Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
+	run := &report.Run{Mode: string(o.Mode), Subject: subjectName(o.Subject), SubjectVersion: o.SubjectVersion, Kernel: kernelRelease(), FamilyAlpha: o.FamilyAlpha, Faults: faults.Names(), Started: time.Now()}
 	if o.Seed != nil {
 		run.Seed = *o.Seed
 	} else if len(loaded) > 0 {
@@ -387,22 +391,14 @@ func (s *suite) configure(ctx context.Context, run *report.Run) (*apiserver.Mode
 	return m, variant, nil
 }
 
-// node is one node's proxy: its backend, tracker and sync loop.
-type node struct {
-	name    string
-	ns      *netns.Namespace
-	backend dataplane.Backend
-	tracker *cluster.Tracker
-	syncer  *dataplane.Syncer
-}
-
 // suite is one scenario being run.
 type suite struct {
-	o     Options
-	l     *scenario.Loaded
-	m     *apiserver.Model
-	topo  *netns.Topology
-	nodes []*node
+	o    Options
+	l    *scenario.Loaded
+	m    *apiserver.Model
+	topo *netns.Topology
+	// px is the proxy under test on the suite's nodes (the subject).
+	px proxies
 	// mc is where the checks run: the kernel (setup) or, in the harness
 	// calibration, the simulator's engines.
 	mc        machine
@@ -414,13 +410,6 @@ type suite struct {
 	start     time.Time
 	ipset     bool
 	layout    string // nftables layout
-	// stopSyncers cancels the nodes' sync loops; syncers counts the loops
-	// still running. teardown waits for them before it closes a backend or
-	// a namespace: a loop that outlived its suite would sync through a
-	// closed namespace handle, whose descriptor number the next suite may
-	// already have reused for another namespace.
-	stopSyncers context.CancelFunc
-	syncers     sync.WaitGroup
 }
 
 func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults proxy.Faults, alphaUnit float64, run *report.Run) *report.Suite {
@@ -438,7 +427,7 @@ func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults proxy.F
 		return out
 	}
 	defer s.teardown()
-	fmt.Fprintf(o.Log, "conform: %s: %d nodes synced, sampling\n", out.Scenario, len(s.nodes))
+	fmt.Fprintf(o.Log, "conform: %s: %d nodes synced, sampling\n", out.Scenario, s.px.nodes())
 	s.runChecks(ctx)
 	if k, ok := s.mc.(*kernelMachine); ok {
 		s.reportRate(k.prober)
@@ -471,16 +460,13 @@ func (s *suite) setup(ctx context.Context, faults proxy.Faults, run *report.Run)
 	if err != nil {
 		return err
 	}
-	podCIDR, err := netip.ParsePrefix(s.l.Scenario.Cluster.PodCIDR)
+	px, err := s.newProxies(variant, faults)
 	if err != nil {
 		return err
 	}
-	syncCtx, stop := context.WithCancel(ctx)
-	s.stopSyncers = stop
-	for _, n := range topo.Nodes() {
-		if err := s.startNode(ctx, syncCtx, m, n, podCIDR, variant, faults); err != nil {
-			return err
-		}
+	s.px = px
+	if err := px.start(ctx, topo); err != nil {
+		return err
 	}
 	p, err := NewProber(ctx, topo)
 	if err != nil {
@@ -506,6 +492,11 @@ func (s *suite) buildNamespaces(ctx context.Context, m *apiserver.Model) (*netns
 	if err != nil {
 		return nil, err
 	}
+	if s.o.Subject == SubjectKubeProxy {
+		if cfg.ControlPlane, err = controlPlanePrefix(cfg); err != nil {
+			return nil, fmt.Errorf("could not place the control plane: %w", err)
+		}
+	}
 	fmt.Fprintf(s.o.Log, "conform: %s: building namespaces (run %s)\n", s.out.Scenario, id)
 	topo, err := netns.Build(ctx, cfg)
 	if err != nil {
@@ -516,79 +507,16 @@ func (s *suite) buildNamespaces(ctx context.Context, m *apiserver.Model) (*netns
 	return topo, nil
 }
 
-// startNode starts one node's proxy: it lifts the namespace's ICMP rate
-// limits, opens the mode's backend on a synced tracker of the cluster
-// model, runs its sync loop until syncCtx ends and waits for the first
-// sync (at most settleTimeout).
-func (s *suite) startNode(ctx, syncCtx context.Context, m *apiserver.Model, n *netns.Node, podCIDR netip.Prefix, variant string, faults proxy.Faults) error {
-	px := s.l.Scenario.Proxy
-	// Rejects must reach the clients one per probe: lift the ICMP rate
-	// limits of the node namespace (per-namespace sysctls).
-	for k, v := range map[string]string{"net.ipv4.icmp_ratelimit": "0", "net.ipv4.icmp_msgs_per_sec": "1000000", "net.ipv4.icmp_msgs_burst": "1000000"} {
-		if err := n.NS.Sysctl(k, v); err != nil {
-			fmt.Fprintf(s.o.Log, "conform: %s: could not set %s (rejects may be rate-limited): %v\n", n.Config.Name, k, err)
-		}
-	}
-	tr, err := m.Cluster.AddTrackerSynced(ctx, settleTimeout)
-	if err != nil {
-		return err
-	}
-	b, err := s.newBackend(n, podCIDR, variant, faults)
-	if err != nil {
-		return err
-	}
-	sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: px.MinSyncPeriod.Duration, SyncPeriod: px.SyncPeriod.Duration,
-		RetryPeriod: time.Second}, b, tr, nil)
-	first := sy.Synced()
-	s.syncers.Add(1)
-	go func() {
-		defer s.syncers.Done()
-		_ = sy.Run(syncCtx)
-	}()
-	select {
-	case <-first:
-	case <-time.After(settleTimeout):
-		_, _, last := sy.Stats()
-		return fmt.Errorf("node %s: the first sync did not complete within %s: %v", n.Config.Name, settleTimeout, last)
-	}
-	s.nodes = append(s.nodes, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy})
-	return nil
-}
-
-// newBackend opens the run's mode's backend in a node's namespace, with
-// the scenario's proxy settings and the injected faults.
-func (s *suite) newBackend(n *netns.Node, podCIDR netip.Prefix, variant string, faults proxy.Faults) (dataplane.Backend, error) {
-	px := s.l.Scenario.Proxy
-	affinity := "recent"
-	if s.ipset {
-		affinity = "ipset"
-	}
-	var serviceCIDRs []netip.Prefix
-	if p, err := netip.ParsePrefix(s.l.Scenario.Cluster.ServiceCIDR); err == nil {
-		serviceCIDRs = []netip.Prefix{p}
-	}
-	return backends.New(s.o.Mode, n.NS,
-		dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: podCIDR, ServiceCIDRs: serviceCIDRs,
-			NodeIPs: []netip.Addr{n.Config.Addr.Addr()}, MasqueradeAll: px.MasqueradeAll, Faults: faults},
-		backends.Options{IPTablesVariant: variant, Affinity: iptables.AffinityMode(affinity), Layout: nftables.Layout(s.layout),
-			Scheduler: px.IPVSScheduler, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}})
-}
-
 func (s *suite) teardown() {
 	fmt.Fprintf(s.o.Log, "conform: %s: tearing down\n", s.out.Scenario)
-	if s.stopSyncers != nil {
-		s.stopSyncers()
+	if s.px != nil {
+		s.px.stop()
 	}
-	s.syncers.Wait()
 	if k, ok := s.mc.(*kernelMachine); ok {
 		k.prober.Close()
 	}
-	for _, n := range s.nodes {
-		// A backend holding sockets in its namespace (IPVS) keeps the
-		// namespace alive until they are closed.
-		if c, ok := n.backend.(io.Closer); ok {
-			_ = c.Close()
-		}
+	if s.px != nil {
+		s.px.close()
 	}
 	if s.topo != nil {
 		fmt.Fprintf(s.o.Log, "conform: %s: removing namespaces\n", s.out.Scenario)
@@ -608,15 +536,6 @@ func (s *suite) state() *cluster.State {
 	return st
 }
 
-func (s *suite) nodeObj(name string) *node {
-	for _, n := range s.nodes {
-		if n.name == name {
-			return n
-		}
-	}
-	return nil
-}
-
 // clientOn returns the first client pod on a node.
 func (s *suite) clientOn(nodeName string) *netns.Client {
 	for _, c := range s.mc.clients() {
@@ -625,36 +544,6 @@ func (s *suite) clientOn(nodeName string) *netns.Client {
 		}
 	}
 	return nil
-}
-
-// settle waits until every node has programmed the API writes made so far
-// (writes events per tracker since before), and returns how long each node
-// took from since.
-func (s *suite) settle(before map[*node]uint64, writes int, since time.Time) (map[string]time.Duration, error) {
-	out := map[string]time.Duration{}
-	deadline := time.Now().Add(settleTimeout)
-	for _, n := range s.nodes {
-		target := before[n] + uint64(writes)
-		for n.tracker.Seq() < target {
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("node %s: the API change did not reach its proxy within %s", n.name, settleTimeout)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		for {
-			applied, at := n.syncer.Applied()
-			if applied >= target {
-				out[n.name] = at.Sub(since)
-				break
-			}
-			if time.Now().After(deadline) {
-				_, _, last := n.syncer.Stats()
-				return nil, fmt.Errorf("node %s: rules not programmed within %s (last sync error: %v)", n.name, settleTimeout, last)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
-	return out, nil
 }
 
 func (s *suite) spn(c *scenario.Check) (cluster.ServicePortName, *cluster.ServicePort, error) {

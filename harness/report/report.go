@@ -32,7 +32,11 @@ const KindEnvironment = "environment"
 
 // Run is a whole conformance run: one suite per scenario.
 type Run struct {
-	Mode            string        `json:"mode"`
+	Mode string `json:"mode"`
+	// Subject is the proxy the run checked ("kpsim" or "kube-proxy") and
+	// SubjectVersion its version (the sim version, or kube-proxy's).
+	Subject         string        `json:"subject,omitempty"`
+	SubjectVersion  string        `json:"subjectVersion,omitempty"`
 	Layout          string        `json:"layout,omitempty"`
 	IPTablesBackend string        `json:"iptablesBackend,omitempty"`
 	Kernel          string        `json:"kernel"`
@@ -270,6 +274,9 @@ func (r *Run) WriteJUnit(w io.Writer) error {
 		{"mode", r.Mode}, {"kernel", r.Kernel}, {"seed", fmt.Sprint(r.Seed)},
 		{"familyAlpha", fmt.Sprint(r.FamilyAlpha)}, {"faults", strings.Join(r.Faults, ",")},
 	}
+	if r.Subject != "" {
+		props = append(props, junitProperty{"subject", r.Subject}, junitProperty{"subjectVersion", r.SubjectVersion})
+	}
 	if r.IPTablesBackend != "" {
 		props = append(props, junitProperty{"iptablesBackend", r.IPTablesBackend})
 	}
@@ -420,6 +427,9 @@ func (r *Run) WriteMarkdown(w io.Writer) error {
 		b.WriteString(" (reasons listed)")
 	}
 	b.WriteString(". ")
+	if r.Subject != "" {
+		fmt.Fprintf(&b, "Subject %s %s, ", r.Subject, r.SubjectVersion)
+	}
 	fmt.Fprintf(&b, "Kernel %s, seed %d, family α %g (Holm)", r.Kernel, r.Seed, r.FamilyAlpha)
 	if r.IPTablesBackend != "" {
 		fmt.Fprintf(&b, ", iptables backend %s", r.IPTablesBackend)

@@ -10,7 +10,7 @@ import (
 )
 
 func sample() *Run {
-	return &Run{Mode: "iptables", IPTablesBackend: "nft", Kernel: "6.18", Seed: 7, FamilyAlpha: 0.001, Duration: 3 * time.Second,
+	return &Run{Mode: "iptables", Subject: "kube-proxy", SubjectVersion: "v1.37.2", IPTablesBackend: "nft", Kernel: "6.18", Seed: 7, FamilyAlpha: 0.001, Duration: 3 * time.Second,
 		Suites: []*Suite{
 			{Scenario: "distribution", File: "d.yaml", Checks: []*Check{
 				{Name: "distribution:demo/web:http@node-a", Type: "distribution", Verdict: Pass, Test: "chi-square", P: 0.4, N: 9000, Alpha: 0.0001},
@@ -36,7 +36,8 @@ func TestJUnit(t *testing.T) {
 	if js.Suites[1].Cases[0].Name != "setup" || js.Suites[1].Cases[0].Error == nil {
 		t.Error("a failed setup must still produce a testcase")
 	}
-	for _, want := range []string{`name="mode" value="iptables"`, `name="kernel"`, `name="iptablesBackend" value="nft"`, `name="seed" value="7"`} {
+	for _, want := range []string{`name="mode" value="iptables"`, `name="kernel"`, `name="iptablesBackend" value="nft"`, `name="seed" value="7"`,
+		`name="subject" value="kube-proxy"`, `name="subjectVersion" value="v1.37.2"`} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("JUnit lacks %s", want)
 		}
@@ -49,7 +50,7 @@ func TestMarkdownAndJSON(t *testing.T) {
 	if err := r.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(md.String(), "**2 failed**") || !strings.Contains(md.String(), "10.244.0.21:8443") {
+	if !strings.Contains(md.String(), "**2 failed**") || !strings.Contains(md.String(), "10.244.0.21:8443") || !strings.Contains(md.String(), "Subject kube-proxy v1.37.2") {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 	var js bytes.Buffer
@@ -57,7 +58,7 @@ func TestMarkdownAndJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back Run
-	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Suites[0].Checks[1].Table) != 2 {
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Suites[0].Checks[1].Table) != 2 || back.Subject != "kube-proxy" || back.SubjectVersion != "v1.37.2" {
 		t.Errorf("json round trip: %v", err)
 	}
 	if f := r.Failed(); len(f) != 2 || f[0] != "distribution/distribution:demo/api@node-a" || f[1] != "broken/setup" {

@@ -29,6 +29,8 @@ type calibrateFlags struct {
 	endpoints int
 	runs      int
 	file      string
+	subject   string
+	kubeProxy string
 }
 
 func newCalibrate(s Streams) *cobra.Command {
@@ -49,8 +51,14 @@ reads it (results/calibration/<mode>.json).`,
 			if f.mode.m == cluster.ModeIPVS {
 				return &EnvError{Err: fmt.Errorf("calibration of ipvs mode is not available in this build (available: iptables, nftables)")}
 			}
+			if f.subject != conform.SubjectKPSim && f.subject != conform.SubjectKubeProxy {
+				return &UsageError{Err: fmt.Errorf("unknown --subject %q: kpsim or kube-proxy", f.subject)}
+			}
 			if !c.Flags().Changed("write") {
 				f.file = "results/calibration/" + string(f.mode.m) + ".json"
+				if f.subject == conform.SubjectKubeProxy {
+					f.file = "results/calibration/kube-proxy-" + string(f.mode.m) + ".json"
+				}
 			}
 			if os.Geteuid() != 0 {
 				return &EnvError{Err: fmt.Errorf("sim calibrate needs root: it creates network namespaces and programs netfilter inside them")}
@@ -65,6 +73,9 @@ reads it (results/calibration/<mode>.json).`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if f.subject == conform.SubjectKubeProxy {
+				return calibrateKubeProxy(ctx, s, &f)
+			}
 			var out []*calibrate.Calibration
 			logf := func(format string, a ...any) { fmt.Fprintf(s.Err, format, a...) }
 			variants := f.backends
@@ -89,12 +100,8 @@ reads it (results/calibration/<mode>.json).`,
 				out = append(out, cal)
 			}
 			if f.file != "" {
-				if err := os.MkdirAll(filepath.Dir(f.file), 0o755); err != nil {
+				if err := writeCalibration(f.file, out); err != nil {
 					return err
-				}
-				b, _ := json.MarshalIndent(out, "", "  ")
-				if err := os.WriteFile(f.file, append(b, '\n'), 0o644); err != nil {
-					return fmt.Errorf("could not write calibration: %w", err)
 				}
 			}
 			if f.out.format == "json" {
@@ -117,8 +124,23 @@ reads it (results/calibration/<mode>.json).`,
 	c.Flags().IntSliceVar(&f.sizes, "sizes", []int{500, 1000, 2000, 3000, 5000}, "numbers of Services")
 	c.Flags().IntVar(&f.endpoints, "endpoints", 10, "endpoints per Service")
 	c.Flags().IntVar(&f.runs, "runs", 5, "runs per size (the median is kept)")
+	c.Flags().StringVar(&f.subject, "subject", conform.SubjectKPSim, "what to measure: kpsim (this repository's dataplane) or kube-proxy (the upstream binary's own sync metrics, against a real kube-apiserver; beside ours in results/calibration/README.md)")
+	c.Flags().StringVar(&f.kubeProxy, "kube-proxy", "", "with --subject kube-proxy: the kube-proxy binary (default: bin/kube-proxy beside sim)")
 	c.Flags().StringVar(&f.file, "write", "results/calibration/<mode>.json", "file to write ('' to only print)")
 	return c
 }
 
 func kernelRelease() string { return conform.KernelRelease() }
+
+// writeCalibration writes a calibration file (indented JSON), its folder
+// created when missing.
+func writeCalibration(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("could not write calibration: %w", err)
+	}
+	return nil
+}

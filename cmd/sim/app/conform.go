@@ -33,6 +33,8 @@ type conformFlags struct {
 	vm              bool
 	vmTimeout       time.Duration
 	plots           string
+	subject         string
+	kubeProxy       string
 }
 
 func newConform(s Streams) *cobra.Command {
@@ -76,6 +78,8 @@ the reason, and is neither a pass nor a failure.`,
 	c.Flags().StringVar(&f.layout, "layout", "", "override the nftables layout: kube-proxy or fast (ours)")
 	c.Flags().BoolVar(&f.vm, "vm", false, "run in the qemu microVM (Debian kernel) for any mode; ipvs mode uses it by itself when this kernel has no IPVS")
 	c.Flags().DurationVar(&f.vmTimeout, "vm-timeout", 30*time.Minute, "bound on the whole microVM run")
+	c.Flags().StringVar(&f.subject, "subject", conform.SubjectKPSim, "the proxy under test: kpsim (this repository's dataplane) or kube-proxy (the upstream binary, against a real kube-apiserver in the run's namespaces; iptables and nftables modes)")
+	c.Flags().StringVar(&f.kubeProxy, "kube-proxy", "", "with --subject kube-proxy: the kube-proxy binary to test (default: bin/kube-proxy beside sim, built by make upstream)")
 	c.Flags().StringVar(&f.plots, "plots", "", "write a PNG per distribution check (observed against expected shares, with their intervals) to this folder")
 	// TODO(issue 11): --equivalence DELTA, once conform.Options has
 	// Equivalence float64 (the lead's change): o.Equivalence = f.equivalence.
@@ -93,11 +97,17 @@ func runConform(c *cobra.Command, s Streams, f *conformFlags, ck *checkerFlags, 
 	if err != nil {
 		return err
 	}
-	o := conform.Options{Mode: f.mode.m, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Log: s.Err}
+	if err := f.checkSubject(ck); err != nil {
+		return err
+	}
+	o := conform.Options{Mode: f.mode.m, Subject: f.subject, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Log: s.Err}
 	if c.Flags().Changed("seed") {
 		o.Seed = &f.seed
 	}
 	if err := ck.options(&o); err != nil {
+		return err
+	}
+	if err := f.subjectOptions(&o); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -189,6 +199,40 @@ func (f *conformFlags) check() error {
 	}
 	if f.affinity != "" && f.affinity != "recent" && f.affinity != "ipset" {
 		return &UsageError{Err: fmt.Errorf("unknown --affinity %q: recent or ipset", f.affinity)}
+	}
+	return nil
+}
+
+// checkSubject validates --subject and what the kube-proxy subject cannot
+// run (bad usage: exit 2, naming why).
+func (f *conformFlags) checkSubject(ck *checkerFlags) error {
+	switch f.subject {
+	case conform.SubjectKPSim:
+		if f.kubeProxy != "" {
+			return &UsageError{Err: fmt.Errorf("--kube-proxy is for --subject kube-proxy")}
+		}
+		return nil
+	case conform.SubjectKubeProxy:
+	default:
+		return &UsageError{Err: fmt.Errorf("unknown --subject %q: kpsim or kube-proxy", f.subject)}
+	}
+	why := ""
+	switch {
+	case f.mode.m == cluster.ModeIPVS:
+		why = "--mode ipvs: the kube-proxy subject runs iptables and nftables modes only (no IPVS on this kernel, and its microVM has no control plane)"
+	case len(f.faults) > 0:
+		why = "--fault: faults are injected into kpsim's dataplane; the upstream binary is run unmodified"
+	case f.layout == "fast":
+		why = "--layout fast: that is kpsim's own nftables layout; kube-proxy writes its own"
+	case f.affinity == "ipset":
+		why = "--affinity ipset: that is kpsim's own affinity layout; kube-proxy uses the recent match"
+	case ck.calibrate > 0:
+		why = "--calibrate: the harness calibration runs on the simulated machine, which models kpsim, not a kube-proxy binary"
+	case f.vm:
+		why = "--vm: the microVM has no control plane"
+	}
+	if why != "" {
+		return &UsageError{Err: fmt.Errorf("--subject kube-proxy cannot run with %s", why)}
 	}
 	return nil
 }
@@ -287,4 +331,23 @@ func splitLines(s string) []string {
 		out = append(out, s[start:])
 	}
 	return out
+}
+
+// subjectOptions sets the subject's version (and, for kube-proxy, its
+// binaries) in o.
+func (f *conformFlags) subjectOptions(o *conform.Options) error {
+	if f.subject == conform.SubjectKPSim {
+		o.SubjectVersion = Version
+		return nil
+	}
+	bin, err := findUpstream(f.kubeProxy)
+	if err != nil {
+		return err
+	}
+	v, err := bin.Version()
+	if err != nil {
+		return &EnvError{Err: err}
+	}
+	o.KubeProxy, o.SubjectVersion = bin, v
+	return nil
 }

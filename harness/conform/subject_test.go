@@ -1,0 +1,123 @@
+package conform
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/harness/upstream"
+)
+
+// TestControlPlanePrefix: the last host address of the first node's
+// network, refused when a node holds it.
+func TestControlPlanePrefix(t *testing.T) {
+	cfg := &netns.Config{Nodes: []netns.NodeConfig{{Name: "a", Addr: netip.MustParsePrefix("192.168.1.10/24")}, {Name: "b", Addr: netip.MustParsePrefix("192.168.1.11/24")}}}
+	p, err := controlPlanePrefix(cfg)
+	if err != nil || p != netip.MustParsePrefix("192.168.1.254/24") {
+		t.Errorf("got %v, %v; want 192.168.1.254/24", p, err)
+	}
+	cfg.Nodes[1].Addr = netip.MustParsePrefix("192.168.1.254/24")
+	if _, err := controlPlanePrefix(cfg); err == nil {
+		t.Error("a node on the control plane's address must be an error")
+	}
+	if _, err := controlPlanePrefix(&netns.Config{}); err == nil {
+		t.Error("no node must be an error")
+	}
+}
+
+// TestCalibObjects: n Services of k ready endpoints, addresses inside the
+// service range clear of its first address, distinct endpoints.
+func TestCalibObjects(t *testing.T) {
+	svcs, slices := calibObjects(300, 10)
+	if len(svcs) != 300 || len(slices) != 300 {
+		t.Fatalf("%d services, %d slices", len(svcs), len(slices))
+	}
+	seen := map[string]bool{}
+	for i, s := range svcs {
+		ip := netip.MustParseAddr(s.Spec.ClusterIP)
+		if !calibServiceCIDR.Contains(ip) || ip == calibServiceCIDR.Addr().Next() || seen[s.Spec.ClusterIP] {
+			t.Fatalf("service %d: cluster IP %s", i, ip)
+		}
+		seen[s.Spec.ClusterIP] = true
+		if len(slices[i].Endpoints) != 10 || *slices[i].Endpoints[0].Conditions.Ready != true {
+			t.Fatalf("slice %d: %+v", i, slices[i].Endpoints)
+		}
+		for _, e := range slices[i].Endpoints {
+			if seen[e.Addresses[0]] {
+				t.Fatalf("endpoint %s twice", e.Addresses[0])
+			}
+			seen[e.Addresses[0]] = true
+		}
+	}
+}
+
+// TestSyncFigures: the first full sync from the full histogram (the sync
+// histogram when the release has none); the partial sync from the partial
+// histogram's delta, else the sync histogram's.
+func TestSyncFigures(t *testing.T) {
+	if got := firstFull(upstream.Metrics{Syncs: 1, SyncSeconds: 2.5, FullSyncs: 1, FullSyncSeconds: 2.4}); got != 2.4 {
+		t.Errorf("full = %v, want 2.4", got)
+	}
+	if got := firstFull(upstream.Metrics{Syncs: 1, SyncSeconds: 2.5}); got != 2.5 {
+		t.Errorf("full without the full histogram = %v, want 2.5", got)
+	}
+	a := upstream.Metrics{Syncs: 1, SyncSeconds: 2.5, PartialSyncs: 0}
+	if got := partialOf(a, upstream.Metrics{Syncs: 2, SyncSeconds: 2.75, PartialSyncs: 1, PartialSyncSeconds: 0.2}); got != 0.2 {
+		t.Errorf("partial = %v, want 0.2", got)
+	}
+	if got := partialOf(a, upstream.Metrics{Syncs: 3, SyncSeconds: 3.5}); got != 0.5 {
+		t.Errorf("partial from the sync histogram = %v, want 0.5", got)
+	}
+}
+
+// scrapes returns a scrape function that plays ms in order, repeating the
+// last one.
+func scrapes(ms ...upstream.Metrics) func(context.Context) (upstream.Metrics, error) {
+	i := 0
+	return func(context.Context) (upstream.Metrics, error) {
+		m := ms[min(i, len(ms)-1)]
+		i++
+		return m, nil
+	}
+}
+
+// TestSettleKubeProxy: the settle rule on scrape sequences.
+func TestSettleKubeProxy(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	s0 := upstream.Metrics{Syncs: 3, SyncSeconds: 1, LastSync: at(-500), LastQueued: at(-600)}
+	// The sync queued at +5 ms ran 10 ms and ended before the first poll:
+	// proven from s0.
+	fast := upstream.Metrics{Syncs: 4, SyncSeconds: 1.010, LastSync: at(16), LastQueued: at(5)}
+	if end, err := settleKubeProxy(context.Background(), scrapes(fast), s0, t0, 0, time.Second); err != nil || !end.Equal(at(16)) {
+		t.Errorf("fast sync: %v, %v; want it proven, ended at +16ms", end, err)
+	}
+	// A sync running when the change was queued (started before it) proves
+	// nothing; the next one does.
+	inProgress := upstream.Metrics{Syncs: 4, SyncSeconds: 1.100, LastSync: at(50), LastQueued: at(5)}
+	next := upstream.Metrics{Syncs: 5, SyncSeconds: 1.110, LastSync: at(62), LastQueued: at(5)}
+	if end, err := settleKubeProxy(context.Background(), scrapes(inProgress, next), s0, t0, 0, time.Second); err != nil || !end.Equal(at(62)) {
+		t.Errorf("in-progress sync: %v, %v; want the next one, ended at +62ms", end, err)
+	}
+	// A slice write's programming latency observed: proven even when the
+	// start estimate alone would not be.
+	programmed := inProgress
+	programmed.Programming = s0.Programming + 1
+	if _, err := settleKubeProxy(context.Background(), scrapes(programmed), s0, t0, 1, time.Second); err != nil {
+		t.Errorf("programmed slice write: %v", err)
+	}
+	// Nothing queued: an error, not a settle.
+	if _, err := settleKubeProxy(context.Background(), scrapes(s0), s0, t0, 1, 30*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no sync queued") {
+		t.Errorf("no queue: %v", err)
+	}
+	// A failed sync ends the wait.
+	failed := fast
+	failed.SyncErrors = 1
+	if _, err := settleKubeProxy(context.Background(), scrapes(failed), s0, t0, 0, time.Second); !errors.Is(err, upstream.ErrSyncFailed) {
+		t.Errorf("failed sync: %v", err)
+	}
+}
