@@ -215,6 +215,9 @@ func testKubeProxy(t *testing.T, mode cluster.Mode, backend string) {
 			t.Fatal(err)
 		}
 	}
+	if mode == cluster.ModeNFTables {
+		checkEarlyExit(t, ctx, cp, node)
+	}
 	if m.Programming == 0 {
 		t.Errorf("network_programming_duration_seconds has no sample after two slice writes with a trigger time: %+v", m)
 	}
@@ -305,6 +308,76 @@ func endpoint(ip, node string) discoveryv1.Endpoint {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// checkEarlyExit: a kube-proxy that exits at once (an unknown flag) is an
+// error carrying the end of its log.
+func checkEarlyExit(t *testing.T, ctx context.Context, cp *ControlPlane, node *netns.Node) {
+	t.Helper()
+	dir := filepath.Join(netns.RunDir(node.NS.Name[len(netns.Prefix):len(netns.Prefix)+netns.RunIDLen]), "kube-proxy-bad")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// NodeIP 127.0.0.1: the node's running kube-proxy listens on its
+	// fabric address, and must not answer for this one.
+	k, err := StartKubeProxy(ctx, cp, KubeProxyConfig{
+		Node: node.Config.Name, NS: node.NS, NodeIP: netip.MustParseAddr("127.0.0.1"), Mode: cluster.ModeNFTables, Dir: dir,
+		ExtraArgs: []string{"--kpsim-no-such-flag"},
+	})
+	if err == nil {
+		k.Close()
+		t.Fatal("kube-proxy with an unknown flag started")
+	}
+	if !strings.Contains(err.Error(), "exited early") || !strings.Contains(err.Error(), "kpsim-no-such-flag") {
+		t.Errorf("error %q: want 'exited early' and the log's complaint", err)
+	}
+}
+
+// TestCleanupKillsUpstream: a run whose owner never closed its processes
+// (as after SIGKILL) is cleaned up: netns.Cleanup kills etcd,
+// kube-apiserver and kube-proxy inside the run's namespaces and reports
+// each, and nothing of the run is left.
+func TestCleanupKillsUpstream(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "iptables-save", "nft", "unshare")
+	before := hostState(t)
+	ctx := context.Background()
+	var inodes []uint64
+	var pids []int
+	t.Cleanup(func() { checkGone(t, before, inodes, pids) })
+	topo, cp := startRun(t, ctx)
+	for _, ns := range topo.Namespaces() {
+		inodes = append(inodes, nsInode(t, ns.Path()))
+	}
+	n := topo.Nodes()[0]
+	dir := filepath.Join(netns.RunDir(topo.RunID()), "kube-proxy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k, err := StartKubeProxy(ctx, cp, KubeProxyConfig{Node: n.Config.Name, NS: n.NS, NodeIP: n.Config.Addr.Addr(), Mode: cluster.ModeIPTables, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids = append(pids, k.PID())
+	rep, err := netns.Cleanup(netns.CleanupOptions{Prefix: netns.RunPrefix(topo.RunID()), Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := map[string]bool{}
+	for _, it := range rep.Items {
+		if it.Kind == netns.KindProcess && it.Action == netns.ActionRemoved {
+			f := strings.Fields(it.Name)
+			killed[f[1]] = true
+		}
+	}
+	for _, want := range []string{"etcd", "kube-apiserver", "kube-proxy"} {
+		if !killed[want] {
+			t.Errorf("cleanup killed %v, not %s: %+v", killed, want, rep.Items)
+		}
+	}
+	if err := k.Close(); err != nil {
+		t.Errorf("Close after cleanup: %v", err)
+	}
+}
 
 // checkPrivateRun: kube-proxy runs in a mount namespace of its own with a
 // tmpfs on /run (so /run/xtables.lock is the node's own).
