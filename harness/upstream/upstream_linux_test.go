@@ -225,12 +225,15 @@ func testKubeProxy(t *testing.T, mode cluster.Mode, backend string) {
 
 func settleAll(t *testing.T, ctx context.Context, proxies []*KubeProxy, since time.Time) {
 	t.Helper()
-	for _, k := range proxies {
-		s, err := k.Settle(ctx, since, 30*time.Second)
-		if err != nil {
-			t.Fatal(err)
+	syncs, err := SettleAll(ctx, proxies, since, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range syncs {
+		if s.Ended.Before(since) || (!s.Started.IsZero() && s.Started.After(s.Ended)) {
+			t.Errorf("%s: settled on %+v, which ended before the write at %v", proxies[i].Node(), s, since)
 		}
-		t.Logf("%s: settled %s after the write (sync %s)", k.Node(), s.Ended.Sub(since).Round(time.Millisecond), s.Duration)
+		t.Logf("%s: settled %s after the write (sync %s)", proxies[i].Node(), s.Ended.Sub(since).Round(time.Millisecond), s.Duration)
 	}
 }
 
