@@ -45,6 +45,11 @@ type Metrics struct {
 	// whose kernel update failed (a partial iptables-restore failure that a
 	// full sync then repaired is not counted).
 	SyncErrors uint64
+	// ChangesPending is kubeproxy_sync_proxy_rules_service_changes_pending
+	// plus ..._endpoint_changes_pending: changes recorded and not yet taken
+	// by a sync (a sync takes them when it starts). -1 when kube-proxy
+	// exports neither.
+	ChangesPending int
 }
 
 // Metric names read by ParseMetrics.
@@ -57,6 +62,8 @@ const (
 	mProgramming = "kubeproxy_network_programming_duration_seconds"
 	mIPTFail     = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"
 	mNFTFail     = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+	mSvcPending  = "kubeproxy_sync_proxy_rules_service_changes_pending"
+	mEpPending   = "kubeproxy_sync_proxy_rules_endpoint_changes_pending"
 )
 
 // ParseMetrics reads the sync figures from kube-proxy's /metrics text.
@@ -74,6 +81,10 @@ func ParseMetrics(r io.Reader) (Metrics, error) {
 	m.LastSync = unixTime(gauge(fams[mLast]))
 	m.LastQueued = unixTime(gauge(fams[mQueued]))
 	m.SyncErrors = uint64(counter(fams[mIPTFail]) + counter(fams[mNFTFail]))
+	m.ChangesPending = -1
+	if fams[mSvcPending] != nil && fams[mEpPending] != nil {
+		m.ChangesPending = int(gauge(fams[mSvcPending]) + gauge(fams[mEpPending]))
+	}
 	return m, nil
 }
 

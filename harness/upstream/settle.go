@@ -58,6 +58,29 @@ var ErrSyncFailed = errors.New("kube-proxy reported a failed sync")
 // nodes are settled one after the other) is found at once instead of
 // waiting for another sync that may not come before the periodic resync.
 //
+// A third proof does without the start: a scrape D with ChangesPending
+// == 0 whose LastQueued equals the previous scrape's (>= since) shows
+// that a sync Y has taken every change recorded before that queue time,
+// ours included (kube-proxy records a change before it queues the sync,
+// and a sync takes the pending changes when it starts), so Y started
+// after our change. Y has ended at D or is still running, so the first
+// sync to end after D is Y or a later one: any later scrape with more
+// syncs than D proves it. (Requiring the same LastQueued in two scrapes
+// rules out a change that arrived while D's gauges were being read.)
+// This is the proof that works when kube-proxy syncs at once after the
+// queue (--iptables-min-sync-period=0), where the start estimate (set a
+// few milliseconds early by the work after the timestamp) cannot be.
+//
+// The exact start needs a scrape that saw the sync count just before the
+// change's sync, or the drained scrape before that sync ended. With
+// kube-proxy's default --iptables-min-sync-period (1 s) syncs are far
+// enough apart for Settle's 25 ms polling (tested). With 0, a sync can
+// start and end between two looks, and nothing but another sync proves
+// it: v1.37 has no periodic sync before an hour (--iptables-sync-period
+// is only the retry interval after a failure), so Settle times out. Do
+// not settle with --iptables-min-sync-period=0. Settling every node at
+// once (SettleAll) keeps the first look early.
+//
 // A failed kube-proxy sync (SyncErrors grew) ends the wait with
 // ErrSyncFailed; so does timeout (no sync queued, or none proven). When a
 // batch of writes is settled, LastQueued >= since may come from the first
@@ -103,9 +126,9 @@ func (h *syncHistory) before(n uint64) (uint64, float64) {
 
 // settle is Settle over any scrape function (a fake in tests).
 func settle(ctx context.Context, scrape func(context.Context) (Metrics, error), h *syncHistory, since time.Time, timeout, interval time.Duration) (Sync, error) {
-	var s1 Metrics
+	var s1, prev, drained Metrics
 	var found Sync
-	queued := false
+	queued, isDrained := false, false
 	err := poll(ctx, interval, timeout, "a sync after the change", func() (bool, error) {
 		m, err := scrape(ctx)
 		if err != nil {
@@ -114,6 +137,7 @@ func settle(ctx context.Context, scrape func(context.Context) (Metrics, error), 
 		h.record(m)
 		if !queued {
 			if m.LastQueued.Before(since) {
+				prev = m
 				return false, nil
 			}
 			s1, queued = m, true
@@ -125,6 +149,14 @@ func settle(ctx context.Context, scrape func(context.Context) (Metrics, error), 
 			found = s
 			return true, nil
 		}
+		if isDrained && m.Syncs > drained.Syncs {
+			found = afterDrain(m, drained)
+			return true, nil
+		}
+		if !isDrained && m.ChangesPending == 0 && m.LastQueued.Equal(prev.LastQueued) && !prev.LastQueued.Before(since) {
+			drained, isDrained = m, true
+		}
+		prev = m
 		c, sum := h.before(m.Syncs)
 		s, ok := lastSyncAfter(m, s1.LastQueued, c, sum)
 		found = s
@@ -134,6 +166,18 @@ func settle(ctx context.Context, scrape func(context.Context) (Metrics, error), 
 		return Sync{}, fmt.Errorf("%w after %s: %w", errNoQueue, since.Format(time.RFC3339Nano), err)
 	}
 	return found, err
+}
+
+// afterDrain is the sync proven by a scrape m with more syncs than the
+// drained scrape d: its end, and its duration and (early) start when it
+// is the only one since d.
+func afterDrain(m, d Metrics) Sync {
+	s := Sync{Ended: m.LastSync}
+	if m.Syncs-d.Syncs == 1 {
+		s.Duration = time.Duration((m.SyncSeconds - d.SyncSeconds) * float64(time.Second))
+		s.Started = m.LastSync.Add(-s.Duration)
+	}
+	return s
 }
 
 // proves applies the two-scrape rule to S1 and a later scrape s2.
@@ -163,4 +207,18 @@ func lastSyncAfter(m Metrics, q time.Time, count uint64, sum float64) (Sync, boo
 		s.Duration = d
 	}
 	return s, true
+}
+
+// SettleAll runs Settle on every kube-proxy at once (each polls its own
+// /metrics) and returns their syncs in order; the error joins every
+// node's.
+func SettleAll(ctx context.Context, proxies []*KubeProxy, since time.Time, timeout time.Duration) ([]Sync, error) {
+	out := make([]Sync, len(proxies))
+	errs := make([]error, len(proxies))
+	var wg sync.WaitGroup
+	for i, k := range proxies {
+		wg.Go(func() { out[i], errs[i] = k.Settle(ctx, since, timeout) })
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }

@@ -64,7 +64,11 @@ func hostState(t *testing.T) map[string]string {
 		}
 		out[f] = string(data)
 	}
-	for _, c := range [][]string{{"iptables-save"}, {"nft", "list", "ruleset"}} {
+	dumps := [][]string{{"iptables-save"}, {"nft", "list", "ruleset"}}
+	if _, err := exec.LookPath("iptables-legacy-save"); err == nil {
+		dumps = append(dumps, []string{"iptables-legacy-save"})
+	}
+	for _, c := range dumps {
 		data, err := exec.Command(c[0], c[1:]...).Output()
 		if err != nil {
 			t.Fatalf("%v: %v", c, err)
@@ -124,16 +128,21 @@ func startRun(t *testing.T, ctx context.Context) (*netns.Topology, *ControlPlane
 	return topo, cp
 }
 
-func TestKubeProxyIPTables(t *testing.T) { testKubeProxy(t, cluster.ModeIPTables) }
+func TestKubeProxyIPTables(t *testing.T) { testKubeProxy(t, cluster.ModeIPTables, "") }
 
-func TestKubeProxyNFTables(t *testing.T) { testKubeProxy(t, cluster.ModeNFTables) }
+func TestKubeProxyIPTablesLegacy(t *testing.T) {
+	testenv.RequireCommands(t, "iptables-legacy-save", "xtables-legacy-multi")
+	testKubeProxy(t, cluster.ModeIPTables, BackendLegacy)
+}
+
+func TestKubeProxyNFTables(t *testing.T) { testKubeProxy(t, cluster.ModeNFTables, "") }
 
 // testKubeProxy runs kube-proxy in both nodes against a real apiserver,
 // writes a Service and its slice, settles, finds the ClusterIP and the
 // endpoint in the rules read back from the node, patches the slice and
 // finds the new endpoint; and checks that the host is untouched and no
 // process of the run is left.
-func testKubeProxy(t *testing.T, mode cluster.Mode) {
+func testKubeProxy(t *testing.T, mode cluster.Mode, backend string) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "iptables-save", "nft", "unshare")
 	before := hostState(t)
@@ -153,6 +162,7 @@ func testKubeProxy(t *testing.T, mode cluster.Mode) {
 		}
 		k, err := StartKubeProxy(ctx, cp, KubeProxyConfig{
 			Node: n.Config.Name, NS: n.NS, NodeIP: n.Config.Addr.Addr(), Mode: mode, ClusterCIDR: testClusterCIDR, Dir: dir,
+			IPTablesBackend: backend,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -167,15 +177,15 @@ func testKubeProxy(t *testing.T, mode cluster.Mode) {
 			}
 		})
 		proxies = append(proxies, k)
+		checkPrivateRun(t, k.PID())
 	}
 	if v := proxies[0].Version(); !strings.HasPrefix(v, "v1.") {
 		t.Errorf("Version() = %q, want v1.x", v)
 	}
-	since := time.Now()
-	writeService(t, ctx, cp.Client())
+	since := writeService(t, ctx, cp.Client())
 	node := topo.Nodes()[0]
 	settleAll(t, ctx, proxies, since)
-	rules := readRules(t, node.NS, mode)
+	rules := readRules(t, node.NS, mode, backend)
 	for _, want := range []string{testClusterIP, testEndpoints[0]} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("%s rules in %s lack %s:\n%s", mode, node.NS.Name, want, rules)
@@ -187,7 +197,7 @@ func testKubeProxy(t *testing.T, mode cluster.Mode) {
 	since = time.Now()
 	addEndpoint(t, ctx, cp.Client(), testEndpoints[1])
 	settleAll(t, ctx, proxies, since)
-	if rules := readRules(t, node.NS, mode); !strings.Contains(rules, testEndpoints[1]) {
+	if rules := readRules(t, node.NS, mode, backend); !strings.Contains(rules, testEndpoints[1]) {
 		t.Errorf("%s rules in %s lack the added endpoint %s:\n%s", mode, node.NS.Name, testEndpoints[1], rules)
 	}
 	m, err := proxies[0].Scrape(ctx)
@@ -205,6 +215,9 @@ func testKubeProxy(t *testing.T, mode cluster.Mode) {
 			t.Fatal(err)
 		}
 	}
+	if mode == cluster.ModeNFTables {
+		checkEarlyExit(t, ctx, cp, node)
+	}
 	if m.Programming == 0 {
 		t.Errorf("network_programming_duration_seconds has no sample after two slice writes with a trigger time: %+v", m)
 	}
@@ -212,22 +225,28 @@ func testKubeProxy(t *testing.T, mode cluster.Mode) {
 
 func settleAll(t *testing.T, ctx context.Context, proxies []*KubeProxy, since time.Time) {
 	t.Helper()
-	for _, k := range proxies {
-		s, err := k.Settle(ctx, since, 30*time.Second)
-		if err != nil {
-			t.Fatal(err)
+	syncs, err := SettleAll(ctx, proxies, since, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range syncs {
+		if s.Ended.Before(since) || (!s.Started.IsZero() && s.Started.After(s.Ended)) {
+			t.Errorf("%s: settled on %+v, which ended before the write at %v", proxies[i].Node(), s, since)
 		}
-		t.Logf("%s: settled %s after the write (sync %s)", k.Node(), s.Ended.Sub(since).Round(time.Millisecond), s.Duration)
+		t.Logf("%s: settled %s after the write (sync %s)", proxies[i].Node(), s.Ended.Sub(since).Round(time.Millisecond), s.Duration)
 	}
 }
 
-func readRules(t *testing.T, ns *netns.Namespace, mode cluster.Mode) string {
+func readRules(t *testing.T, ns *netns.Namespace, mode cluster.Mode, backend string) string {
 	t.Helper()
 	var out []byte
 	var err error
-	if mode == cluster.ModeNFTables {
+	switch {
+	case mode == cluster.ModeNFTables:
 		out, err = ns.Exec("nft", "list", "table", "ip", "kube-proxy")
-	} else {
+	case backend == BackendLegacy:
+		out, err = ns.Exec("iptables-legacy-save", "-t", "nat")
+	default:
 		out, err = ns.Exec("iptables-save", "-t", "nat")
 	}
 	if err != nil {
@@ -238,7 +257,10 @@ func readRules(t *testing.T, ns *netns.Namespace, mode cluster.Mode) string {
 
 const sliceName = "web-abc12"
 
-func writeService(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+// writeService creates the Service and then its slice, and returns the
+// time taken before the slice's write (the last of the batch: Settle's
+// since).
+func writeService(t *testing.T, ctx context.Context, cs kubernetes.Interface) time.Time {
 	t.Helper()
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
@@ -260,9 +282,11 @@ func writeService(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 		Endpoints:   []discoveryv1.Endpoint{endpoint(testEndpoints[0], "node-a")},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
 	}
+	since := time.Now()
 	if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return since
 }
 
 func addEndpoint(t *testing.T, ctx context.Context, cs kubernetes.Interface, ip string) {
@@ -287,6 +311,104 @@ func endpoint(ip, node string) discoveryv1.Endpoint {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// checkEarlyExit: a kube-proxy that exits at once (an unknown flag) is an
+// error carrying the end of its log.
+func checkEarlyExit(t *testing.T, ctx context.Context, cp *ControlPlane, node *netns.Node) {
+	t.Helper()
+	dir := filepath.Join(netns.RunDir(node.NS.Name[len(netns.Prefix):len(netns.Prefix)+netns.RunIDLen]), "kube-proxy-bad")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// NodeIP 127.0.0.1: the node's running kube-proxy listens on its
+	// fabric address, and must not answer for this one.
+	k, err := StartKubeProxy(ctx, cp, KubeProxyConfig{
+		Node: node.Config.Name, NS: node.NS, NodeIP: netip.MustParseAddr("127.0.0.1"), Mode: cluster.ModeNFTables, Dir: dir,
+		ExtraArgs: []string{"--kpsim-no-such-flag"},
+	})
+	if err == nil {
+		k.Close()
+		t.Fatal("kube-proxy with an unknown flag started")
+	}
+	if !strings.Contains(err.Error(), "exited early") || !strings.Contains(err.Error(), "kpsim-no-such-flag") {
+		t.Errorf("error %q: want 'exited early' and the log's complaint", err)
+	}
+}
+
+// TestCleanupKillsUpstream: a run whose owner never closed its processes
+// (as after SIGKILL) is cleaned up: netns.Cleanup kills etcd,
+// kube-apiserver and kube-proxy inside the run's namespaces and reports
+// each, and nothing of the run is left.
+func TestCleanupKillsUpstream(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "iptables-save", "nft", "unshare")
+	before := hostState(t)
+	ctx := context.Background()
+	var inodes []uint64
+	var pids []int
+	t.Cleanup(func() { checkGone(t, before, inodes, pids) })
+	topo, cp := startRun(t, ctx)
+	for _, ns := range topo.Namespaces() {
+		inodes = append(inodes, nsInode(t, ns.Path()))
+	}
+	n := topo.Nodes()[0]
+	dir := filepath.Join(netns.RunDir(topo.RunID()), "kube-proxy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k, err := StartKubeProxy(ctx, cp, KubeProxyConfig{Node: n.Config.Name, NS: n.NS, NodeIP: n.Config.Addr.Addr(), Mode: cluster.ModeIPTables, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids = append(pids, k.PID())
+	rep, err := netns.Cleanup(netns.CleanupOptions{Prefix: netns.RunPrefix(topo.RunID()), Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := map[string]bool{}
+	for _, it := range rep.Items {
+		if it.Kind == netns.KindProcess && it.Action == netns.ActionRemoved {
+			f := strings.Fields(it.Name)
+			killed[f[1]] = true
+		}
+	}
+	for _, want := range []string{"etcd", "kube-apiserver", "kube-proxy"} {
+		if !killed[want] {
+			t.Errorf("cleanup killed %v, not %s: %+v", killed, want, rep.Items)
+		}
+	}
+	if err := k.Close(); err != nil {
+		t.Errorf("Close after cleanup: %v", err)
+	}
+}
+
+// checkPrivateRun: kube-proxy runs in a mount namespace of its own with a
+// tmpfs on /run (so /run/xtables.lock is the node's own).
+func checkPrivateRun(t *testing.T, pid int) {
+	t.Helper()
+	var own, its unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/mnt", &own); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/mnt", pid), &its); err != nil {
+		t.Fatal(err)
+	}
+	if own.Ino == its.Ino {
+		t.Errorf("kube-proxy %d shares the test's mount namespace", pid)
+	}
+	info, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(info), "\n") {
+		// mountinfo: ID parent major:minor root mountpoint options ... - fstype source options
+		f := strings.Fields(l)
+		if len(f) > 4 && f[4] == "/run" && strings.Contains(l, " - tmpfs kpsim-run ") {
+			return
+		}
+	}
+	t.Errorf("kube-proxy %d has no kpsim-run tmpfs on /run:\n%s", pid, info)
+}
 
 // nsInode is the inode of the namespace bind-mounted at path.
 func nsInode(t *testing.T, path string) uint64 {

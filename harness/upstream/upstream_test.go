@@ -146,7 +146,7 @@ func fakeScrapes(ms ...Metrics) func(context.Context) (Metrics, error) {
 func TestSettle(t *testing.T) {
 	since := at(10)
 	idle := Metrics{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(8)}
-	queued := Metrics{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1)}
+	queued := Metrics{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1), ChangesPending: 1}
 	tests := []struct {
 		name    string
 		scrapes []Metrics
@@ -178,6 +178,17 @@ func TestSettle(t *testing.T) {
 		name:    "sync done before the first look",
 		scrapes: []Metrics{idle, {Syncs: 6, SyncSeconds: 1.1, LastSync: at(10.3), LastQueued: at(10.1)}},
 		want:    Sync{Started: at(10.2), Ended: at(10.3), Duration: 100 * time.Millisecond},
+	}, {
+		// kube-proxy syncs at once after the queue (min-sync-period 0): the
+		// start estimate (10.098) falls before the queue, but a scrape with
+		// nothing pending and the same queue time came before the sync
+		// ended, so the next sync to end proves it.
+		name: "drained, immediate sync",
+		scrapes: []Metrics{queued,
+			{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1)},
+			{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1)},
+			{Syncs: 6, SyncSeconds: 1.05, LastSync: at(10.148), LastQueued: at(10.1)}},
+		want: Sync{Started: at(10.098), Ended: at(10.148), Duration: 50 * time.Millisecond},
 	}, {
 		name:    "no queue",
 		scrapes: []Metrics{idle},
@@ -216,6 +227,20 @@ func TestSettleNotProven(t *testing.T) {
 			{Syncs: 6, SyncSeconds: 1.3, LastSync: at(10.3), LastQueued: at(10.1)},
 		},
 		"no baseline": {{Syncs: 6, SyncSeconds: 1.1, LastSync: at(10.3), LastQueued: at(10.1)}},
+		// The same immediate sync with changes still pending at every look
+		// before it ended: nothing proves it.
+		"pending": {
+			{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1), ChangesPending: 1},
+			{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1), ChangesPending: 1},
+			{Syncs: 6, SyncSeconds: 1.05, LastSync: at(10.148), LastQueued: at(10.1)},
+		},
+		// A queue time that changed between the two looks (a change
+		// arrived while the gauges were read) is no drain.
+		"queue moved": {
+			{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1), ChangesPending: 1},
+			{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.2)},
+			{Syncs: 6, SyncSeconds: 1.05, LastSync: at(10.148), LastQueued: at(10.2)},
+		},
 	} {
 		_, err := settle(context.Background(), fakeScrapes(s...), &syncHistory{}, at(10), 50*time.Millisecond, time.Millisecond)
 		if err == nil || errors.Is(err, errNoQueue) {
@@ -269,6 +294,7 @@ func TestParseMetrics(t *testing.T) {
 				{"Programming", float64(m.Programming), sample(t, text, mProgramming+"_count"+v4)},
 				{"LastSync", float64(m.LastSync.UnixNano()) / 1e9, sample(t, text, mLast+v4)},
 				{"LastQueued", float64(m.LastQueued.UnixNano()) / 1e9, sample(t, text, mQueued+v4)},
+				{"ChangesPending", float64(m.ChangesPending), sample(t, text, mSvcPending) + sample(t, text, mEpPending)},
 			}
 			for _, c := range checks {
 				if math.Abs(c.got-c.want) > 1e-6 {
