@@ -26,8 +26,9 @@ var layers = map[string]int{
 	"dataplane/restore": 0, "dataplane/trace": 0,
 	// L1: the model's readers that need nothing else.
 	"sim/oracle": 1, "sim/cost": 1, "sim/apiserver": 1, "dataplane/proxy": 1, "dataplane/netns": 1,
-	// L2: the dataplane's contract, the simulator's engines.
-	"dataplane": 2, "sim/engine": 2,
+	// L2: the dataplane's contract, the simulator's engines, upstream's
+	// processes (etcd, kube-apiserver, kube-proxy) in a run's namespaces.
+	"dataplane": 2, "sim/engine": 2, "harness/upstream": 2,
 	// L3: the calibration loop the backends feed.
 	"dataplane/calibrate": 3,
 	// L4: the backends.

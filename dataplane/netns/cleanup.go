@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -27,6 +28,11 @@ const (
 	KindNetns  = "netns"
 	KindLink   = "link"
 	KindMarker = "marker"
+	// KindProcess is a process left running inside a run's namespace
+	// (Name: "PID COMM in NAMESPACE"); removing it is SIGKILL.
+	KindProcess = "process"
+	// KindRunDir is a run's folder (RunDir).
+	KindRunDir = "rundir"
 )
 
 // Cleanup actions.
@@ -70,7 +76,8 @@ func (r *CleanupReport) Failed() int {
 // NetnsDir whose name starts with the prefix and is ours (ParseName), every
 // veth or bridge in the root namespace whose name or alternative name is ours
 // (there should never be one: links are created inside namespaces), and the
-// markers of dead runs. Runs whose marker is locked by a live process are
+// markers and run folders (RunDir) of dead runs; processes still running
+// inside a selected namespace are killed first (SIGKILL). Runs whose marker is locked by a live process are
 // skipped unless Force. Nothing without our prefix is ever touched.
 //
 // An error is returned only when Cleanup could not look (options, listing);
@@ -91,8 +98,14 @@ func Cleanup(o CleanupOptions) (*CleanupReport, error) {
 	if uncovered {
 		defer ensureNetnsDir()
 	}
+	if err := c.processes(names); err != nil {
+		return nil, err
+	}
 	c.namespaces(names, uncoverErr)
 	if err := c.links(); err != nil {
+		return nil, err
+	}
+	if err := c.runDirs(); err != nil {
 		return nil, err
 	}
 	if err := c.markers(); err != nil {
@@ -190,6 +203,44 @@ func (c *cleaner) namespaces(names []string, uncoverErr error) {
 	}
 }
 
+// processes kills what still runs inside the selected namespaces before
+// they are removed: a namespace whose name goes lives on while a process
+// holds it, and so would the process (a kube-proxy, an apiserver).
+func (c *cleaner) processes(names []string) error {
+	for _, name := range names {
+		id, _ := MatchPrefix(name, c.o.Prefix)
+		procs, err := ProcessesIn(filepath.Join(NetnsDir, name))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+		for _, p := range procs {
+			it := Leftover{Kind: KindProcess, Name: fmt.Sprintf("%d %s in %s", p.PID, p.Comm, name), RunID: id}
+			c.act(it, func() error { return KillProcesses([]Process{p}) })
+		}
+	}
+	return nil
+}
+
+// runDirs removes the RunDir of each run the prefix selects whole.
+func (c *cleaner) runDirs() error {
+	ids, err := listRunDirs()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if c.o.Prefix != Prefix && c.o.Prefix != RunPrefix(id) {
+			continue
+		}
+		c.act(Leftover{Kind: KindRunDir, Name: RunDir(id), RunID: id}, func() error {
+			return os.RemoveAll(RunDir(id))
+		})
+	}
+	return nil
+}
+
 // links removes our links in the root namespace.
 func (c *cleaner) links() error {
 	links, err := rootLinks(c.o.Prefix)
@@ -238,8 +289,10 @@ func roleOrder(r Role) int {
 		return 1
 	case RoleNode:
 		return 2
+	case RoleControlPlane:
+		return 3
 	}
-	return 3
+	return 4
 }
 
 // listNamespaces returns the names under NetnsDir that are ours and match

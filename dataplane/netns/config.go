@@ -18,6 +18,13 @@ type Config struct {
 	// DNAT reaches the FORWARD chain (where kube-proxy drops or rejects it)
 	// instead of failing the routing lookup. Nothing answers there.
 	ServiceCIDR netip.Prefix
+	// ControlPlane, when valid, is the address (with its prefix length, e.g.
+	// 198.18.255.254/16) of the run's control-plane namespace
+	// (ControlPlaneName): one veth port on the fabric bridge, where etcd and
+	// kube-apiserver run. Nodes and the control plane reach each other
+	// directly on the fabric (a /32 link route when outside each other's
+	// prefix). The zero value builds none.
+	ControlPlane netip.Prefix
 }
 
 // NodeConfig is one node: its namespace, its backend namespace and its client
@@ -74,6 +81,11 @@ func (c *Config) Validate() error {
 		owner[a] = what
 		return nil
 	}
+	if c.ControlPlane.IsValid() {
+		if err := claim(c.ControlPlane.Addr(), "the control plane"); err != nil {
+			return err
+		}
+	}
 	for _, n := range c.Nodes {
 		l := Label(n.Name)
 		if prev, ok := labels[l]; ok {
@@ -121,9 +133,12 @@ func (c *Config) Validate() error {
 }
 
 // NamespaceNames lists every namespace name the config creates, fabric first,
-// then per node: node, backends, clients.
+// then the control plane (if any), then per node: node, backends, clients.
 func (c *Config) NamespaceNames() []string {
 	out := []string{FabricName(c.RunID)}
+	if c.ControlPlane.IsValid() {
+		out = append(out, ControlPlaneName(c.RunID))
+	}
 	for _, n := range c.Nodes {
 		out = append(out, NodeName(c.RunID, n.Name), BackendName(c.RunID, n.Name))
 		for _, cl := range n.Clients {

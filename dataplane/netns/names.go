@@ -20,9 +20,10 @@ const RunIDLen = 6
 
 // Namespace roles, the part of a namespace name after the node label.
 const (
-	fabricSuffix  = "_fabric"
-	backendSuffix = "_be"
-	clientInfix   = "_c-"
+	fabricSuffix       = "_fabric"
+	controlPlaneSuffix = "_cp"
+	backendSuffix      = "_be"
+	clientInfix        = "_c-"
 )
 
 // maxLabel bounds a node or client label inside names: a netns name is a
@@ -123,6 +124,10 @@ func Label(name string) string {
 // that connects the nodes.
 func FabricName(id string) string { return RunPrefix(id) + fabricSuffix }
 
+// ControlPlaneName is the name of run id's control-plane namespace, where
+// etcd and kube-apiserver run (Config.ControlPlane).
+func ControlPlaneName(id string) string { return RunPrefix(id) + controlPlaneSuffix }
+
 // NodeName is the name of the namespace of node (a Kubernetes node name).
 func NodeName(id, node string) string { return RunPrefix(id) + Label(node) }
 
@@ -141,10 +146,11 @@ type Role string
 
 // Roles of namespaces.
 const (
-	RoleFabric  Role = "fabric"
-	RoleNode    Role = "node"
-	RoleBackend Role = "backend"
-	RoleClient  Role = "client"
+	RoleFabric       Role = "fabric"
+	RoleControlPlane Role = "controlplane"
+	RoleNode         Role = "node"
+	RoleBackend      Role = "backend"
+	RoleClient       Role = "client"
 )
 
 // RoleOf tells the role of a namespace name made by this package, from its
@@ -156,6 +162,8 @@ func RoleOf(name string) Role {
 		return ""
 	case rest == fabricSuffix:
 		return RoleFabric
+	case rest == controlPlaneSuffix:
+		return RoleControlPlane
 	case strings.HasSuffix(rest, backendSuffix):
 		return RoleBackend
 	case strings.Contains(rest, clientInfix):

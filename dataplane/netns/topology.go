@@ -46,6 +46,7 @@ type Topology struct {
 	marker *marker
 	all    []*Namespace // creation order
 	fabric *Namespace
+	cp     *Namespace
 	nodes  []*Node
 	byName map[string]*Node
 }
@@ -101,6 +102,10 @@ func (t *Topology) Config() *Config { return t.cfg }
 
 // Fabric is the namespace of the bridge.
 func (t *Topology) Fabric() *Namespace { return t.fabric }
+
+// ControlPlane is the control-plane namespace (Config.ControlPlane), nil
+// when the config asks for none.
+func (t *Topology) ControlPlane() *Namespace { return t.cp }
 
 // Nodes lists the nodes in name order.
 func (t *Topology) Nodes() []*Node { return t.nodes }
@@ -193,6 +198,11 @@ func (t *Topology) build(check func() error) error {
 	if err := addAltName(fh, br, RunPrefix(id)+"fabric-br"); err != nil {
 		return err
 	}
+	if t.cfg.ControlPlane.IsValid() {
+		if err := t.buildControlPlane(br.Index); err != nil {
+			return err
+		}
+	}
 	for i := range t.cfg.Nodes {
 		if err := check(); err != nil {
 			return err
@@ -219,6 +229,9 @@ func (t *Topology) build(check func() error) error {
 		if err := t.nodeRoutes(n); err != nil {
 			return err
 		}
+	}
+	if err := t.controlPlaneRoutes(); err != nil {
+		return err
 	}
 	// Pod namespaces need no netlink socket once built; node namespaces keep
 	// theirs for the backends.
@@ -505,6 +518,72 @@ func (t *Topology) buildClient(n *Node, j int) error {
 	return nil
 }
 
+// buildControlPlane creates the control-plane namespace with its uplink
+// (fabric port f0, the nodes have f1...) on the bridge, addressed
+// Config.ControlPlane.
+func (t *Topology) buildControlPlane(bridgeIndex int) error {
+	id := t.cfg.RunID
+	ns, err := t.newNamespace(ControlPlaneName(id), RoleControlPlane)
+	if err != nil {
+		return err
+	}
+	t.cp = ns
+	up, port, err := vethPair(ns, uplinkLink(id), RunPrefix(id)+"cp-eth0",
+		t.fabric, fabricPortLink(id, 0), RunPrefix(id)+"fabric-cp")
+	if err != nil {
+		return err
+	}
+	fh, _ := t.fabric.Netlink()
+	if err := fh.LinkSetMasterByIndex(port, bridgeIndex); err != nil {
+		return fmt.Errorf("could not attach %s to the bridge in %s: %w", port.Attrs().Name, t.fabric.Name, err)
+	}
+	if err := setUp(fh, t.fabric, port); err != nil {
+		return err
+	}
+	h, _ := ns.Netlink()
+	if err := addAddr(h, ns, up, t.cfg.ControlPlane); err != nil {
+		return err
+	}
+	return setUp(h, ns, up)
+}
+
+// controlPlaneRoutes adds /32 link routes between the control plane and
+// each node whose address lies outside the other's prefix (either way).
+func (t *Topology) controlPlaneRoutes() error {
+	if t.cp == nil {
+		return nil
+	}
+	id, cp := t.cfg.RunID, t.cfg.ControlPlane
+	ch, _ := t.cp.Netlink()
+	cup, err := ch.LinkByName(uplinkLink(id))
+	if err != nil {
+		return fmt.Errorf("could not find the uplink in %s: %w", t.cp.Name, err)
+	}
+	for _, n := range t.nodes {
+		naddr := n.Config.Addr
+		if !cp.Masked().Contains(naddr.Addr()) {
+			if err := linkRoute(ch, t.cp, cup, netip.PrefixFrom(naddr.Addr(), 32)); err != nil {
+				return err
+			}
+		}
+		if naddr.Masked().Contains(cp.Addr()) {
+			continue
+		}
+		nh, err := n.NS.Netlink()
+		if err != nil {
+			return err
+		}
+		nup, err := nh.LinkByName(uplinkLink(id))
+		if err != nil {
+			return fmt.Errorf("could not find the uplink in %s: %w", n.NS.Name, err)
+		}
+		if err := linkRoute(nh, n.NS, nup, netip.PrefixFrom(cp.Addr(), 32)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // nodeRoutes gives node n a route to every other node's pod CIDR via that
 // node's address, as a CNI does, plus /32 routes to the other nodes'
 // endpoints outside their pod CIDR, and a link route to any other node
@@ -695,16 +774,25 @@ func (t *Topology) Close() error {
 	return t.closeErr
 }
 
-// teardown deletes the namespaces, pods first and the fabric last, then
-// releases the marker. Callers hold mu.
+// teardown kills any process left inside each namespace and deletes the
+// namespaces, pods first and the fabric last, removes RunDir, then releases
+// the marker. Callers hold mu.
 func (t *Topology) teardown() error {
 	var errs []error
 	for i := len(t.all) - 1; i >= 0; i-- {
+		// A process left inside (a kube-proxy whose Close failed) would
+		// keep the namespace alive after its name goes.
+		if _, err := killInside(t.all[i].Path()); err != nil {
+			errs = append(errs, err)
+		}
 		if err := t.all[i].Delete(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	t.all = nil
+	if err := os.RemoveAll(RunDir(t.cfg.RunID)); err != nil {
+		errs = append(errs, fmt.Errorf("could not remove %s: %w", RunDir(t.cfg.RunID), err))
+	}
 	if len(errs) == 0 {
 		// Keep the marker when a namespace could not be removed: the run
 		// then looks dead with leftovers, which `sim cleanup` removes.
