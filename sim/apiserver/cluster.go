@@ -3,6 +3,8 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,8 +20,10 @@ import (
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
-// Cluster holds a scenario's objects in client-go's fake clientset and runs
-// shared informers over Services, EndpointSlices and Nodes.
+// Cluster runs shared informers over the Services, EndpointSlices and Nodes
+// of one API, client-go's fake clientset (Load, New) or a real kube-apiserver
+// (Connect), feeds trackers from them and writes the timeline through the
+// same client (Apply).
 type Cluster struct {
 	// Client is the API: write events through it so that every tracker sees
 	// them as informer updates.
@@ -31,7 +35,34 @@ type Cluster struct {
 	regs    []cache.ResourceEventHandlerRegistration
 	cancel  context.CancelFunc
 	started bool
-	writes  int // API writes of the Apply in progress
+	// allocated holds the endpoint addresses scale steps handed out, so
+	// that a later scale never reuses one the informer cache has not
+	// received yet (a real API's watch lags the write).
+	mu        sync.Mutex
+	allocated map[netip.Addr]bool
+}
+
+// Writer is where the harness writes the API: a timeline step, the objects
+// of a scenario. *Cluster implements it over any clientset (the simulator's
+// fake one, a real kube-apiserver's).
+type Writer interface {
+	// Apply writes one timeline step and returns the number of API writes
+	// it made (each is one informer event for every tracker).
+	Apply(ctx context.Context, s Step) (int, error)
+}
+
+var _ Writer = (*Cluster)(nil)
+
+// Connect returns a Cluster over any clientset, a real kube-apiserver's
+// included, with no objects loaded: informers over Services,
+// EndpointSlices and Nodes as Load's; Start, AddTracker, AddTrackerSynced
+// and Apply work the same. Objects come from the API (Seed, Upsert, or
+// whoever else writes it). Our own dataplane runs against a real API
+// server this way: Connect(client), Start, AddTrackerSynced, then
+// dataplane.NewSyncer over that tracker, exactly as harness/conform does
+// over the fake clientset.
+func Connect(client kubernetes.Interface) (*Cluster, error) {
+	return newCluster(client)
 }
 
 // Load expands a scenario straight into a fake clientset (objects are
@@ -86,14 +117,15 @@ func New(exp *scenario.Expanded) (*Cluster, error) {
 	return newCluster(client)
 }
 
-func newCluster(client *fake.Clientset) (*Cluster, error) {
+func newCluster(client kubernetes.Interface) (*Cluster, error) {
 	f := informers.NewSharedInformerFactory(client, 0)
 	c := &Cluster{
-		Client:  client,
-		factory: f,
-		svc:     f.Core().V1().Services().Informer(),
-		slice:   f.Discovery().V1().EndpointSlices().Informer(),
-		node:    f.Core().V1().Nodes().Informer(),
+		Client:    client,
+		factory:   f,
+		svc:       f.Core().V1().Services().Informer(),
+		slice:     f.Discovery().V1().EndpointSlices().Informer(),
+		node:      f.Core().V1().Nodes().Informer(),
+		allocated: map[netip.Addr]bool{},
 	}
 	err := c.slice.AddIndexers(cache.Indexers{byServiceIndex: func(o any) ([]string, error) {
 		s := o.(*discoveryv1.EndpointSlice)

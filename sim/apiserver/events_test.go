@@ -85,8 +85,22 @@ func waitSeq(t *testing.T, tr *cluster.Tracker, target uint64) {
 	}
 }
 
+// paths are the two ways a Cluster gets its objects: loaded into the fake
+// clientset's tracker (Open), and written through the clientset by Seed
+// into a Cluster made by Connect, as over a real API server. Every timeline
+// test runs on both.
+var paths = []struct {
+	name string
+	open func(testing.TB, string) *Model
+}{{"load", open}, {"connect", connected}}
+
 func TestTimelineFlap(t *testing.T) {
-	m := open(t, "../../scenarios/conformance/flapping.yaml")
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) { testTimelineFlap(t, p.open(t, "../../scenarios/conformance/flapping.yaml")) })
+	}
+}
+
+func testTimelineFlap(t *testing.T, m *Model) {
 	steps := Timeline(m.Loaded.Scenario)
 	if len(steps) != 8 {
 		t.Fatalf("a flap with count 4 gives 8 writes, got %d", len(steps))
@@ -107,7 +121,14 @@ func TestTimelineFlap(t *testing.T) {
 }
 
 func TestTimelineTerminating(t *testing.T) {
-	m := open(t, "../../scenarios/conformance/terminating.yaml")
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			testTimelineTerminating(t, p.open(t, "../../scenarios/conformance/terminating.yaml"))
+		})
+	}
+}
+
+func testTimelineTerminating(t *testing.T, m *Model) {
 	got := applyAll(t, m, spn("demo", "draining", "http"))
 	want := [][]string{
 		// delete-pod draining-0: the ready endpoint becomes serving+terminating
@@ -137,7 +158,14 @@ func TestTimelineTerminating(t *testing.T) {
 }
 
 func TestScaleAndServiceUpdate(t *testing.T) {
-	m := open(t, "../../scenarios/conformance/distribution.yaml")
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			testScaleAndServiceUpdate(t, p.open(t, "../../scenarios/conformance/distribution.yaml"))
+		})
+	}
+}
+
+func testScaleAndServiceUpdate(t *testing.T, m *Model) {
 	web := spn("demo", "web", "http")
 	st, ch := applyDrain(t, m, Step{Action: ActScale, Service: "demo/web", Replicas: 5})
 	if len(st.Endpoints[web]) != 5 || len(ch.Endpoints) != 1 {
