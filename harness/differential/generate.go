@@ -390,3 +390,6 @@ func (g *gen) hint(m *svcModel, e *discoveryv1.Endpoint) {
 		}
 	}
 }
+
+func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
