@@ -192,7 +192,12 @@ func upsertService(ctx context.Context, client kubernetes.Interface, want *corev
 		return 1, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return 0, fmt.Errorf("could not create Service %s/%s: %w", want.Namespace, want.Name, err)
+		// A real apiserver allocates a requested clusterIP before it checks
+		// the name: creating an existing Service that holds its own IP fails
+		// as Invalid ("provided IP is already allocated"), not AlreadyExists.
+		if _, gerr := api.Get(ctx, want.Name, metav1.GetOptions{}); gerr != nil {
+			return 0, fmt.Errorf("could not create Service %s/%s: %w", want.Namespace, want.Name, err)
+		}
 	}
 	n := 0
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
