@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,14 @@ type Config struct {
 	// nftables mode reads too); 0 syncs on every change, as the comparison
 	// wants (kube-proxy's default is 1 s).
 	MinSyncPeriod time.Duration
+	// SyncPeriod is kube-proxy's --iptables-sync-period (0: 1 s; its
+	// default is 30 s). A periodic sync changes no rule; it bounds the
+	// wait when upstream.KubeProxy.Settle cannot date a sync from its
+	// metrics: kube-proxy stamps its last-sync time before the health
+	// check and conntrack work that the duration histogram also counts, so
+	// a sync that began just after the change can look as if it began
+	// before it, and only a second sync proves the change programmed.
+	SyncPeriod time.Duration
 	// Seed, when set, writes the initial objects (Node objects included)
 	// once the apiserver is ready and before either proxy starts, so that
 	// both first syncs hold them; nil: Start writes the compared Nodes.
@@ -105,6 +114,9 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	}
 	if cfg.SettleTimeout == 0 {
 		cfg.SettleTimeout = 60 * time.Second
+	}
+	if cfg.SyncPeriod == 0 {
+		cfg.SyncPeriod = time.Second
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
@@ -292,7 +304,7 @@ func (e *Env) startUpstream(ctx context.Context) error {
 		kp, err := upstream.StartKubeProxy(ctx, e.cp, upstream.KubeProxyConfig{
 			Node: p.node.Name, NS: p.upNS, NodeIP: p.node.IP, Mode: e.cfg.Mode,
 			ClusterCIDR: e.cfg.ClusterCIDR, MasqueradeAll: e.cfg.MasqueradeAll,
-			Dir: dir, ExtraArgs: []string{"--iptables-min-sync-period=" + e.cfg.MinSyncPeriod.String()},
+			Dir: dir, ExtraArgs: []string{"--iptables-min-sync-period=" + e.cfg.MinSyncPeriod.String(), "--iptables-sync-period=" + e.cfg.SyncPeriod.String()},
 		})
 		if err != nil {
 			return fmt.Errorf("could not start kube-proxy for node %s: %w", p.node.Name, err)
@@ -424,10 +436,20 @@ func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
 			return fmt.Errorf("our sync of node %s failed: %w", p.node.Name, err)
 		}
 		if _, err := p.kp.Settle(ctx, since, e.cfg.SettleTimeout); err != nil {
-			return fmt.Errorf("kube-proxy of node %s did not settle: %w", p.node.Name, err)
+			return fmt.Errorf("kube-proxy of node %s did not settle: %w; the end of its log:\n%s", p.node.Name, err, logTail(p.kp.LogPath(), 30))
 		}
 	}
 	return nil
+}
+
+// logTail returns the last n lines of a log file (or why not).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // waitSeqs waits, bounded by SettleTimeout, until every tracker has received
