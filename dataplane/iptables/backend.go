@@ -39,6 +39,9 @@ type Commands interface {
 	IPSetRestore(input string, exist bool) error
 	// IPSetNames lists the sets (`ipset list -n`).
 	IPSetNames() ([]string, error)
+	// EnsureNFAcct creates the nfacct counter name unless it exists
+	// (NFAcctEnsure).
+	EnsureNFAcct(name string) error
 }
 
 // Backend is the iptables dataplane of one node.
@@ -172,6 +175,8 @@ func (c nsCommands) IPSetNames() ([]string, error) {
 	return strings.Fields(list), nil
 }
 
+func (c nsCommands) EnsureNFAcct(name string) error { return NFAcctEnsure(c.ns, name) }
+
 func (c nsCommands) run(stdin string, name string, args ...string) error {
 	cmd := exec.Command(name, args...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -202,6 +207,9 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	full = full || b.needFull
+	if full {
+		b.ensureNFAcct()
+	}
 	rs, err := b.r.Render(st, changed, full)
 	if err != nil {
 		return dataplane.SyncResult{}, err
@@ -268,6 +276,18 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 	return res, nil
 }
 
+// ensureNFAcct creates kube-proxy's nfacct counters, as kube-proxy does on
+// each full sync, and tells the renderer which ones it may match: a counter
+// that could not be created (a kernel without nfnetlink_acct) is left out
+// of the rules, as kube-proxy leaves it out, and the sync goes on.
+func (b *Backend) ensureNFAcct() {
+	have := make(map[string]bool, len(NFAcctCounters))
+	for _, name := range NFAcctCounters {
+		have[name] = b.cmds.EnsureNFAcct(name) == nil
+	}
+	b.r.SetNFAcct(have)
+}
+
 // destroyExisting returns `ipset restore` input destroying the sets of stale
 // that names has.
 func destroyExisting(stale, names []string) string {
@@ -302,8 +322,9 @@ func SavedRules(save string) map[string]bool {
 }
 
 // MissingJumps returns the rules of a jump text (Ruleset.Jumps) that save,
-// the output of `iptables-save`, lacks, as a jump text. It compares lines as
-// iptables-save prints them, which is how the jump text writes them.
+// the output of `iptables-save`, lacks, as a jump text, with every chain
+// declaration of the jump text kept. It compares lines as iptables-save
+// prints them, which is how the jump text writes them.
 func MissingJumps(jumps, save string) string {
 	have := SavedRules(save)
 	var out strings.Builder
@@ -312,6 +333,9 @@ func MissingJumps(jumps, save string) string {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table = line[1:]
+			out.WriteString(line + "\n")
+		case strings.HasPrefix(line, ":"):
+			// Declaring the (empty) canary again is harmless.
 			out.WriteString(line + "\n")
 		case strings.HasPrefix(line, "-A "):
 			if !have[table+" "+line] {
@@ -382,14 +406,18 @@ func (b *Backend) Cleanup() error {
 }
 
 // MergeJumps adds the rules of a jump text (per table: "-A <BUILTIN> ...")
-// to the table sections of a restore text, before each table's COMMIT.
+// to the table sections of a restore text, before each table's COMMIT, and
+// its chain declarations (":KUBE-PROXY-CANARY - [0:0]") after each table's
+// header.
 func MergeJumps(restore, jumps string) string {
-	perTable := map[string][]string{}
+	perTable, decls := map[string][]string{}, map[string][]string{}
 	table := ""
 	for _, line := range strings.Split(jumps, "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table = line
+		case strings.HasPrefix(line, ":"):
+			decls[table] = append(decls[table], line)
 		case strings.HasPrefix(line, "-A "):
 			perTable[table] = append(perTable[table], line)
 		}
@@ -408,6 +436,12 @@ func MergeJumps(restore, jumps string) string {
 		line := restore[pos:end]
 		if strings.HasPrefix(line, "*") {
 			table = line
+			out.WriteString(restore[done:next])
+			done = next
+			for _, d := range decls[table] {
+				out.WriteString(d + "\n")
+			}
+			delete(decls, table)
 		}
 		if line == "COMMIT" {
 			out.WriteString(restore[done:pos])
@@ -420,9 +454,19 @@ func MergeJumps(restore, jumps string) string {
 		pos = next
 	}
 	out.WriteString(restore[done:])
-	// A table with jumps but no section in restore gets a section of its own.
-	for t, js := range perTable {
-		out.WriteString(t + "\n" + strings.Join(js, "\n") + "\nCOMMIT\n")
+	// A table with jumps or declarations but no section in restore gets a
+	// section of its own, in the jump text's order.
+	for _, line := range strings.Split(jumps, "\n") {
+		if !strings.HasPrefix(line, "*") || (decls[line] == nil && perTable[line] == nil) {
+			continue
+		}
+		out.WriteString(line + "\n")
+		for _, l := range append(decls[line], perTable[line]...) {
+			out.WriteString(l + "\n")
+		}
+		out.WriteString("COMMIT\n")
+		delete(decls, line)
+		delete(perTable, line)
 	}
 	return out.String()
 }

@@ -17,6 +17,7 @@ package iptables
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
 )
@@ -54,7 +55,20 @@ type Config struct {
 	// ConntrackTCPLiberal reports nf_conntrack_tcp_be_liberal=1, which makes
 	// kube-proxy leave out its INVALID-state DROP rule.
 	ConntrackTCPLiberal bool
+	// StaleChainPeriod is how long, in large-cluster mode, stale service
+	// chains are left in place (not flushed, still holding their rules)
+	// before a render deletes them: kube-proxy skips its iptables-save and
+	// the deletion unless syncPeriod has passed since the last one (0: 30 s,
+	// kube-proxy's default --iptables-sync-period; negative: delete on every
+	// render). Not applied with AffinityIPSet, whose stale sets cannot be
+	// destroyed while a chain still matches them.
+	StaleChainPeriod time.Duration
+	// Now is the renderer's clock (nil: time.Now).
+	Now func() time.Time
 }
+
+// DefaultStaleChainPeriod is kube-proxy's default syncPeriod.
+const DefaultStaleChainPeriod = 30 * time.Second
 
 func (c *Config) defaults() error {
 	switch c.Affinity {
@@ -66,6 +80,12 @@ func (c *Config) defaults() error {
 	}
 	if c.LargeClusterThreshold == 0 {
 		c.LargeClusterThreshold = DefaultLargeClusterThreshold
+	}
+	if c.StaleChainPeriod == 0 {
+		c.StaleChainPeriod = DefaultStaleChainPeriod
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	c.NodeConfig.Default()
 	return c.NodeConfig.Validate()

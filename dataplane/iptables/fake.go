@@ -46,6 +46,7 @@ const maxChainName = 28
 
 var builtinChains = map[string][]string{
 	"filter": {"INPUT", "FORWARD", "OUTPUT"},
+	"mangle": {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
 	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
 }
 
@@ -78,12 +79,16 @@ type Fake struct {
 	// LocalAddrs are the node's own addresses, for -m addrtype LOCAL
 	// (127.0.0.0/8 is always local).
 	LocalAddrs []netip.Addr
+	// NFAcct are the nfacct counters; a rule matching a missing one is
+	// refused, as the kernel refuses it.
+	NFAcct map[string]bool
 }
 
-// NewFake returns empty filter and nat tables with their built-in chains
-// (policy ACCEPT), as in a fresh network namespace.
+// NewFake returns empty filter, mangle and nat tables with their built-in
+// chains (policy ACCEPT), as in a fresh network namespace. Only the canary
+// chain goes into mangle; the tracer never walks it.
 func NewFake(localAddrs ...netip.Addr) *Fake {
-	f := &Fake{Tables: map[string]*Table{}, Sets: map[string]*IPSet{}, LocalAddrs: localAddrs}
+	f := &Fake{Tables: map[string]*Table{}, Sets: map[string]*IPSet{}, LocalAddrs: localAddrs, NFAcct: map[string]bool{}}
 	for name, chains := range builtinChains {
 		t := &Table{Name: name, Chains: map[string]*Chain{}}
 		for _, c := range chains {
@@ -95,7 +100,7 @@ func NewFake(localAddrs ...netip.Addr) *Fake {
 }
 
 func (f *Fake) clone() *Fake {
-	g := &Fake{Tables: map[string]*Table{}, Sets: maps.Clone(f.Sets), LocalAddrs: f.LocalAddrs}
+	g := &Fake{Tables: map[string]*Table{}, Sets: maps.Clone(f.Sets), LocalAddrs: f.LocalAddrs, NFAcct: f.NFAcct}
 	for n, t := range f.Tables {
 		nt := &Table{Name: n, Chains: make(map[string]*Chain, len(t.Chains))}
 		for cn, c := range t.Chains {
@@ -260,6 +265,9 @@ func (f *Fake) checkRule(t *Table, r *Rule) error {
 		if s != "" && f.Sets[s] == nil {
 			return fmt.Errorf("%w: set %s doesn't exist", ErrNoSet, s)
 		}
+	}
+	if r.nfacct != "" && !f.NFAcct[r.nfacct] {
+		return fmt.Errorf("%w: nfacct object %s does not exist", ErrBadRule, r.nfacct)
 	}
 	return nil
 }
@@ -443,6 +451,9 @@ type FakeCommands struct {
 	Failures []FakeFailure
 	// Restores and IPSetRestores count the calls so far.
 	Restores, IPSetRestores int
+	// NoNFAcct makes EnsureNFAcct fail, as on a kernel without
+	// nfnetlink_acct.
+	NoNFAcct bool
 }
 
 // Commands of a FakeFailure.
@@ -570,6 +581,15 @@ func (c *FakeCommands) IPSetRestore(input string, exist bool) error {
 	if inj != nil {
 		return fmt.Errorf("could not restore ipsets after the last line: %w", ErrInjected)
 	}
+	return nil
+}
+
+// EnsureNFAcct adds the counter to the Fake (or fails under NoNFAcct).
+func (c *FakeCommands) EnsureNFAcct(name string) error {
+	if c.NoNFAcct {
+		return fmt.Errorf("could not create nfacct counter %s: %w", name, ErrInjected)
+	}
+	c.Fake.NFAcct[name] = true
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ func wideService(st *cluster.State, k int) (*cluster.ServicePort, []string) {
 		keys = append(keys, e.String())
 	}
 	add(st, sp, eps...)
+	// Cascade order is kube-proxy's: endpoints as strings (proxy.SortEndpoints).
+	slices.Sort(keys)
 	return sp, keys
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -89,5 +91,48 @@ func TestLargeClusterComments(t *testing.T) {
 	}
 	if !strings.Contains(rs.Restore, `"ns1/svc1:p80 cluster IP"`) {
 		t.Error("the cluster IP comment must stay")
+	}
+}
+
+// TestLargeClusterCount: kube-proxy counts the endpoints of the service
+// ports it proxies; endpoints whose Service is missing (a slice seen before
+// its Service) do not push the node into large-cluster mode.
+func TestLargeClusterCount(t *testing.T) {
+	st := newState()
+	sp := clusterIPPort(name("ns", "a", "p"), "172.30.0.70", 80)
+	add(st, sp, ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
+	orphan := name("ns", "orphan", "p")
+	st.Endpoints[orphan] = []*cluster.Endpoint{ep("10.180.1.1", 80, otherNode, "R"), ep("10.180.1.2", 80, otherNode, "R")}
+	cfg := testConfig()
+	cfg.LargeClusterThreshold = 3
+	_, _, rs := load(t, cfg, st)
+	if !strings.Contains(rs.Restore, `"ns/a:p -> 10.180.0.1:80"`) {
+		t.Errorf("2 proxied endpoints (threshold 3) rendered in large-cluster mode:\n%s", rs.Restore)
+	}
+	add(st, clusterIPPort(orphan, "172.30.0.71", 80), st.Endpoints[orphan]...)
+	_, _, rs = load(t, cfg, st)
+	if strings.Contains(rs.Restore, " -> ") {
+		t.Errorf("4 proxied endpoints (threshold 3) rendered with per-endpoint comments:\n%s", rs.Restore)
+	}
+}
+
+// TestHealthCheckNodePort: a LoadBalancer port with externalTrafficPolicy
+// Local accepts its Service's healthCheckNodePort in filter KUBE-NODEPORTS,
+// with or without local endpoints, as kube-proxy writes it.
+func TestHealthCheckNodePort(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		st := newState()
+		sp := clusterIPPort(name("ns", "lb", "http"), "172.30.0.90", 80)
+		sp.Type, sp.NodePort, sp.ExternalLocal, sp.HealthCheckNodePort = corev1.ServiceTypeLoadBalancer, 30081, true, 30900
+		node := otherNode
+		if local {
+			node = thisNode
+		}
+		add(st, sp, ep("10.180.0.1", 80, node, "R"))
+		f, _, rs := load(t, testConfig(), st)
+		want := `-A KUBE-NODEPORTS -m comment --comment "ns/lb:http health check node port" -m tcp -p tcp --dport 30900 -j ACCEPT`
+		if !strings.Contains(rs.Restore, "*filter\n") || !strings.Contains(f.Dump(), want+"\n") {
+			t.Errorf("local endpoint %v: no %q in\n%s", local, want, f.Dump())
+		}
 	}
 }

@@ -17,7 +17,15 @@ const (
 	ChainForward          = "KUBE-FORWARD"
 	ChainProxyFirewall    = "KUBE-PROXY-FIREWALL"
 	ChainKubeletFirewall  = "KUBE-FIREWALL"
+	// ChainCanary is kube-proxy's KUBE-PROXY-CANARY: an empty chain in the
+	// mangle, nat and filter tables that its iptables monitor creates at
+	// start and polls, to notice that someone flushed the tables.
+	ChainCanary = "KUBE-PROXY-CANARY"
 )
+
+// CanaryTables are the tables that hold ChainCanary, in the order kube-proxy's
+// monitor creates it.
+var CanaryTables = []string{"mangle", "nat", "filter"}
 
 // Prefixes of the per-service-port and per-endpoint chains, and of our ipset
 // affinity sets. Each is followed by a 16-character hash, which keeps chain

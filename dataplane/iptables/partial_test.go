@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -158,3 +159,73 @@ func TestFirstRenderIsFull(t *testing.T) {
 		t.Error("render after Reset is not full")
 	}
 }
+
+// TestLargeClusterStaleChains: in large-cluster mode kube-proxy deletes
+// stale chains at most once per syncPeriod; until then they stay in the
+// kernel with their rules, and a service port that comes back takes its
+// chains over. Out of large-cluster mode they go at once.
+func TestLargeClusterStaleChains(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := testConfig()
+	cfg.LargeClusterThreshold = 2
+	cfg.Now = func() time.Time { return now }
+	st := newState()
+	a, z := name("ns", "a", "p"), name("ns", "z", "p")
+	add(st, clusterIPPort(a, "172.30.0.80", 80), ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"))
+	add(st, clusterIPPort(z, "172.30.0.81", 80), ep("10.180.0.3", 80, otherNode, "R"))
+	f, b, _ := load(t, cfg, st)
+	svcZ, sepZ := ServiceChain(z), EndpointChain(z, "10.180.0.3:80")
+	hasChain := func(c string) bool { return slices.Contains(f.ChainNames("nat"), c) }
+
+	// z goes 10 s after the first (cleaning) sync: its chains stay, rules
+	// and all, though KUBE-SERVICES no longer jumps to them.
+	now = now.Add(10 * time.Second)
+	delete(st.Services, z)
+	delete(st.Endpoints, z)
+	add(st, clusterIPPort(a, "172.30.0.80", 80), ep("10.180.0.1", 80, otherNode, "R"), ep("10.180.0.2", 80, otherNode, "R"), ep("10.180.0.4", 80, otherNode, "R"))
+	rs := apply(t, b, st, []cluster.ServicePortName{a, z}, false)
+	if len(rs.Stale) != 0 || !slices.Equal(rs.Lingering, []string{sepZ, svcZ}) {
+		t.Fatalf("stale %v, lingering %v; want none deleted and %v left", rs.Stale, rs.Lingering, []string{sepZ, svcZ})
+	}
+	if d := f.Dump(); !hasChain(svcZ) || !strings.Contains(d, "-A "+sepZ+" ") || !strings.Contains(d, "-A "+svcZ+" ") || strings.Contains(d, "-j "+svcZ) {
+		t.Errorf("z's chains were not left as they were:\n%s", f.Dump())
+	}
+	// 31 s after the cleaning sync, the next sync deletes them.
+	now = now.Add(21 * time.Second)
+	rs = apply(t, b, st, nil, false)
+	if !slices.Equal(rs.Stale, []string{sepZ, svcZ}) || hasChain(svcZ) || hasChain(sepZ) {
+		t.Errorf("after the period: stale %v, nat chains %v", rs.Stale, f.ChainNames("nat"))
+	}
+
+	// A service port that comes back while its chains linger takes them
+	// over, and nothing of it is deleted later.
+	delete(st.Services, a)
+	delete(st.Endpoints, a)
+	add(st, clusterIPPort(z, "172.30.0.81", 80), ep("10.180.0.3", 80, otherNode, "R"), ep("10.180.0.5", 80, otherNode, "R"), ep("10.180.0.6", 80, otherNode, "R"))
+	now = now.Add(time.Second)
+	rs = apply(t, b, st, []cluster.ServicePortName{a, z}, false)
+	if len(rs.Stale) != 0 || len(rs.Lingering) != 4 {
+		t.Fatalf("a deleted: stale %v, lingering %v", rs.Stale, rs.Lingering)
+	}
+	add(st, clusterIPPort(a, "172.30.0.80", 80), ep("10.180.0.1", 80, otherNode, "R"))
+	rs = apply(t, b, st, []cluster.ServicePortName{a}, false)
+	if want := []string{EndpointChain(a, "10.180.0.2:80"), EndpointChain(a, "10.180.0.4:80")}; !slices.Equal(sorted(rs.Lingering), sorted(want)) {
+		t.Errorf("a back with one endpoint: lingering %v, want %v", rs.Lingering, want)
+	}
+	now = now.Add(time.Minute)
+	rs = apply(t, b, st, nil, false)
+	fresh, _, _ := load(t, cfg, st)
+	if d := lineDiff(fresh.Dump(), f.Dump()); d != "" {
+		t.Errorf("after the period, the rules differ from a fresh full sync (-fresh +kept):\n%s", d)
+	}
+
+	// Below the threshold, stale chains go at once.
+	delete(st.Services, z)
+	delete(st.Endpoints, z)
+	now = now.Add(time.Second)
+	if rs = apply(t, b, st, []cluster.ServicePortName{z}, false); len(rs.Lingering) != 0 || len(rs.Stale) != 4 {
+		t.Errorf("small cluster: stale %v, lingering %v", rs.Stale, rs.Lingering)
+	}
+}
+
+func sorted(l []string) []string { return slices.Sorted(slices.Values(l)) }

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -59,6 +60,12 @@ type Renderer struct {
 	// aborted reports such a render; the next one is full.
 	maybeChains, maybeSets map[string]cluster.ServicePortName
 	aborted                bool
+	// lingering are the stale chains, with their service port, that
+	// large-cluster renders left in place (Config.StaleChainPeriod) and the
+	// kernel holds, rules and all; lastCleanup is when a render last
+	// deleted stale chains.
+	lingering   map[string]cluster.ServicePortName
+	lastCleanup time.Time
 
 	// Fixed text, made once: the rules of the top-level chains that do not
 	// depend on Services, and the jump rules.
@@ -86,6 +93,9 @@ type Renderer struct {
 	// Scratch space of one service port's render.
 	tmp    svcOut
 	hashIn []byte
+	// nfInvalid and nfLocalhost report that kube-proxy's nfacct counters
+	// exist (SetNFAcct): the rules then count into them.
+	nfInvalid, nfLocalhost bool
 	// Per-render copies of the faults in force.
 	fUniform, fDropLast, fNoTimeout bool
 	fSkew, fLeak, fOverstay         bool
@@ -115,6 +125,15 @@ func NewRenderer(cfg Config) (*Renderer, error) {
 	return r, nil
 }
 
+// SetNFAcct says which of kube-proxy's nfacct counters (NFAcctCounters)
+// exist in the kernel: the INVALID drop rule and the localhost node-port
+// rules match only those. Without a call, none does. The Backend calls it
+// before each full render, after creating the counters.
+func (r *Renderer) SetNFAcct(have map[string]bool) {
+	r.nfInvalid, r.nfLocalhost = have[NFAcctInvalidDropped], have[NFAcctLocalhostNodePorts]
+	r.filterStatic = append(r.forwardRules(), r.kubeletFirewallRules()...)
+}
+
 // Config returns the renderer's configuration, defaults filled.
 func (r *Renderer) Config() Config { return r.cfg }
 
@@ -127,6 +146,7 @@ func (r *Renderer) Commit(rs *Ruleset) {
 	r.committedOuts = rs.outs
 	r.committedGen = rs.gen
 	r.maybeChains, r.maybeSets, r.aborted = nil, nil, false
+	r.lingering = rs.lingering
 }
 
 // Abort records that applying rs failed, so that the kernel holds the last
@@ -172,6 +192,7 @@ func (r *Renderer) Reset() {
 	r.cache = nil
 	r.committedGen = 0
 	r.maybeChains, r.maybeSets, r.aborted = nil, nil, false
+	r.lingering, r.lastCleanup = nil, time.Time{}
 }
 
 // outPair is a service port's output in the cache (old) and in this render
@@ -195,6 +216,7 @@ type svcInfo struct {
 	h              hash
 	clusterIP      netip.Addr
 	port, nodePort int32
+	hcNodePort     int32 // healthCheckNodePort, 0 for none
 	// Roles are kube-proxy's role flags of the service port.
 	proxy.Roles
 	sorted          bool // eps sorted by ip:port, without duplicates
@@ -373,11 +395,7 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 		cat.Zone = n.Zone
 	}
 	r.readFaults()
-	total := 0
-	for _, eps := range st.Endpoints {
-		total += len(eps)
-	}
-	large := r.cfg.LargeClusterThreshold >= 0 && total > r.cfg.LargeClusterThreshold
+	large := r.cfg.LargeClusterThreshold >= 0 && endpointCount(st) > r.cfg.LargeClusterThreshold
 
 	rs := &Ruleset{
 		Full:             full,
@@ -390,9 +408,23 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	// Finally the jump to KUBE-NODEPORTS, which must be the last rule of
 	// KUBE-SERVICES.
 	s.natRules.add(nodePortsJumpRule)
-	r.deleteStale(rs, s, cache, quickStale)
+	r.deleteStale(rs, s, cache, quickStale, large)
 	r.assemble(rs, s)
 	return rs, nil
+}
+
+// endpointCount is the number kube-proxy compares with
+// largeClusterEndpointsThreshold: the endpoints of the service ports it
+// proxies, every endpoint counted whatever its conditions. Endpoints of a
+// service port without a proxied Service do not count.
+func endpointCount(st *cluster.State) int {
+	total := 0
+	for spn, eps := range st.Endpoints {
+		if sp := st.Services[spn]; sp != nil && !sp.Headless && sp.ClusterIP.IsValid() {
+			total += len(eps)
+		}
+	}
+	return total
 }
 
 // readFaults sets the renderer's fault switches from its config.
@@ -498,9 +530,19 @@ func (r *Renderer) renderServices(st *cluster.State, changed []cluster.ServicePo
 }
 
 // deleteStale finds the chains and sets no service port uses any more, and
-// declares (which flushes) then deletes each stale chain.
-func (r *Renderer) deleteStale(rs *Ruleset, s *sections, cache map[cluster.ServicePortName]*svcOut, quickStale bool) {
-	rs.Stale, rs.StaleSets = r.stale(cache, quickStale)
+// declares (which flushes) then deletes each stale chain. In large-cluster
+// mode it does so at most once per StaleChainPeriod, as kube-proxy, and
+// otherwise leaves the stale chains as they are (Ruleset.Lingering).
+func (r *Renderer) deleteStale(rs *Ruleset, s *sections, cache map[cluster.ServicePortName]*svcOut, quickStale, large bool) {
+	stale, sets := r.stale(cache, quickStale)
+	now := r.cfg.Now()
+	if large && r.cfg.Affinity == AffinityRecent && r.cfg.StaleChainPeriod > 0 && now.Sub(r.lastCleanup) <= r.cfg.StaleChainPeriod {
+		rs.lingering = r.staleOwners(stale)
+		rs.Lingering = stale
+		return
+	}
+	r.lastCleanup = now
+	rs.Stale, rs.StaleSets = stale, sets
 	for _, c := range rs.Stale {
 		s.natChains.b = appendChainLine(s.natChains.b, c, nil)
 		s.natChains.end()
@@ -622,7 +664,7 @@ func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.Servic
 	r.endpoints(o, sp, cat.AllReachable, prev)
 
 	v := &svc{sp: sp, cat: cat, o: o, large: large}
-	o.clusterIP, o.port, o.nodePort = sp.ClusterIP, sp.Port, sp.NodePort
+	o.clusterIP, o.port, o.nodePort, o.hcNodePort = sp.ClusterIP, sp.Port, sp.NodePort, sp.HealthCheckNodePort
 	o.Roles = cat.Roles(sp)
 
 	// The top-level lines go first, as in kube-proxy's output.
@@ -760,10 +802,13 @@ func (r *Renderer) stale(cur map[cluster.ServicePortName]*svcOut, quick bool) (c
 		}
 	}
 	clear(r.moved)
-	// What a failed apply may have left (see Abort), unless used now.
-	for c, spn := range r.maybeChains {
-		if now := cur[spn]; now == nil || !now.holds(c, false) {
-			chains = append(chains, c)
+	// What a failed apply may have left (see Abort), and what large-cluster
+	// renders left in place, unless used now.
+	for _, m := range []map[string]cluster.ServicePortName{r.maybeChains, r.lingering} {
+		for c, spn := range m {
+			if now := cur[spn]; now == nil || !now.holds(c, false) {
+				chains = append(chains, c)
+			}
 		}
 	}
 	for s, spn := range r.maybeSets {
@@ -774,6 +819,52 @@ func (r *Renderer) stale(cur map[cluster.ServicePortName]*svcOut, quick bool) (c
 	slices.Sort(chains)
 	slices.Sort(sets)
 	return slices.Compact(chains), slices.Compact(sets)
+}
+
+// staleOwners maps each stale chain to the service port that had it: from
+// the chains left in place or maybe held before, else from the committed
+// outputs (one pass over them).
+func (r *Renderer) staleOwners(stale []string) map[string]cluster.ServicePortName {
+	out := make(map[string]cluster.ServicePortName, len(stale))
+	want := make(map[string]bool, len(stale))
+	for _, c := range stale {
+		if spn, ok := r.lingering[c]; ok {
+			out[c] = spn
+		} else if spn, ok := r.maybeChains[c]; ok {
+			out[c] = spn
+		} else {
+			want[c] = true
+		}
+	}
+	for spn, o := range r.committedOuts {
+		if len(want) == 0 {
+			break
+		}
+		for _, c := range o.chainNames() {
+			if want[c] {
+				out[c] = spn
+				delete(want, c)
+			}
+		}
+	}
+	return out
+}
+
+// chainNames lists the service port's chains.
+func (o *svcOut) chainNames() []string {
+	var out []string
+	for _, c := range []struct {
+		prefix string
+		used   bool
+	}{{PrefixSVC, o.UsesClusterChain}, {PrefixSVL, o.UsesLocalChain}, {PrefixEXT, o.UsesExtChain}} {
+		if c.used {
+			out = append(out, c.prefix+string(o.h[:]))
+		}
+	}
+	for _, e := range o.eps {
+		out = append(out, PrefixSEP+string(e.sep[:]))
+	}
+	return out
 }
 
 // holds reports whether the service port's output uses the chain (or, with
@@ -946,7 +1037,11 @@ func (r *Renderer) markMasqRules() []string {
 // chain's policy, and drop INVALID packets (unless conntrack is liberal).
 func (r *Renderer) forwardRules() []string {
 	var out []string
-	if !r.cfg.ConntrackTCPLiberal {
+	switch {
+	case r.cfg.ConntrackTCPLiberal:
+	case r.nfInvalid:
+		out = append(out, fmt.Sprintf("-A %s -m conntrack --ctstate INVALID -m nfacct --nfacct-name %s -j DROP", ChainForward, NFAcctInvalidDropped))
+	default:
 		out = append(out, fmt.Sprintf("-A %s -m conntrack --ctstate INVALID -j DROP", ChainForward))
 	}
 	return append(out,
@@ -969,6 +1064,20 @@ func (r *Renderer) writeTop(s *sections, o *svcOut) {
 	r.clusterIPRules(&s.natRules, o)
 	r.clusterIPFilterRules(&s.filterRules, o)
 	r.nodePortRules(&s.natRules, &s.filterRules, o)
+	r.healthCheckRule(&s.filterRules, o)
+}
+
+// healthCheckRule accepts connections to the Service's healthCheckNodePort
+// (filter KUBE-NODEPORTS), whether or not this node has local endpoints.
+// kube-proxy writes it for each port of the Service.
+func (r *Renderer) healthCheckRule(w *lines, o *svcOut) {
+	if o.hcNodePort == 0 {
+		return
+	}
+	b := append(append(w.b, "-A "+ChainNodePorts+` -m comment --comment "`...), o.name...)
+	b = append(b, ` health check node port" -m tcp -p tcp --dport `...)
+	w.b = append(strconv.AppendInt(b, int64(o.hcNodePort), 10), " -j ACCEPT"...)
+	w.end()
 }
 
 // appendMatch appends ` -m <proto> -p <proto>`.
@@ -1025,11 +1134,20 @@ func (r *Renderer) clusterIPFilterRules(w *lines, o *svcOut) {
 	w.end()
 }
 
-// nodePortRules send node-port traffic to the KUBE-EXT chain (nat), and
+// nodePortRules send node-port traffic to the KUBE-EXT chain (nat), first
+// the localhost one through its nfacct counter when that exists, and
 // REJECT or DROP it when there is nowhere to send it (filter).
 func (r *Renderer) nodePortRules(nat, filter *lines, o *svcOut) {
 	if !o.External {
 		return
+	}
+	if o.HasEndpoints && r.nfLocalhost {
+		// Node ports on 127.0.0.0/8 (route_localnet), counted.
+		b := append(append(nat.b, "-A "+ChainNodePorts+" -m comment --comment "...), o.name...)
+		b = strconv.AppendInt(append(appendMatch(b, o), " -d 127.0.0.0/8 --dport "...), int64(o.nodePort), 10)
+		b = append(b, " -m nfacct --nfacct-name "+NFAcctLocalhostNodePorts...)
+		nat.b = appendChain(append(b, " -j "...), PrefixEXT, &o.h)
+		nat.end()
 	}
 	if o.HasEndpoints {
 		b := append(append(nat.b, "-A "+ChainNodePorts+" -m comment --comment "...), o.name...)

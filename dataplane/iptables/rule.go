@@ -56,6 +56,8 @@ type Rule struct {
 	recentSeconds int  // 0: no --seconds
 	// set match
 	matchSet string
+	// nfacct match: counts, always matches
+	nfacct string
 	// cluster matches, in order (a rule may have several)
 	clusters []clusterMatch
 	// mark
@@ -142,7 +144,7 @@ func ParseRule(args []string) (*Rule, error) {
 var valueOptions = map[string]bool{
 	"-p": true, "--protocol": true, "-s": true, "--source": true, "-d": true, "--destination": true,
 	"-m": true, "--match": true, "-j": true, "--jump": true, "-g": true, "--goto": true,
-	"--comment": true, "--mode": true, "--probability": true, "--name": true, "--seconds": true,
+	"--comment": true, "--nfacct-name": true, "--mode": true, "--probability": true, "--name": true, "--seconds": true,
 	"--match-set": true, "--mark": true, "--dst-type": true, "--src-type": true,
 	"--ctstate": true, "--dport": true, "--destination-port": true,
 	"--cluster-total-nodes": true, "--cluster-local-node": true, "--cluster-hash-seed": true,
@@ -167,7 +169,7 @@ func (r *Rule) parseOption(a, val string, neg bool, modules map[string]bool) err
 		}
 	case "-m", "--match":
 		switch val {
-		case "tcp", "udp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack", "cluster":
+		case "tcp", "udp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack", "cluster", "nfacct":
 			modules[val] = true
 			if val == "cluster" {
 				r.clusters = append(r.clusters, clusterMatch{})
@@ -179,6 +181,11 @@ func (r *Rule) parseOption(a, val string, neg bool, modules map[string]bool) err
 		if !modules["comment"] {
 			return fmt.Errorf("%w: --comment without -m comment", ErrBadRule)
 		}
+	case "--nfacct-name":
+		if !modules["nfacct"] || val == "" {
+			return fmt.Errorf("%w: --nfacct-name needs -m nfacct and a name", ErrBadRule)
+		}
+		r.nfacct = val
 	case "--mode", "--probability":
 		return r.parseStatistic(a, val, modules)
 	case "--name", "--rcheck", "--set", "--reap", "--seconds":
@@ -292,6 +299,9 @@ func (r *Rule) checkModules(modules map[string]bool) error {
 	}
 	if modules["recent"] && (r.recentName == "" || r.recentCheck == r.recentSet) {
 		return fmt.Errorf("%w: -m recent needs --name and one of --rcheck or --set", ErrBadRule)
+	}
+	if modules["nfacct"] && r.nfacct == "" {
+		return fmt.Errorf("%w: -m nfacct needs --nfacct-name", ErrBadRule)
 	}
 	if err := r.checkClusters(); err != nil {
 		return err

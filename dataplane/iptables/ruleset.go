@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -45,6 +46,11 @@ type Ruleset struct {
 	NoLocalEndpoints map[string]int
 	// Stale lists the chains this render deletes; StaleSets the ipsets.
 	Stale, StaleSets []string
+	// Lingering lists the stale chains a large-cluster render leaves in
+	// place, rules and all (Config.StaleChainPeriod); a later render
+	// deletes them. lingering maps them to their service ports.
+	Lingering []string
+	lingering map[string]cluster.ServicePortName
 
 	// outs is what each service port contributed (the renderer's cache),
 	// gen the renderer's count of this render.
@@ -174,14 +180,19 @@ func JumpRules() []JumpRule {
 	}
 }
 
-// jumpRestore renders JumpRules as restore text. Rules are appended in the
-// order kube-proxy would have inserted them at the top, so that in a fresh
+// jumpRestore renders JumpRules as restore text, with the declaration of
+// ChainCanary in each of CanaryTables (kube-proxy's monitor creates the
+// canaries before the first sync). Rules are appended in the order
+// kube-proxy would have inserted them at the top, so that in a fresh
 // namespace the built-in chains end up as kube-proxy leaves them.
 func (r *Renderer) jumpRestore() string {
 	var b strings.Builder
 	rules := JumpRules()
-	for _, table := range []string{"filter", "nat"} {
+	for _, table := range []string{"filter", "mangle", "nat"} {
 		b.WriteString("*" + table + "\n")
+		if slices.Contains(CanaryTables, table) {
+			b.WriteString(chainLine(ChainCanary) + "\n")
+		}
 		// Each kube-proxy insert goes to position 1, so the last one
 		// ensured comes first: append in reverse order.
 		for i := len(rules) - 1; i >= 0; i-- {

@@ -15,6 +15,7 @@ package proxy
 
 import (
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -34,14 +35,16 @@ const (
 type Categorized struct {
 	// Cluster are the endpoints for Cluster traffic policy: ready ones
 	// (filtered by topology hints), else every serving and terminating one.
-	// Empty when the service port never uses Cluster policy.
+	// Empty when the service port never uses Cluster policy. In kube-proxy's
+	// order (SortEndpoints), whatever the order of the input.
 	Cluster []*cluster.Endpoint
 	// Local are the endpoints on this node for Local traffic policy: ready
 	// local ones, else serving and terminating local ones. Empty when the
 	// service port never uses Local policy.
 	Local []*cluster.Endpoint
 	// AllReachable is the union of Cluster and Local: the endpoints that
-	// need a chain of their own on this node. Sorted by address, then port.
+	// need a chain of their own on this node. Sorted as Cluster and Local
+	// are (SortEndpoints).
 	AllReachable []*cluster.Endpoint
 	// HasAny reports whether a usable endpoint exists anywhere in the
 	// cluster (ready, or serving and terminating). When false, traffic is
@@ -84,9 +87,14 @@ func Categorize(eps []*cluster.Endpoint, sp *cluster.ServicePort, node string, z
 // falling back to every serving-and-terminating endpoint (topology ignored);
 // the Local set is, independently, the ready local endpoints, falling back to
 // serving-and-terminating local ones. Endpoints that are not serving are never
-// used.
+// used. The lists come out in kube-proxy's order (SortEndpoints); eps is not
+// modified.
 func (c Categorizer) Categorize(eps []*cluster.Endpoint, sp *cluster.ServicePort) Categorized {
 	var out Categorized
+	if !slices.IsSortedFunc(eps, CompareEndpoints) {
+		eps = slices.Clone(eps)
+		SortEndpoints(eps)
+	}
 	// clusterReady is readiness as the Cluster set sees it: the
 	// keep-not-ready fault makes every endpoint look ready there.
 	clusterReady := func(ep *cluster.Endpoint) bool {
@@ -194,9 +202,21 @@ func filter(eps []*cluster.Endpoint, keep func(*cluster.Endpoint) bool) []*clust
 	return out
 }
 
-// union merges two endpoint lists keyed by ip:port, sorted by address then
-// port (kube-proxy uses a map and no order; a stable order keeps rendered
-// rules deterministic).
+// CompareEndpoints orders endpoints as kube-proxy's EndpointSliceCache does
+// (byEndpoint in pkg/proxy/endpointslicecache.go): by their "ip:port" string,
+// so "10.180.0.10:80" comes before "10.180.0.2:80". That order is the order of
+// the probability rules in an iptables KUBE-SVC chain and of the numgen
+// indexes in an nftables service chain.
+func CompareEndpoints(a, b *cluster.Endpoint) int {
+	return strings.Compare(a.String(), b.String())
+}
+
+// SortEndpoints sorts eps in place by CompareEndpoints.
+func SortEndpoints(eps []*cluster.Endpoint) { slices.SortFunc(eps, CompareEndpoints) }
+
+// union merges two endpoint lists keyed by ip:port, sorted by
+// CompareEndpoints (kube-proxy merges through a map and keeps no order; a
+// stable order keeps rendered rules deterministic).
 func union(a, b []*cluster.Endpoint) []*cluster.Endpoint {
 	seen := make(map[string]bool, len(a)+len(b))
 	out := make([]*cluster.Endpoint, 0, len(a)+len(b))
@@ -208,12 +228,7 @@ func union(a, b []*cluster.Endpoint) []*cluster.Endpoint {
 			}
 		}
 	}
-	slices.SortFunc(out, func(x, y *cluster.Endpoint) int {
-		if c := x.IP.Compare(y.IP); c != 0 {
-			return c
-		}
-		return int(x.Port) - int(y.Port)
-	})
+	SortEndpoints(out)
 	return out
 }
 

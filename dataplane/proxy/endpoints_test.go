@@ -145,3 +145,34 @@ func TestCategorizeFaults(t *testing.T) {
 		t.Errorf("ignore-local-policy: %s", ips(got.Local))
 	}
 }
+
+// TestCategorizeOrder: whatever the input order, the lists come out as
+// kube-proxy's EndpointSliceCache orders them, by "ip:port" string (so
+// 10.0.1.10 before 10.0.1.2), and the input is left alone.
+func TestCategorizeOrder(t *testing.T) {
+	in := []*cluster.Endpoint{ep("2", here, "R"), ep("9", there, "R"), ep("10", there, "R"), ep("11", here, "ST")}
+	cases := []struct {
+		sp                      *cluster.ServicePort
+		cluster, local, reached string
+	}{
+		{port(false, false, 0), "10.0.1.10,10.0.1.2,10.0.1.9", "", "10.0.1.10,10.0.1.2,10.0.1.9"},
+		{port(true, false, 0), "", "10.0.1.2", "10.0.1.2"},
+		{port(false, true, 30080), "10.0.1.10,10.0.1.2,10.0.1.9", "10.0.1.2", "10.0.1.10,10.0.1.2,10.0.1.9"},
+	}
+	for _, c := range cases {
+		got := Categorize(in, c.sp, here, "")
+		if ips(got.Cluster) != c.cluster || ips(got.Local) != c.local || ips(got.AllReachable) != c.reached {
+			t.Errorf("itp=%v etp=%v: cluster %s local %s reachable %s, want %s / %s / %s", c.sp.InternalLocal, c.sp.ExternalLocal,
+				ips(got.Cluster), ips(got.Local), ips(got.AllReachable), c.cluster, c.local, c.reached)
+		}
+	}
+	if ips(in) != "10.0.1.2,10.0.1.9,10.0.1.10,10.0.1.11" {
+		t.Errorf("Categorize reordered its input: %s", ips(in))
+	}
+	// A terminating local endpoint with no ready local one: the union of
+	// Cluster and Local is sorted too.
+	in2 := []*cluster.Endpoint{ep("3", there, "R"), ep("20", here, "ST")}
+	if got := Categorize(in2, port(false, true, 30080), here, ""); ips(got.AllReachable) != "10.0.1.20,10.0.1.3" {
+		t.Errorf("union: %s, want 10.0.1.20,10.0.1.3", ips(got.AllReachable))
+	}
+}

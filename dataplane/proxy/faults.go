@@ -179,7 +179,7 @@ func NewEndpointMemory() *EndpointMemory {
 
 // Merge records eps as the current endpoints of the service port and returns
 // them together with every endpoint seen before and now missing, sorted by
-// address then port. eps is not modified.
+// CompareEndpoints. eps is not modified.
 func (m *EndpointMemory) Merge(spn cluster.ServicePortName, eps []*cluster.Endpoint) []*cluster.Endpoint {
 	known := m.seen[spn]
 	if known == nil {
@@ -201,11 +201,6 @@ func (m *EndpointMemory) Merge(spn cluster.ServicePortName, eps []*cluster.Endpo
 			out = append(out, ep)
 		}
 	}
-	slices.SortFunc(out, func(a, b *cluster.Endpoint) int {
-		if c := a.IP.Compare(b.IP); c != 0 {
-			return c
-		}
-		return int(a.Port) - int(b.Port)
-	})
+	SortEndpoints(out)
 	return out
 }

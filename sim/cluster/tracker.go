@@ -310,6 +310,10 @@ func servicePorts(s *corev1.Service) []*ServicePort {
 	itpLocal := s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 	etpLocal := (s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer) &&
 		s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	var hcnp int32 // apiservice.NeedsHealthCheck
+	if s.Spec.Type == corev1.ServiceTypeLoadBalancer && etpLocal {
+		hcnp = s.Spec.HealthCheckNodePort
+	}
 	out := make([]*ServicePort, 0, len(s.Spec.Ports))
 	for _, p := range s.Spec.Ports {
 		proto := p.Protocol
@@ -327,6 +331,8 @@ func servicePorts(s *corev1.Service) []*ServicePort {
 			AffinityTimeout:  timeout,
 			InternalLocal:    itpLocal,
 			ExternalLocal:    etpLocal,
+
+			HealthCheckNodePort: hcnp,
 		})
 	}
 	return out

@@ -52,6 +52,10 @@ type ServicePort struct {
 	ExternalLocal   bool
 	// Headless Services (clusterIP None) are not load-balanced.
 	Headless bool
+	// HealthCheckNodePort is the Service's healthCheckNodePort where
+	// kube-proxy uses it (type LoadBalancer with externalTrafficPolicy
+	// Local), else 0.
+	HealthCheckNodePort int32
 }
 
 // Endpoint is one backend of a service port, with its EndpointSlice
