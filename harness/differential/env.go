@@ -63,14 +63,6 @@ type Config struct {
 	// nftables mode reads too); 0 syncs on every change, as the comparison
 	// wants (kube-proxy's default is 1 s).
 	MinSyncPeriod time.Duration
-	// SyncPeriod is kube-proxy's --iptables-sync-period (0: 1 s; its
-	// default is 30 s). A periodic sync changes no rule; it bounds the
-	// wait when upstream.KubeProxy.Settle cannot date a sync from its
-	// metrics: kube-proxy stamps its last-sync time before the health
-	// check and conntrack work that the duration histogram also counts, so
-	// a sync that began just after the change can look as if it began
-	// before it, and only a second sync proves the change programmed.
-	SyncPeriod time.Duration
 	// Seed, when set, writes the initial objects (Node objects included)
 	// once the apiserver is ready and before either proxy starts, so that
 	// both first syncs hold them; nil: Start writes the compared Nodes.
@@ -114,9 +106,6 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	}
 	if cfg.SettleTimeout == 0 {
 		cfg.SettleTimeout = 60 * time.Second
-	}
-	if cfg.SyncPeriod == 0 {
-		cfg.SyncPeriod = time.Second
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
@@ -304,7 +293,7 @@ func (e *Env) startUpstream(ctx context.Context) error {
 		kp, err := upstream.StartKubeProxy(ctx, e.cp, upstream.KubeProxyConfig{
 			Node: p.node.Name, NS: p.upNS, NodeIP: p.node.IP, Mode: e.cfg.Mode,
 			ClusterCIDR: e.cfg.ClusterCIDR, MasqueradeAll: e.cfg.MasqueradeAll,
-			Dir: dir, ExtraArgs: []string{"--iptables-min-sync-period=" + e.cfg.MinSyncPeriod.String(), "--iptables-sync-period=" + e.cfg.SyncPeriod.String()},
+			Dir: dir, ExtraArgs: []string{"--iptables-min-sync-period=" + e.cfg.MinSyncPeriod.String()},
 		})
 		if err != nil {
 			return fmt.Errorf("could not start kube-proxy for node %s: %w", p.node.Name, err)
@@ -413,11 +402,52 @@ const markerName = "kpsim-differential-marker"
 //  4. each kube-proxy completes a sync that started after it queued a
 //     change received after since (upstream.KubeProxy.Settle: kube-proxy's
 //     own metrics, never the rules under test).
+//
+// Step 4 can fail to prove a sync that did happen: kube-proxy stamps its
+// last-sync time before the health check and UDP conntrack work that its
+// duration histogram also counts, so a sync that began just after the
+// change can seem to have begun before it, and no second sync may come
+// (kube-proxy's periodic sync is hourly). Then another marker is written
+// and settled (at most markerTries in all): its sync starts after every
+// earlier change was handed to a sync and has no such work, so it dates.
 func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
 	if err := e.waitSeqs(ctx, before, uint64(events)); err != nil {
 		return err
 	}
-	since := time.Now()
+	for _, p := range e.pairs {
+		if err := p.syncer.SyncOnce(); err != nil {
+			return fmt.Errorf("our sync of node %s failed: %w", p.node.Name, err)
+		}
+	}
+	for _, p := range e.pairs {
+		var err error
+		for try := 0; try < markerTries; try++ {
+			since := time.Now()
+			if err = e.writeMarker(ctx); err != nil {
+				return err
+			}
+			events++
+			if _, err = p.kp.Settle(ctx, since, markerWait); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("kube-proxy of node %s did not settle: %w; the end of its log:\n%s", p.node.Name, err, logTail(p.kp.LogPath(), 30))
+		}
+	}
+	// Our trackers receive the markers too (no change for a proxy).
+	return e.waitSeqs(ctx, before, uint64(events))
+}
+
+// markerTries bounds the markers of one Settle; markerWait is each one's
+// wait for kube-proxy.
+const (
+	markerTries = 6
+	markerWait  = 5 * time.Second
+)
+
+// writeMarker writes the marker slice with a new port.
+func (e *Env) writeMarker(ctx context.Context) error {
 	e.markers++
 	marker := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: markerName, Labels: map[string]string{
@@ -427,17 +457,6 @@ func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
 	}
 	if _, err := apiserver.Upsert(ctx, e.Client(), nil, []*discoveryv1.EndpointSlice{marker}); err != nil {
 		return fmt.Errorf("could not write the settle marker: %w", err)
-	}
-	if err := e.waitSeqs(ctx, before, uint64(events)+1); err != nil {
-		return err
-	}
-	for _, p := range e.pairs {
-		if err := p.syncer.SyncOnce(); err != nil {
-			return fmt.Errorf("our sync of node %s failed: %w", p.node.Name, err)
-		}
-		if _, err := p.kp.Settle(ctx, since, e.cfg.SettleTimeout); err != nil {
-			return fmt.Errorf("kube-proxy of node %s did not settle: %w; the end of its log:\n%s", p.node.Name, err, logTail(p.kp.LogPath(), 30))
-		}
 	}
 	return nil
 }
