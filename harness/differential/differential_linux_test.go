@@ -26,7 +26,7 @@ var modes = []cluster.Mode{cluster.ModeIPTables, cluster.ModeNFTables}
 // randomSeeds is the number of random scenarios per mode, in batches of
 // these sizes (sum 500): small batches stay under kube-proxy's
 // 1,000-endpoint large-cluster threshold, large ones go over it.
-var batchSizes = []int{4, 50, 9, 120, 2, 80, 30, 150, 6, 49}
+var batchSizes = []int{4, 40, 9, 60, 2, 50, 30, 70, 6, 49, 25, 35, 20, 40, 30, 30}
 
 // differences collects what a test found, for its files and its summary.
 type differences struct {

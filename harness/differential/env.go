@@ -399,17 +399,9 @@ const markerName = "kpsim-differential-marker"
 //     watch and after the Service events our informers had already seen;
 //  3. our trackers have the marker too: each syncer syncs once (partial,
 //     or full when a Node changed, as kube-proxy would);
-//  4. each kube-proxy completes a sync that started after it queued a
-//     change received after since (upstream.KubeProxy.Settle: kube-proxy's
-//     own metrics, never the rules under test).
-//
-// Step 4 can fail to prove a sync that did happen: kube-proxy stamps its
-// last-sync time before the health check and UDP conntrack work that its
-// duration histogram also counts, so a sync that began just after the
-// change can seem to have begun before it, and no second sync may come
-// (kube-proxy's periodic sync is hourly). Then another marker is written
-// and settled (at most markerTries in all): its sync starts after every
-// earlier change was handed to a sync and has no such work, so it dates.
+//  4. each kube-proxy completes two syncs after it queued a change received
+//     after since (settleUpstream: kube-proxy's own metrics, never the
+//     rules under test).
 func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
 	if err := e.waitSeqs(ctx, before, uint64(events)); err != nil {
 		return err
@@ -420,31 +412,91 @@ func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
 		}
 	}
 	for _, p := range e.pairs {
-		var err error
-		for try := 0; try < markerTries; try++ {
-			since := time.Now()
-			if err = e.writeMarker(ctx); err != nil {
-				return err
-			}
-			events++
-			if _, err = p.kp.Settle(ctx, since, markerWait); err == nil {
-				break
-			}
-		}
+		n, err := e.settleUpstream(ctx, p)
+		events += n
 		if err != nil {
 			return fmt.Errorf("kube-proxy of node %s did not settle: %w; the end of its log:\n%s", p.node.Name, err, logTail(p.kp.LogPath(), 30))
 		}
 	}
-	// Our trackers receive the markers too (no change for a proxy).
+	// Our trackers receive the markers too (no change for a proxy); wait
+	// for them so that the next step counts only its own events.
 	return e.waitSeqs(ctx, before, uint64(events))
 }
 
-// markerTries bounds the markers of one Settle; markerWait is each one's
-// wait for kube-proxy.
-const (
-	markerTries = 6
-	markerWait  = 5 * time.Second
-)
+// settleUpstream waits until kube-proxy has programmed every change it
+// received before a marker, and returns the markers it wrote. The rule:
+// since := now, write marker M1; poll until LastQueued >= since (scrape S1:
+// kube-proxy has queued M1, and with it every earlier change of its
+// watches); then wait until two syncs have ended after S1. Syncs are
+// serial, so at most one of them was in progress at S1 and the other
+// started after it, with everything queued by then. To make the second
+// sync happen (with --iptables-min-sync-period=0 kube-proxy syncs once per
+// change, and its periodic sync is hourly), a marker is written after S1
+// and another after each sync that ends, until the count is reached.
+//
+// upstream.KubeProxy.Settle dates a single sync by its end minus its
+// duration; kube-proxy stamps the end before its health check work, which
+// the duration counts, so a sync started a fraction of a millisecond
+// after the change (min sync period 0) dates before it and is not proven.
+func (e *Env) settleUpstream(ctx context.Context, p *pair) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.SettleTimeout)
+	defer cancel()
+	since := time.Now()
+	if err := e.writeMarker(ctx); err != nil {
+		return 0, err
+	}
+	written := 1
+	var s1 upstream.Metrics
+	for {
+		m, err := p.kp.Scrape(ctx)
+		if err != nil {
+			return written, err
+		}
+		if !m.LastQueued.Before(since) {
+			s1 = m
+			break
+		}
+		if err := pause(ctx); err != nil {
+			return written, fmt.Errorf("kube-proxy queued no sync for the marker: %w", err)
+		}
+	}
+	last := s1.Syncs
+	for {
+		if err := e.writeMarker(ctx); err != nil {
+			return written, err
+		}
+		written++
+		for {
+			m, err := p.kp.Scrape(ctx)
+			if err != nil {
+				return written, err
+			}
+			if m.SyncErrors > s1.SyncErrors {
+				return written, fmt.Errorf("%w: %d since the change", upstream.ErrSyncFailed, m.SyncErrors-s1.SyncErrors)
+			}
+			if m.Syncs >= s1.Syncs+2 {
+				return written, nil
+			}
+			if m.Syncs > last {
+				last = m.Syncs
+				break // a sync ended: write another marker
+			}
+			if err := pause(ctx); err != nil {
+				return written, fmt.Errorf("%d of 2 syncs after the marker: %w", m.Syncs-s1.Syncs, err)
+			}
+		}
+	}
+}
+
+// pause waits one poll interval, or returns ctx's error.
+func pause(ctx context.Context) error {
+	select {
+	case <-time.After(10 * time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // writeMarker writes the marker slice with a new port.
 func (e *Env) writeMarker(ctx context.Context) error {
