@@ -2,6 +2,7 @@ package differential
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,14 +67,7 @@ func (g *gen) step() Step {
 	return st
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // live returns the indexes of the Services not deleted; withEndpoints: only
 // those with at least one endpoint.
