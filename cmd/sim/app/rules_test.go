@@ -101,3 +101,50 @@ func TestRulesNFTables(t *testing.T) {
 		t.Errorf("fast layout: exit %d %s\n%s", code, errs, out)
 	}
 }
+
+// TestRulesSubjectUsage: the kernel views' flags that contradict each other
+// are usage errors (exit 2), whoever runs them.
+func TestRulesSubjectUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rules", svc1Scenario, "--subject", "kube-router"}, "kpsim or kube-proxy"},
+		{[]string{"rules", svc1Scenario, "--diff"}, "needs --subject kube-proxy"},
+		{[]string{"rules", svc1Scenario, "--listed", "--subject", "kube-proxy"}, "add --diff"},
+		{[]string{"rules", svc1Scenario, "--kube-proxy", "/bin/true"}, "--kube-proxy needs --subject kube-proxy"},
+		{[]string{"rules", svc1Scenario, "--subject", "kube-proxy", "--fault", "uniform-probability"}, "ours only"},
+		{[]string{"rules", svc1Scenario, "--subject", "kube-proxy", "--mode", "nftables", "--layout", "fast"}, "ours only"},
+		{[]string{"rules", svc1Scenario, "--subject", "kube-proxy", "--mode", "ipvs"}, "not a ruleset"},
+	} {
+		code, _, errs := run(c.args...)
+		if code != ExitBadInput || !strings.Contains(errs, c.want) {
+			t.Errorf("sim %v: exit %d, stderr %q; want exit %d naming %q", c.args, code, errs, ExitBadInput, c.want)
+		}
+	}
+}
+
+// TestRulesSubjectEnvironment: the kernel views need root, and
+// --subject kube-proxy needs the upstream binaries; either missing is exit
+// 3 saying what is missing. The binaries are looked up beside the running
+// executable (the test binary here, where there are none).
+func TestRulesSubjectEnvironment(t *testing.T) {
+	old := geteuid
+	t.Cleanup(func() { geteuid = old })
+	geteuid = func() int { return 1000 }
+	for _, args := range [][]string{
+		{"rules", svc1Scenario, "--listed"},
+		{"rules", svc1Scenario, "--subject", "kube-proxy"},
+		{"rules", svc1Scenario, "--subject", "kube-proxy", "--diff", "--mode", "nftables"},
+	} {
+		code, _, errs := run(args...)
+		if code != ExitEnvironment || !strings.Contains(errs, "need root") {
+			t.Errorf("sim %v as a user: exit %d, stderr %q; want exit %d naming root", args, code, errs, ExitEnvironment)
+		}
+	}
+	geteuid = func() int { return 0 }
+	code, _, errs := run("rules", svc1Scenario, "--subject", "kube-proxy", "--kube-proxy", "/no/such/kube-proxy")
+	if code != ExitEnvironment || !strings.Contains(errs, "make upstream") || !strings.Contains(errs, "/no/such/kube-proxy") {
+		t.Errorf("missing binaries: exit %d, stderr %q; want exit %d naming the path and make upstream", code, errs, ExitEnvironment)
+	}
+}

@@ -1,0 +1,161 @@
+package differential
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Comparison is one comparison of a batch: after step Step of every
+// scenario that has it (Step == len(longest)+0 is the final cleanup, which
+// deletes every object of the batch).
+type Comparison struct {
+	Step int
+	// Cleanup marks the final comparison, after every object was deleted.
+	Cleanup bool
+	// Seeds are the scenarios written in this step.
+	Seeds []uint64
+	// Endpoints is the number of endpoints of the batch after the step
+	// (plus the apiserver's own kubernetes endpoint, which kube-proxy
+	// counts too): above 1,000, kube-proxy's iptables mode is in its
+	// large-cluster mode.
+	Endpoints int
+	Results   []Result
+}
+
+// RunBatch runs scenarios (seeds distinct modulo MaxSeeds) together: each
+// step writes step k of every scenario that has one, waits for both sides
+// (Write) and compares; a last step deletes every object left. fn sees
+// each comparison; its error stops the batch.
+func (e *Env) RunBatch(ctx context.Context, scs []*Scenario, fn func(Comparison) error) error {
+	nss := make([]string, 0, len(scs))
+	steps := 0
+	for _, sc := range scs {
+		nss = append(nss, sc.Namespace)
+		steps = max(steps, len(sc.Steps))
+	}
+	if err := e.EnsureNamespaces(ctx, nss...); err != nil {
+		return err
+	}
+	live := map[string]bool{} // "svc ns/name" and "slice ns/name"
+	for k := 0; k <= steps; k++ {
+		c := Comparison{Step: k, Cleanup: k == steps, Endpoints: 1}
+		var svcs []*corev1.Service
+		var sls []*discoveryv1.EndpointSlice
+		var delSvc, delSl []types.NamespacedName
+		for _, sc := range scs {
+			switch {
+			case k < len(sc.Steps):
+				st := &sc.Steps[k]
+				svcs, sls = append(svcs, st.Services...), append(sls, st.Slices...)
+				delSvc, delSl = append(delSvc, st.DeleteServices...), append(delSl, st.DeleteSlices...)
+				c.Seeds = append(c.Seeds, sc.Seed)
+				c.Endpoints += st.Endpoints
+			case !c.Cleanup:
+				c.Endpoints += sc.Steps[len(sc.Steps)-1].Endpoints
+			}
+		}
+		if c.Cleanup {
+			delSvc, delSl = liveObjects(live)
+			for _, sc := range scs {
+				c.Seeds = append(c.Seeds, sc.Seed)
+			}
+		}
+		track(live, svcs, sls, delSvc, delSl)
+		if err := e.Write(ctx, svcs, sls, delSvc, delSl); err != nil {
+			return fmt.Errorf("step %d of seeds %v: %w", k, c.Seeds, err)
+		}
+		res, err := e.Compare()
+		if err != nil {
+			return err
+		}
+		c.Results = res
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func track(live map[string]bool, svcs []*corev1.Service, sls []*discoveryv1.EndpointSlice, delSvc, delSl []types.NamespacedName) {
+	for _, s := range svcs {
+		live["svc "+s.Namespace+"/"+s.Name] = true
+	}
+	for _, s := range sls {
+		live["slice "+s.Namespace+"/"+s.Name] = true
+	}
+	for _, d := range delSvc {
+		delete(live, "svc "+d.String())
+	}
+	for _, d := range delSl {
+		delete(live, "slice "+d.String())
+	}
+}
+
+func liveObjects(live map[string]bool) (svcs, sls []types.NamespacedName) {
+	for _, k := range sortedKeys(live) {
+		kind, name, _ := strings.Cut(k, " ")
+		ns, n, _ := strings.Cut(name, "/")
+		nn := types.NamespacedName{Namespace: ns, Name: n}
+		if kind == "svc" {
+			svcs = append(svcs, nn)
+		} else {
+			sls = append(sls, nn)
+		}
+	}
+	return svcs, sls
+}
+
+var (
+	ipv4Re = regexp.MustCompile(`\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b`)
+	nsRe   = regexp.MustCompile(`\bd-(\d+)/`)
+)
+
+// Attribute groups a diff's lines by the scenario they belong to: by the
+// namespace d-<seed>/ in a comment or a chain name, else by a ClusterIP or
+// endpoint address of the scenario. Lines that name neither (shared chains,
+// hashed chain names without a comment) go under "" .
+func Attribute(diff []string, scs []*Scenario) map[string][]string {
+	out := map[string][]string{}
+	bySeed := map[string]string{}
+	byIP := map[netip.Addr]string{}
+	for _, sc := range scs {
+		key := fmt.Sprintf("seed %d", sc.Seed)
+		bySeed[fmt.Sprint(sc.Seed)] = key
+		for ip := range sc.IPs {
+			byIP[ip] = key
+		}
+	}
+	for _, l := range diff {
+		key := ""
+		if m := nsRe.FindStringSubmatch(l); m != nil {
+			key = bySeed[m[1]]
+		}
+		if key == "" {
+			for _, s := range ipv4Re.FindAllString(l, -1) {
+				if a, err := netip.ParseAddr(s); err == nil && byIP[a] != "" {
+					key = byIP[a]
+					break
+				}
+			}
+		}
+		out[key] = append(out[key], l)
+	}
+	return out
+}
+
+// SortedKeys is the keys of an Attribute result, "" last.
+func SortedKeys(m map[string][]string) []string {
+	keys := sortedKeys(m)
+	if len(keys) > 0 && keys[0] == "" {
+		keys = append(keys[1:], "")
+	}
+	return slices.Clip(keys)
+}

@@ -1,0 +1,78 @@
+package differential
+
+import (
+	"fmt"
+
+	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// ReadBack lists a namespace's ruleset the way the comparison reads both
+// sides: `iptables-save` (every IPv4 table) in iptables mode, `nft list
+// table ip kube-proxy` in nftables mode.
+func ReadBack(ns *netns.Namespace, mode cluster.Mode) (string, error) {
+	var out []byte
+	var err error
+	switch mode {
+	case cluster.ModeIPTables:
+		out, err = ns.Exec("iptables-save")
+	case cluster.ModeNFTables:
+		out, err = ns.Exec("nft", "list", "table", "ip", "kube-proxy")
+	default:
+		return "", fmt.Errorf("could not read back a %s ruleset: only iptables and nftables modes", mode)
+	}
+	if err != nil {
+		return "", fmt.Errorf("could not read back the rules of %s: %w", ns.Name, err)
+	}
+	return string(out), nil
+}
+
+// Result is one compared node's two rulesets after a step.
+type Result struct {
+	Node string
+	// Upstream and Ours are the read-back texts as listed.
+	Upstream, Ours string
+	// Diff is Diff of the normalized texts: empty when identical.
+	Diff []string
+	// Lines is the number of normalized lines of upstream's ruleset.
+	Lines int
+}
+
+// Compare reads both sides of every compared node back and diffs them.
+func (e *Env) Compare() ([]Result, error) {
+	var out []Result
+	for _, p := range e.pairs {
+		up, err := ReadBack(p.upNS, e.cfg.Mode)
+		if err != nil {
+			return nil, err
+		}
+		ours, err := ReadBack(p.oursNS, e.cfg.Mode)
+		if err != nil {
+			return nil, err
+		}
+		nu, err := Normalize(e.cfg.Mode, up)
+		if err != nil {
+			return nil, err
+		}
+		no, err := Normalize(e.cfg.Mode, ours)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Result{Node: p.node.Name, Upstream: up, Ours: ours, Diff: Diff(nu, no), Lines: len(nu)})
+	}
+	return out, nil
+}
+
+// Upstream reads back upstream's ruleset of compared node i.
+func (e *Env) Upstream(i int) (string, error) { return ReadBack(e.pairs[i].upNS, e.cfg.Mode) }
+
+// Ours reads back our ruleset of compared node i.
+func (e *Env) Ours(i int) (string, error) { return ReadBack(e.pairs[i].oursNS, e.cfg.Mode) }
+
+// ReadBackCommand is the command ReadBack runs in mode, for headers.
+func ReadBackCommand(mode cluster.Mode) string {
+	if mode == cluster.ModeNFTables {
+		return "nft list table ip kube-proxy"
+	}
+	return "iptables-save"
+}

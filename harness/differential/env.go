@@ -1,0 +1,570 @@
+package differential
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/backends"
+	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/harness/upstream"
+	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+// Node is one compared node: the Node object both proxies read.
+type Node struct {
+	Name string
+	// IP is its InternalIP, the upstream node namespace's fabric address
+	// (kube-proxy binds its metrics there and lists it in nodeport-ips).
+	IP netip.Addr
+	// Labels of the Node object (the zone label decides topology hints).
+	Labels map[string]string
+}
+
+// Config is one comparison environment: a control plane, and per compared
+// node an upstream kube-proxy and our backend.
+type Config struct {
+	Mode  cluster.Mode
+	Nodes []Node
+	// NodeNetwork is the fabric prefix the node IPs are in (zero: their
+	// /16). The control plane and our scratch namespaces take free
+	// addresses from its top.
+	NodeNetwork netip.Prefix
+	// ClusterCIDR is kube-proxy's --cluster-cidr and our ClusterCIDR.
+	ClusterCIDR netip.Prefix
+	// ServiceCIDR is the apiserver's --service-cluster-ip-range.
+	ServiceCIDR   netip.Prefix
+	MasqueradeAll bool
+	Bin           upstream.Binaries
+	// Dir is the run folder (empty: netns.RunDir of the run, which the
+	// topology's Close removes).
+	Dir string
+	// Log receives progress lines (nil: discarded).
+	Log io.Writer
+	// SettleTimeout bounds each wait for either side (0: 60 s).
+	SettleTimeout time.Duration
+	// MinSyncPeriod is kube-proxy's --iptables-min-sync-period (which
+	// nftables mode reads too); 0 syncs on every change, as the comparison
+	// wants (kube-proxy's default is 1 s).
+	MinSyncPeriod time.Duration
+	// Seed, when set, writes the initial objects (Node objects included)
+	// once the apiserver is ready and before either proxy starts, so that
+	// both first syncs hold them; nil: Start writes the compared Nodes.
+	Seed func(ctx context.Context, c kubernetes.Interface) error
+}
+
+// pair is one compared node's two sides.
+type pair struct {
+	node    Node
+	upNS    *netns.Namespace
+	kp      *upstream.KubeProxy
+	oursNS  *netns.Namespace
+	backend dataplane.Backend
+	tracker *cluster.Tracker
+	syncer  *dataplane.Syncer
+}
+
+// Env is a running comparison environment. Its methods are not safe for
+// concurrent use.
+type Env struct {
+	cfg     Config
+	dir     string
+	topo    *netns.Topology
+	cp      *upstream.ControlPlane
+	api     *apiserver.Cluster
+	pairs   []*pair
+	version string
+	markers int
+}
+
+// Start builds the namespaces (a control plane, per node an upstream and a
+// scratch namespace), starts etcd and kube-apiserver, writes the Node
+// objects, starts one kube-proxy per node and our backend beside it, and
+// syncs both once. On error everything started is stopped.
+func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
+	if cfg.Mode != cluster.ModeIPTables && cfg.Mode != cluster.ModeNFTables {
+		return nil, fmt.Errorf("could not start a comparison in %s mode: only iptables and nftables", cfg.Mode)
+	}
+	if len(cfg.Nodes) == 0 {
+		return nil, errors.New("could not start a comparison: no node")
+	}
+	if cfg.SettleTimeout == 0 {
+		cfg.SettleTimeout = 60 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	e := &Env{cfg: cfg, dir: cfg.Dir}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.Close())
+		}
+	}()
+	t0 := time.Now()
+	if err := e.build(ctx); err != nil {
+		return nil, err
+	}
+	t1 := time.Now()
+	if err := e.startUpstream(ctx); err != nil {
+		return nil, err
+	}
+	t2 := time.Now()
+	if err := e.startOurs(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(e.cfg.Log, "differential: run %s started in %s (namespaces and control plane %s, kube-proxy %s, ours %s)\n",
+		e.topo.RunID(), time.Since(t0).Round(time.Millisecond), t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond), time.Since(t2).Round(time.Millisecond))
+	return e, nil
+}
+
+// build creates the topology and starts the control plane.
+func (e *Env) build(ctx context.Context) error {
+	tc, cpAddr, err := topologyConfig(e.cfg)
+	if err != nil {
+		return err
+	}
+	if e.topo, err = netns.Build(ctx, tc); err != nil {
+		return fmt.Errorf("could not build the comparison's namespaces: %w", err)
+	}
+	if e.dir == "" {
+		e.dir = netns.RunDir(tc.RunID)
+	}
+	if err := os.MkdirAll(e.dir, 0o700); err != nil {
+		return fmt.Errorf("could not create the run folder: %w", err)
+	}
+	for i, n := range e.cfg.Nodes {
+		up, ok1 := e.topo.Node(upstreamNodeName(i))
+		ours, ok2 := e.topo.Node(oursNodeName(i))
+		if !ok1 || !ok2 {
+			return fmt.Errorf("could not find the namespaces of node %s", n.Name)
+		}
+		e.pairs = append(e.pairs, &pair{node: n, upNS: up.NS, oursNS: ours.NS})
+	}
+	fmt.Fprintf(e.cfg.Log, "differential: run %s, %d node(s), %s mode; starting the control plane\n", e.topo.RunID(), len(e.pairs), e.cfg.Mode)
+	dir, err := subdir(e.dir, "control-plane")
+	if err != nil {
+		return err
+	}
+	e.cp, err = upstream.StartControlPlane(ctx, upstream.ControlPlaneConfig{
+		NS: e.topo.ControlPlane(), Addr: cpAddr.Addr(), Dir: dir,
+		ServiceCIDR: e.cfg.ServiceCIDR, Bin: e.cfg.Bin, Log: e.cfg.Log,
+	})
+	if err != nil {
+		return fmt.Errorf("could not start the control plane: %w", err)
+	}
+	if e.cfg.Seed != nil {
+		return e.cfg.Seed(ctx, e.cp.Client())
+	}
+	return e.writeNodes(ctx)
+}
+
+// subdir creates dir/name.
+func subdir(dir, name string) (string, error) {
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		return "", fmt.Errorf("could not create %s: %w", p, err)
+	}
+	return p, nil
+}
+
+// topology node names: upstream's namespace of compared node i and ours.
+func upstreamNodeName(i int) string { return fmt.Sprintf("up%d", i) }
+func oursNodeName(i int) string     { return fmt.Sprintf("ours%d", i) }
+
+// topologyConfig places the compared nodes' two namespaces and the control
+// plane on one fabric: upstream's at the node IP, ours and the control
+// plane at free addresses from the top of the node network (ours never
+// needs its address: its rules come from the API's Node object). Pod blocks
+// are /24s of 100.64.0.0/16 (no endpoint lives there: no traffic is sent).
+func topologyConfig(cfg Config) (*netns.Config, netip.Prefix, error) {
+	id, err := netns.NewRunID()
+	if err != nil {
+		return nil, netip.Prefix{}, err
+	}
+	nn := cfg.NodeNetwork
+	if !nn.IsValid() {
+		nn = netip.PrefixFrom(cfg.Nodes[0].IP, 16).Masked()
+	}
+	used := map[netip.Addr]bool{}
+	for _, n := range cfg.Nodes {
+		if !nn.Contains(n.IP) {
+			return nil, netip.Prefix{}, fmt.Errorf("could not place node %s: its IP %s is outside the node network %s", n.Name, n.IP, nn)
+		}
+		used[n.IP] = true
+	}
+	next := lastHost(nn)
+	free := func() (netip.Prefix, error) {
+		for used[next] && nn.Contains(next) {
+			next = next.Prev()
+		}
+		if !nn.Contains(next) || next == nn.Masked().Addr() {
+			return netip.Prefix{}, fmt.Errorf("could not place the comparison: node network %s is full", nn)
+		}
+		used[next] = true
+		return netip.PrefixFrom(next, nn.Bits()), nil
+	}
+	tc := &netns.Config{RunID: id, ServiceCIDR: cfg.ServiceCIDR}
+	for i, n := range cfg.Nodes {
+		ours, err := free()
+		if err != nil {
+			return nil, netip.Prefix{}, err
+		}
+		for j, a := range []netip.Prefix{netip.PrefixFrom(n.IP, nn.Bits()), ours} {
+			pc := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 64, byte(2*i + j), 0}), 24)
+			name := upstreamNodeName(i)
+			if j == 1 {
+				name = oursNodeName(i)
+			}
+			tc.Nodes = append(tc.Nodes, netns.NodeConfig{Name: name, Addr: a, PodCIDR: pc, Gateway: pc.Addr().Next()})
+		}
+	}
+	cp, err := free()
+	if err != nil {
+		return nil, netip.Prefix{}, err
+	}
+	tc.ControlPlane = cp
+	return tc, cp, nil
+}
+
+// lastHost is the highest address of p below its broadcast address.
+func lastHost(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	v := be32(a) | (1<<(32-p.Bits()) - 1)
+	return from32(v - 1)
+}
+
+// writeNodes creates (or updates) the compared nodes' Node objects with
+// their labels and InternalIP (through the status subresource).
+func (e *Env) writeNodes(ctx context.Context) error {
+	c := e.cp.Client()
+	for _, p := range e.pairs {
+		if err := WriteNode(ctx, c, p.node); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteNode creates or updates a Node object with n's labels, then sets its
+// InternalIP through the status subresource (kube-proxy finds its node IP
+// there).
+func WriteNode(ctx context.Context, c kubernetes.Interface, n Node) error {
+	obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}}
+	cur, err := c.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		if cur, err = c.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err == nil {
+			cur.Labels = n.Labels
+			cur, err = c.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("could not write Node %s: %w", n.Name, err)
+	}
+	cur.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}}
+	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("could not set the InternalIP of Node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// startUpstream starts one kube-proxy per compared node.
+func (e *Env) startUpstream(ctx context.Context) error {
+	for _, p := range e.pairs {
+		dir, err := subdir(e.dir, "kube-proxy-"+netns.Label(p.node.Name))
+		if err != nil {
+			return err
+		}
+		kp, err := upstream.StartKubeProxy(ctx, e.cp, upstream.KubeProxyConfig{
+			Node: p.node.Name, NS: p.upNS, NodeIP: p.node.IP, Mode: e.cfg.Mode,
+			ClusterCIDR: e.cfg.ClusterCIDR, MasqueradeAll: e.cfg.MasqueradeAll,
+			Dir: dir, ExtraArgs: []string{"--iptables-min-sync-period=" + e.cfg.MinSyncPeriod.String()},
+		})
+		if err != nil {
+			return fmt.Errorf("could not start kube-proxy for node %s: %w", p.node.Name, err)
+		}
+		p.kp = kp
+		e.version = kp.Version()
+	}
+	return nil
+}
+
+// NodeConfig is our backend's configuration for compared node n: the
+// upstream node's name (so the same endpoints are local), the same cluster
+// CIDR and masquerade settings, and kube-proxy v1.37's feature gates
+// (PreferSameTrafficDistribution is GA and locked on).
+func (e *Env) NodeConfig(n Node) dataplane.NodeConfig {
+	return dataplane.NodeConfig{
+		NodeName: n.Name, ClusterCIDR: e.cfg.ClusterCIDR, MasqueradeAll: e.cfg.MasqueradeAll,
+		PreferSameNode: true,
+	}
+}
+
+// startOurs connects our informers to the apiserver and builds, per node,
+// a tracker, our backend in the scratch namespace and a syncer; then syncs
+// once (full).
+func (e *Env) startOurs(ctx context.Context) error {
+	var err error
+	if e.api, err = apiserver.Connect(e.cp.Client()); err != nil {
+		return fmt.Errorf("could not connect our informers: %w", err)
+	}
+	if err := e.api.Start(ctx, e.cfg.SettleTimeout); err != nil {
+		return fmt.Errorf("could not start our informers: %w", err)
+	}
+	for _, p := range e.pairs {
+		if p.tracker, err = e.api.AddTrackerSynced(ctx, e.cfg.SettleTimeout); err != nil {
+			return err
+		}
+		if p.backend, err = backends.New(e.cfg.Mode, p.oursNS, e.NodeConfig(p.node), backends.Options{}); err != nil {
+			return fmt.Errorf("could not build our %s backend for node %s: %w", e.cfg.Mode, p.node.Name, err)
+		}
+		p.syncer = dataplane.NewSyncer(dataplane.SyncConfig{}, p.backend, p.tracker, nil)
+		if err := p.syncer.SyncOnce(); err != nil {
+			return fmt.Errorf("could not sync our backend for node %s: %w", p.node.Name, err)
+		}
+	}
+	return nil
+}
+
+// Client is the admin client of the environment's apiserver.
+func (e *Env) Client() kubernetes.Interface { return e.cp.Client() }
+
+// Version is the upstream kube-proxy's version.
+func (e *Env) Version() string { return e.version }
+
+// RunID is the run's ID (its namespaces start with netns.RunPrefix of it).
+func (e *Env) RunID() string { return e.topo.RunID() }
+
+// EnsureNamespaces creates the Kubernetes namespaces that do not exist.
+func (e *Env) EnsureNamespaces(ctx context.Context, names ...string) error {
+	for _, n := range names {
+		_, err := e.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("could not create namespace %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// Write applies one batch of writes through the one writer (apiserver.Upsert
+// and DeleteObjects) and waits until both sides have programmed it (Settle).
+func (e *Env) Write(ctx context.Context, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, delSvcs, delSlices []types.NamespacedName) error {
+	before := e.seqs()
+	n, err := apiserver.Upsert(ctx, e.Client(), svcs, slices)
+	if err != nil {
+		return err
+	}
+	d, err := apiserver.DeleteObjects(ctx, e.Client(), delSvcs, delSlices)
+	if err != nil {
+		return err
+	}
+	return e.Settle(ctx, before, n+d)
+}
+
+func (e *Env) seqs() []uint64 {
+	out := make([]uint64, len(e.pairs))
+	for i, p := range e.pairs {
+		out[i] = p.tracker.Seq()
+	}
+	return out
+}
+
+// markerName is the EndpointSlice Settle writes last: it belongs to no
+// Service, so neither proxy programs anything for it.
+const markerName = "kpsim-differential-marker"
+
+// Settle waits until both sides have programmed writes that produced
+// `events` informer events after trackers stood at before (from seqs):
+//
+//  1. our trackers have received those events (each Service or slice write
+//     and each deletion is one event; the generator never writes an
+//     unchanged object, and every slice write carries a new trigger time);
+//  2. since := now; one more write, the marker slice (no Service), whose
+//     event reaches kube-proxy after every earlier slice event of its
+//     watch and after the Service events our informers had already seen;
+//  3. our trackers have the marker too: each syncer syncs once (partial,
+//     or full when a Node changed, as kube-proxy would);
+//  4. each kube-proxy completes two syncs after it queued a change received
+//     after since (settleUpstream: kube-proxy's own metrics, never the
+//     rules under test).
+func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
+	if err := e.waitSeqs(ctx, before, uint64(events)); err != nil {
+		return err
+	}
+	for _, p := range e.pairs {
+		if err := p.syncer.SyncOnce(); err != nil {
+			return fmt.Errorf("our sync of node %s failed: %w", p.node.Name, err)
+		}
+	}
+	for _, p := range e.pairs {
+		n, err := e.settleUpstream(ctx, p)
+		events += n
+		if err != nil {
+			return fmt.Errorf("kube-proxy of node %s did not settle: %w; the end of its log:\n%s", p.node.Name, err, logTail(p.kp.LogPath(), 30))
+		}
+	}
+	// Our trackers receive the markers too (no change for a proxy); wait
+	// for them so that the next step counts only its own events.
+	return e.waitSeqs(ctx, before, uint64(events))
+}
+
+// settleUpstream waits until kube-proxy has programmed every change it
+// received before a marker, and returns the markers it wrote. The rule:
+// since := now, write marker M1; poll until LastQueued >= since (scrape S1:
+// kube-proxy has queued M1, and with it every earlier change of its
+// watches); then wait until two syncs have ended after S1. Syncs are
+// serial, so at most one of them was in progress at S1 and the other
+// started after it, with everything queued by then. To make the second
+// sync happen (with --iptables-min-sync-period=0 kube-proxy syncs once per
+// change, and its periodic sync is hourly), a marker is written after S1
+// and another after each sync that ends, until the count is reached.
+//
+// upstream.KubeProxy.Settle dates a single sync by its end minus its
+// duration; kube-proxy stamps the end before its health check work, which
+// the duration counts, so a sync started a fraction of a millisecond
+// after the change (min sync period 0) dates before it and is not proven.
+func (e *Env) settleUpstream(ctx context.Context, p *pair) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.SettleTimeout)
+	defer cancel()
+	since := time.Now()
+	if err := e.writeMarker(ctx); err != nil {
+		return 0, err
+	}
+	written := 1
+	var s1 upstream.Metrics
+	for {
+		m, err := p.kp.Scrape(ctx)
+		if err != nil {
+			return written, err
+		}
+		if !m.LastQueued.Before(since) {
+			s1 = m
+			break
+		}
+		if err := pause(ctx); err != nil {
+			return written, fmt.Errorf("kube-proxy queued no sync for the marker: %w", err)
+		}
+	}
+	last := s1.Syncs
+	for {
+		if err := e.writeMarker(ctx); err != nil {
+			return written, err
+		}
+		written++
+		for {
+			m, err := p.kp.Scrape(ctx)
+			if err != nil {
+				return written, err
+			}
+			if m.SyncErrors > s1.SyncErrors {
+				return written, fmt.Errorf("%w: %d since the change", upstream.ErrSyncFailed, m.SyncErrors-s1.SyncErrors)
+			}
+			if m.Syncs >= s1.Syncs+2 {
+				return written, nil
+			}
+			if m.Syncs > last {
+				last = m.Syncs
+				break // a sync ended: write another marker
+			}
+			if err := pause(ctx); err != nil {
+				return written, fmt.Errorf("%d of 2 syncs after the marker: %w", m.Syncs-s1.Syncs, err)
+			}
+		}
+	}
+}
+
+// pause waits one poll interval, or returns ctx's error.
+func pause(ctx context.Context) error {
+	select {
+	case <-time.After(10 * time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writeMarker writes the marker slice with a new port.
+func (e *Env) writeMarker(ctx context.Context) error {
+	e.markers++
+	marker := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: markerName, Labels: map[string]string{
+			discoveryv1.LabelServiceName: markerName, discoveryv1.LabelManagedBy: "kpsim-differential"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To(int32(e.markers%60000 + 1))}},
+	}
+	if _, err := apiserver.Upsert(ctx, e.Client(), nil, []*discoveryv1.EndpointSlice{marker}); err != nil {
+		return fmt.Errorf("could not write the settle marker: %w", err)
+	}
+	return nil
+}
+
+// logTail returns the last n lines of a log file (or why not).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// waitSeqs waits, bounded by SettleTimeout, until every tracker has received
+// n events more than before.
+func (e *Env) waitSeqs(ctx context.Context, before []uint64, n uint64) error {
+	deadline := time.NewTimer(e.cfg.SettleTimeout)
+	defer deadline.Stop()
+	for i, p := range e.pairs {
+		for p.tracker.Seq() < before[i]+n {
+			select {
+			case <-p.tracker.Changed():
+			case <-time.After(10 * time.Millisecond):
+			case <-deadline.C:
+				return fmt.Errorf("our informers received %d of %d events within %s", p.tracker.Seq()-before[i], n, e.cfg.SettleTimeout)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// Close stops the proxies and the control plane and removes the
+// namespaces (and with them netns.RunDir).
+func (e *Env) Close() error {
+	var errs []error
+	for _, p := range e.pairs {
+		if p.kp != nil {
+			errs = append(errs, p.kp.Close())
+		}
+		if p.backend != nil {
+			if c, ok := p.backend.(io.Closer); ok {
+				errs = append(errs, c.Close())
+			}
+		}
+	}
+	if e.api != nil {
+		e.api.Stop()
+	}
+	if e.cp != nil {
+		errs = append(errs, e.cp.Close())
+	}
+	if e.topo != nil {
+		errs = append(errs, e.topo.Close())
+	}
+	return errors.Join(errs...)
+}
