@@ -214,6 +214,9 @@ func TestLargeClusterStaleChains(t *testing.T) {
 	}
 	now = now.Add(time.Minute)
 	rs = apply(t, b, st, nil, false)
+	if len(rs.Lingering) != 0 {
+		t.Errorf("after the period: lingering %v, want none", rs.Lingering)
+	}
 	fresh, _, _ := load(t, cfg, st)
 	if d := lineDiff(fresh.Dump(), f.Dump()); d != "" {
 		t.Errorf("after the period, the rules differ from a fresh full sync (-fresh +kept):\n%s", d)
