@@ -25,9 +25,13 @@ type Comparison struct {
 	// Endpoints is the number of endpoints of the batch after the step
 	// (plus the apiserver's own kubernetes endpoint, which kube-proxy
 	// counts too): above 1,000, kube-proxy's iptables mode is in its
-	// large-cluster mode.
+	// large-cluster mode. The ballast (Config.Ballast) counts too.
 	Endpoints int
-	Results   []Result
+	// Peak bounds the endpoints at any moment of the step (Step.Peak of
+	// the scenarios written, the others' endpoints, the kubernetes one
+	// and the ballast).
+	Peak    int
+	Results []Result
 }
 
 // RunBatch runs scenarios (seeds distinct modulo MaxSeeds) together: each
@@ -46,7 +50,7 @@ func (e *Env) RunBatch(ctx context.Context, scs []*Scenario, fn func(Comparison)
 	}
 	live := map[string]bool{} // "svc ns/name" and "slice ns/name"
 	for k := 0; k <= steps; k++ {
-		c := Comparison{Step: k, Cleanup: k == steps, Endpoints: 1}
+		c := Comparison{Step: k, Cleanup: k == steps, Endpoints: 1 + e.cfg.Ballast, Peak: 1 + e.cfg.Ballast}
 		var svcs []*corev1.Service
 		var sls []*discoveryv1.EndpointSlice
 		var delSvc, delSl []types.NamespacedName
@@ -58,8 +62,12 @@ func (e *Env) RunBatch(ctx context.Context, scs []*Scenario, fn func(Comparison)
 				delSvc, delSl = append(delSvc, st.DeleteServices...), append(delSl, st.DeleteSlices...)
 				c.Seeds = append(c.Seeds, sc.Seed)
 				c.Endpoints += st.Endpoints
+				c.Peak += st.Peak
 			case !c.Cleanup:
 				c.Endpoints += sc.Steps[len(sc.Steps)-1].Endpoints
+				c.Peak += sc.Steps[len(sc.Steps)-1].Endpoints
+			default: // the cleanup only deletes
+				c.Peak += sc.Steps[len(sc.Steps)-1].Endpoints
 			}
 		}
 		if c.Cleanup {
