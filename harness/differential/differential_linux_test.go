@@ -116,6 +116,9 @@ func runRegime(t *testing.T, bin upstream.Binaries, mode cluster.Mode, r Regime,
 		Nodes:       []Node{{Name: gc.Node, IP: mustAddr("198.18.0.1"), Labels: map[string]string{"topology.kubernetes.io/zone": gc.Zone}}},
 		NodeNetwork: mustPrefix("198.18.0.0/16"), ClusterCIDR: gc.PodCIDR, ServiceCIDR: gc.ServiceCIDR,
 		SyncPeriod: time.Hour, Ballast: r.Ballast,
+		// Stale chains keep their rules only in iptables mode's
+		// large-cluster mode.
+		Rounds: mode == cluster.ModeIPTables && r.Ballast > 0,
 	}
 	env, err := Start(context.Background(), cfg)
 	if err != nil {

@@ -73,6 +73,12 @@ type Config struct {
 	// both first syncs, and every later one, are in iptables mode's
 	// large-cluster mode; 0: none.
 	Ballast int
+	// Rounds makes RunBatch write each step in rounds that change no
+	// Service's rules twice, settling after each (see rounds): iptables
+	// mode's large-cluster mode keeps a stale chain with the rules it was
+	// last written with, which kube-proxy (a sync per event) and ours (a
+	// sync per Write) would otherwise take from different states.
+	Rounds bool
 	// Seed, when set, writes the initial objects (Node objects included)
 	// once the apiserver is ready and before either proxy starts, so that
 	// both first syncs hold them; nil: Start writes the compared Nodes.
@@ -393,19 +399,24 @@ func (e *Env) EnsureNamespaces(ctx context.Context, names ...string) error {
 // and in nftables mode lets both delete the chains the batch flushed
 // (settleStale).
 func (e *Env) Write(ctx context.Context, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, delSvcs, delSlices []types.NamespacedName) error {
-	before := e.seqs()
-	n, err := apiserver.Upsert(ctx, e.Client(), svcs, slices)
-	if err != nil {
-		return err
-	}
-	d, err := apiserver.DeleteObjects(ctx, e.Client(), delSvcs, delSlices)
-	if err != nil {
-		return err
-	}
-	if err := e.Settle(ctx, before, n+d); err != nil {
+	if err := e.write(ctx, writeSet{svcs: svcs, slices: slices, delSvc: delSvcs, delSl: delSlices}); err != nil {
 		return err
 	}
 	return e.settleStale(ctx)
+}
+
+// write applies w (upserts, then deletions) and settles both sides.
+func (e *Env) write(ctx context.Context, w writeSet) error {
+	before := e.seqs()
+	n, err := apiserver.Upsert(ctx, e.Client(), w.svcs, w.slices)
+	if err != nil {
+		return err
+	}
+	d, err := apiserver.DeleteObjects(ctx, e.Client(), w.delSvc, w.delSl)
+	if err != nil {
+		return err
+	}
+	return e.Settle(ctx, before, n+d)
 }
 
 // StaleChainWait is how long, in nftables mode, the comparison waits after
