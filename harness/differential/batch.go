@@ -21,10 +21,11 @@ type Comparison struct {
 	Cleanup bool
 	// Seeds are the scenarios written in this step.
 	Seeds []uint64
-	// Endpoints is the number of endpoints of the batch after the step
-	// (plus the apiserver's own kubernetes endpoint, which kube-proxy
-	// counts too): above 1,000, kube-proxy's iptables mode is in its
-	// large-cluster mode. The ballast (Config.Ballast) counts too.
+	// Endpoints is the number of endpoints of the batch after the step,
+	// per service port as kube-proxy counts them (Step.Endpoints), plus
+	// the apiserver's own kubernetes endpoint and the ballast
+	// (Config.Ballast): above 1,000, kube-proxy's iptables mode is in its
+	// large-cluster mode.
 	Endpoints int
 	// Peak bounds the endpoints at any moment of the step (Step.Peak of
 	// the scenarios written, the others' endpoints, the kubernetes one

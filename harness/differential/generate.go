@@ -79,8 +79,10 @@ type Step struct {
 	Slices         []*discoveryv1.EndpointSlice
 	DeleteServices []types.NamespacedName
 	DeleteSlices   []types.NamespacedName
-	// Endpoints is the number of endpoints (over every slice of every
-	// Service of the scenario) after the step.
+	// Endpoints is the number of endpoints after the step as kube-proxy
+	// counts them for its large-cluster threshold: per service port (a
+	// slice's endpoints once for each of its ports), over every slice of
+	// every Service of the scenario.
 	Endpoints int
 	// Peak bounds the scenario's endpoints at any moment of the step,
 	// whatever order its writes reach a proxy in: per slice present before
@@ -152,7 +154,8 @@ func (g *gen) endpoints() int {
 	return n
 }
 
-// sliceSizes is the endpoints of each slice of the live Services, by name.
+// sliceSizes is the endpoints of each slice of the live Services, by name,
+// once per port (as Step.Endpoints counts them).
 func (g *gen) sliceSizes() map[string]int {
 	out := map[string]int{}
 	for _, m := range g.svcs {
@@ -160,7 +163,7 @@ func (g *gen) sliceSizes() map[string]int {
 			continue
 		}
 		for _, s := range m.slices {
-			out[s.Name] = len(s.Endpoints)
+			out[s.Name] = len(s.Endpoints) * len(s.Ports)
 		}
 	}
 	return out
