@@ -99,6 +99,9 @@ func TestDifferentialRandom(t *testing.T) {
 				total += runRegime(t, bin, mode, r, diffs)
 			}
 			t.Logf("%s mode: %d scenarios, %d differing comparisons, in %s", mode, total, diffs.count, time.Since(start).Round(time.Second))
+			if total < 500 {
+				t.Errorf("%d scenarios run, want at least 500", total)
+			}
 		})
 	}
 }
