@@ -33,6 +33,12 @@ type model struct {
 }
 
 func newModel(t *testing.T, gc GenConfig) *model {
+	return newModelAt(t, gc, 1, 2)
+}
+
+// newModelAt is a model with a large-cluster threshold and a ballast of
+// that many endpoints (0: none).
+func newModelAt(t *testing.T, gc GenConfig, threshold, ballast int) *model {
 	t.Helper()
 	r, err := iptables.NewRenderer(iptables.Config{
 		NodeConfig: dataplane.NodeConfig{
@@ -40,7 +46,7 @@ func newModel(t *testing.T, gc GenConfig) *model {
 		},
 		// Large from the first sync on with a ballast of 2 (the fake
 		// clones its tables on every restore: 1,002 would take seconds).
-		LargeClusterThreshold: 1,
+		LargeClusterThreshold: threshold,
 		StaleChainPeriod:      time.Hour,
 	})
 	if err != nil {
@@ -48,8 +54,10 @@ func newModel(t *testing.T, gc GenConfig) *model {
 	}
 	m := &model{t: t, tr: cluster.NewTracker(), r: r, fake: iptables.NewFake(), owner: map[string]string{}, first: true}
 	m.tr.OnNode(gc.Node, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: gc.Node, Labels: map[string]string{"topology.kubernetes.io/zone": gc.Zone}}})
-	svc, sls := Ballast(2, gc.ServiceCIDR, gc.PodCIDR)
-	m.apply(writeSet{svcs: []*corev1.Service{svc}, slices: sls})
+	if ballast > 0 {
+		svc, sls := Ballast(ballast, gc.ServiceCIDR, gc.PodCIDR)
+		m.apply(writeSet{svcs: []*corev1.Service{svc}, slices: sls})
+	}
 	m.sync()
 	return m
 }
@@ -203,4 +211,43 @@ func withoutSCTP(w writeSet) writeSet {
 		out.slices = append(out.slices, s)
 	}
 	return out
+}
+
+// TestSmallRegimeModel runs the small regime's first batches, cleanup
+// included, through a model at kube-proxy's threshold synced per event and
+// one synced per step: no state of a small batch is large and stale chains
+// go at once, so the two agree after every step.
+func TestSmallRegimeModel(t *testing.T) {
+	gc := DefaultGenConfig()
+	for _, batch := range PlanRandom(1, RandomScenarios, gc)[0].Batches[:2] {
+		perEvent, perStep := newModelAt(t, gc, LargeClusterThreshold, 0), newModelAt(t, gc, LargeClusterThreshold, 0)
+		live, owner := map[string]bool{}, map[string]string{}
+		for k := 0; ; k++ {
+			var w writeSet
+			for _, sc := range batch {
+				if k < len(sc.Steps) {
+					st := sc.Steps[k]
+					w.add(writeSet{svcs: st.Services, slices: st.Slices, delSvc: st.DeleteServices, delSl: st.DeleteSlices})
+				}
+			}
+			last := w.empty()
+			if last {
+				w.delSvc, w.delSl = liveObjects(live)
+			}
+			w = withoutSCTP(w)
+			for _, e := range events(w, false) {
+				perEvent.apply(e)
+				perEvent.sync()
+			}
+			track(live, owner, w)
+			perStep.apply(w)
+			perStep.sync()
+			if d := Diff(NormalizeIPTablesSave(perEvent.fake.Dump()), NormalizeIPTablesSave(perStep.fake.Dump())); len(d) > 0 {
+				t.Errorf("batch of seeds %d-%d, step %d: a sync per event and per step differ in %d lines; first: %v", batch[0].Seed, batch[len(batch)-1].Seed, k, len(d), d[:min(6, len(d))])
+			}
+			if last {
+				break
+			}
+		}
+	}
 }
