@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/iptables"
@@ -30,6 +31,9 @@ type Options struct {
 	// Affinity is iptables mode's ClientIP affinity layout (default
 	// iptables.AffinityRecent).
 	Affinity iptables.AffinityMode
+	// StaleChainPeriod is iptables mode's iptables.Config.StaleChainPeriod,
+	// kube-proxy's --iptables-sync-period (0: its default, 30 s).
+	StaleChainPeriod time.Duration
 	// Layout is the nftables table layout (default nftables.LayoutKubeProxy).
 	Layout nftables.Layout
 	// Scheduler is the IPVS scheduler of every virtual server (default rr).
@@ -48,7 +52,7 @@ func (o Options) variant() string {
 }
 
 func (o Options) iptables(node dataplane.NodeConfig) iptables.Config {
-	return iptables.Config{NodeConfig: node, Affinity: o.Affinity}
+	return iptables.Config{NodeConfig: node, Affinity: o.Affinity, StaleChainPeriod: o.StaleChainPeriod}
 }
 
 func (o Options) nftables(node dataplane.NodeConfig) nftables.Config {

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -22,17 +21,23 @@ type Comparison struct {
 	Cleanup bool
 	// Seeds are the scenarios written in this step.
 	Seeds []uint64
-	// Endpoints is the number of endpoints of the batch after the step
-	// (plus the apiserver's own kubernetes endpoint, which kube-proxy
-	// counts too): above 1,000, kube-proxy's iptables mode is in its
+	// Endpoints is the number of endpoints of the batch after the step,
+	// per service port as kube-proxy counts them (Step.Endpoints), plus
+	// the apiserver's own kubernetes endpoint and the ballast
+	// (Config.Ballast): above 1,000, kube-proxy's iptables mode is in its
 	// large-cluster mode.
 	Endpoints int
-	Results   []Result
+	// Peak bounds the endpoints at any moment of the step (Step.Peak of
+	// the scenarios written, the others' endpoints, the kubernetes one
+	// and the ballast).
+	Peak    int
+	Results []Result
 }
 
 // RunBatch runs scenarios (seeds distinct modulo MaxSeeds) together: each
 // step writes step k of every scenario that has one, waits for both sides
-// (Write) and compares; a last step deletes every object left. fn sees
+// (Write; with Config.Rounds in rounds, see rounds) and compares; a last
+// step deletes every object left. fn sees
 // each comparison; its error stops the batch.
 func (e *Env) RunBatch(ctx context.Context, scs []*Scenario, fn func(Comparison) error) error {
 	nss := make([]string, 0, len(scs))
@@ -44,32 +49,43 @@ func (e *Env) RunBatch(ctx context.Context, scs []*Scenario, fn func(Comparison)
 	if err := e.EnsureNamespaces(ctx, nss...); err != nil {
 		return err
 	}
-	live := map[string]bool{} // "svc ns/name" and "slice ns/name"
+	live := map[string]bool{}    // "svc ns/name" and "slice ns/name"
+	owner := map[string]string{} // "ns/slice" -> "ns/service"
 	for k := 0; k <= steps; k++ {
-		c := Comparison{Step: k, Cleanup: k == steps, Endpoints: 1}
-		var svcs []*corev1.Service
-		var sls []*discoveryv1.EndpointSlice
-		var delSvc, delSl []types.NamespacedName
+		c := Comparison{Step: k, Cleanup: k == steps, Endpoints: 1 + e.cfg.Ballast, Peak: 1 + e.cfg.Ballast}
+		var w writeSet
 		for _, sc := range scs {
 			switch {
 			case k < len(sc.Steps):
 				st := &sc.Steps[k]
-				svcs, sls = append(svcs, st.Services...), append(sls, st.Slices...)
-				delSvc, delSl = append(delSvc, st.DeleteServices...), append(delSl, st.DeleteSlices...)
+				w.add(writeSet{svcs: st.Services, slices: st.Slices, delSvc: st.DeleteServices, delSl: st.DeleteSlices})
 				c.Seeds = append(c.Seeds, sc.Seed)
 				c.Endpoints += st.Endpoints
+				c.Peak += st.Peak
 			case !c.Cleanup:
 				c.Endpoints += sc.Steps[len(sc.Steps)-1].Endpoints
+				c.Peak += sc.Steps[len(sc.Steps)-1].Endpoints
+			default: // the cleanup only deletes
+				c.Peak += sc.Steps[len(sc.Steps)-1].Endpoints
 			}
 		}
 		if c.Cleanup {
-			delSvc, delSl = liveObjects(live)
+			w.delSvc, w.delSl = liveObjects(live)
 			for _, sc := range scs {
 				c.Seeds = append(c.Seeds, sc.Seed)
 			}
 		}
-		track(live, svcs, sls, delSvc, delSl)
-		if err := e.Write(ctx, svcs, sls, delSvc, delSl); err != nil {
+		rs := []writeSet{w}
+		if e.cfg.Rounds {
+			rs = rounds(w, live, owner)
+		}
+		track(live, owner, w)
+		for _, r := range rs {
+			if err := e.write(ctx, r); err != nil {
+				return fmt.Errorf("step %d of seeds %v: %w", k, c.Seeds, err)
+			}
+		}
+		if err := e.settleStale(ctx); err != nil {
 			return fmt.Errorf("step %d of seeds %v: %w", k, c.Seeds, err)
 		}
 		res, err := e.Compare()
@@ -84,17 +100,18 @@ func (e *Env) RunBatch(ctx context.Context, scs []*Scenario, fn func(Comparison)
 	return nil
 }
 
-func track(live map[string]bool, svcs []*corev1.Service, sls []*discoveryv1.EndpointSlice, delSvc, delSl []types.NamespacedName) {
-	for _, s := range svcs {
+func track(live map[string]bool, owner map[string]string, w writeSet) {
+	for _, s := range w.svcs {
 		live["svc "+s.Namespace+"/"+s.Name] = true
 	}
-	for _, s := range sls {
+	for _, s := range w.slices {
 		live["slice "+s.Namespace+"/"+s.Name] = true
+		owner[s.Namespace+"/"+s.Name] = s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
 	}
-	for _, d := range delSvc {
+	for _, d := range w.delSvc {
 		delete(live, "svc "+d.String())
 	}
-	for _, d := range delSl {
+	for _, d := range w.delSl {
 		delete(live, "slice "+d.String())
 	}
 }

@@ -23,11 +23,6 @@ const outEnv = "KPSIM_DIFFERENTIAL_OUT"
 
 var modes = []cluster.Mode{cluster.ModeIPTables, cluster.ModeNFTables}
 
-// randomSeeds is the number of random scenarios per mode, in batches of
-// these sizes (sum 500): small batches stay under kube-proxy's
-// 1,000-endpoint large-cluster threshold, large ones go over it.
-var batchSizes = []int{4, 40, 9, 60, 2, 50, 30, 70, 6, 49, 25, 35, 20, 40, 30, 30}
-
 // differences collects what a test found, for its files and its summary.
 type differences struct {
 	t     *testing.T
@@ -88,70 +83,92 @@ func requireDifferential(t *testing.T) upstream.Binaries {
 	return upstream.FindForTest(t)
 }
 
-// TestDifferentialRandom runs 500 seeded random scenarios per mode, in
-// batches that share one API, comparing every compared step.
+// TestDifferentialRandom runs RandomScenarios seeded random scenarios per
+// mode, split by PlanRandom into a small and a large regime (an Env each),
+// comparing after every step of every batch.
 func TestDifferentialRandom(t *testing.T) {
 	bin := requireDifferential(t)
+	plan := PlanRandom(1, RandomScenarios, DefaultGenConfig())
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			start := time.Now()
-			gc := DefaultGenConfig()
-			cfg := Config{
-				Mode: mode, Bin: bin, Log: testLog{t},
-				Nodes:       []Node{{Name: gc.Node, IP: mustAddr("198.18.0.1"), Labels: map[string]string{"topology.kubernetes.io/zone": gc.Zone}}},
-				NodeNetwork: mustPrefix("198.18.0.0/16"), ClusterCIDR: gc.PodCIDR, ServiceCIDR: gc.ServiceCIDR,
-			}
-			env, err := Start(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := env.Close(); err != nil {
-					t.Error(err)
-				}
-			}()
 			diffs := newDifferences(t, mode, "random")
 			defer diffs.flush()
-			var st stats
-			seed := uint64(1)
-			for _, size := range batchSizes {
-				var scs []*Scenario
-				for range size {
-					scs = append(scs, Generate(seed, gc))
-					seed++
-				}
-				err := env.RunBatch(context.Background(), scs, func(c Comparison) error {
-					st.add(c)
-					for _, r := range c.Results {
-						if len(r.Diff) > 0 {
-							diffs.record(fmt.Sprintf("batch of seeds %d-%d, step %d (%d endpoints)", scs[0].Seed, scs[len(scs)-1].Seed, c.Step, c.Endpoints), r, Attribute(r.Diff, scs))
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				st.scenarios += len(scs)
-				for _, sc := range scs {
-					st.steps += len(sc.Steps)
-				}
+			total := 0
+			for _, r := range plan {
+				total += runRegime(t, bin, mode, r, diffs)
 			}
-			t.Logf("%s mode (kube-proxy %s): %d scenarios, %d steps, %d comparisons (%d over 1,000 endpoints, %d at or under), %d differing, in %s",
-				mode, env.Version(), st.scenarios, st.steps, st.comparisons, st.large, st.comparisons-st.large, diffs.count, time.Since(start).Round(time.Second))
-			if st.scenarios < 500 || st.large == 0 || st.large == st.comparisons {
-				t.Errorf("coverage: %d scenarios (want 500), %d of %d comparisons over 1,000 endpoints (want both sides)", st.scenarios, st.large, st.comparisons)
+			t.Logf("%s mode: %d scenarios, %d differing comparisons, in %s", mode, total, diffs.count, time.Since(start).Round(time.Second))
+			if total < 500 {
+				t.Errorf("%d scenarios run, want at least 500", total)
 			}
 		})
 	}
 }
 
-type stats struct{ scenarios, steps, comparisons, large int }
+// runRegime runs one regime's batches in a fresh Env and returns its
+// scenarios. Every comparison of the small regime must have stayed at or
+// under the large-cluster threshold at every moment, every one of the
+// large regime over it.
+func runRegime(t *testing.T, bin upstream.Binaries, mode cluster.Mode, r Regime, diffs *differences) int {
+	t.Helper()
+	start := time.Now()
+	gc := DefaultGenConfig()
+	cfg := Config{
+		Mode: mode, Bin: bin, Log: testLog{t},
+		Nodes:       []Node{{Name: gc.Node, IP: mustAddr("198.18.0.1"), Labels: map[string]string{"topology.kubernetes.io/zone": gc.Zone}}},
+		NodeNetwork: mustPrefix("198.18.0.0/16"), ClusterCIDR: gc.PodCIDR, ServiceCIDR: gc.ServiceCIDR,
+		SyncPeriod: time.Hour, Ballast: r.Ballast,
+		// Stale chains keep their rules only in iptables mode's
+		// large-cluster mode.
+		Rounds: mode == cluster.ModeIPTables && r.Ballast > 0,
+	}
+	env, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	var st stats
+	before := diffs.count
+	for _, scs := range r.Batches {
+		err := env.RunBatch(context.Background(), scs, func(c Comparison) error {
+			st.add(c)
+			for _, res := range c.Results {
+				if len(res.Diff) > 0 {
+					diffs.record(fmt.Sprintf("%s regime, batch of seeds %d-%d, step %d (%d endpoints)", r.Name, scs[0].Seed, scs[len(scs)-1].Seed, c.Step, c.Endpoints), res, Attribute(res.Diff, scs))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.scenarios += len(scs)
+		for _, sc := range scs {
+			st.steps += len(sc.Steps)
+		}
+	}
+	t.Logf("%s mode, %s regime (kube-proxy %s, ballast %d): %d scenarios in %d batches, %d steps, %d comparisons (%d over 1,000 endpoints), %d differing, in %s",
+		mode, r.Name, env.Version(), r.Ballast, st.scenarios, len(r.Batches), st.steps, st.comparisons, st.large, diffs.count-before, time.Since(start).Round(time.Second))
+	if r.Ballast == 0 && st.peakLarge > 0 || r.Ballast > 0 && st.large < st.comparisons {
+		t.Errorf("%s regime: %d of %d comparisons peaked over %d endpoints, %d ended over it", r.Name, st.peakLarge, st.comparisons, LargeClusterThreshold, st.large)
+	}
+	return st.scenarios
+}
+
+type stats struct{ scenarios, steps, comparisons, large, peakLarge int }
 
 func (s *stats) add(c Comparison) {
 	s.comparisons++
-	if c.Endpoints > 1000 {
+	if c.Endpoints > LargeClusterThreshold {
 		s.large++
+	}
+	if c.Peak > LargeClusterThreshold {
+		s.peakLarge++
 	}
 }
 

@@ -63,6 +63,22 @@ type Config struct {
 	// nftables mode reads too); 0 syncs on every change, as the comparison
 	// wants (kube-proxy's default is 1 s).
 	MinSyncPeriod time.Duration
+	// SyncPeriod is kube-proxy's --iptables-sync-period and our iptables
+	// backend's StaleChainPeriod (0: both defaults, 30 s): in large-cluster
+	// mode both delete stale chains at most once per period, so a period
+	// longer than the run keeps them (the comparison's large regime).
+	SyncPeriod time.Duration
+	// Ballast, when above 0, is the number of endpoints of a ballast
+	// Service (BallastNamespace) written before either proxy starts, so that
+	// both first syncs, and every later one, are in iptables mode's
+	// large-cluster mode; 0: none.
+	Ballast int
+	// Rounds makes RunBatch write each step in rounds that change no
+	// Service's rules twice, settling after each (see rounds): iptables
+	// mode's large-cluster mode keeps a stale chain with the rules it was
+	// last written with, which kube-proxy (a sync per event) and ours (a
+	// sync per Write) would otherwise take from different states.
+	Rounds bool
 	// Seed, when set, writes the initial objects (Node objects included)
 	// once the apiserver is ready and before either proxy starts, so that
 	// both first syncs hold them; nil: Start writes the compared Nodes.
@@ -169,9 +185,14 @@ func (e *Env) build(ctx context.Context) error {
 		return fmt.Errorf("could not start the control plane: %w", err)
 	}
 	if e.cfg.Seed != nil {
-		return e.cfg.Seed(ctx, e.cp.Client())
+		err = e.cfg.Seed(ctx, e.cp.Client())
+	} else {
+		err = e.writeNodes(ctx)
 	}
-	return e.writeNodes(ctx)
+	if err != nil || e.cfg.Ballast == 0 {
+		return err
+	}
+	return writeBallast(ctx, e.cp.Client(), e.cfg)
 }
 
 // subdir creates dir/name.
@@ -290,9 +311,11 @@ func (e *Env) startUpstream(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// --iptables-min-sync-period=0 is passed explicitly: the
+		// config's zero leaves kube-proxy's default.
 		kp, err := upstream.StartKubeProxy(ctx, e.cp, upstream.KubeProxyConfig{
 			Node: p.node.Name, NS: p.upNS, NodeIP: p.node.IP, Mode: e.cfg.Mode,
-			ClusterCIDR: e.cfg.ClusterCIDR, MasqueradeAll: e.cfg.MasqueradeAll,
+			ClusterCIDR: e.cfg.ClusterCIDR, MasqueradeAll: e.cfg.MasqueradeAll, SyncPeriod: e.cfg.SyncPeriod,
 			Dir: dir, ExtraArgs: []string{"--iptables-min-sync-period=" + e.cfg.MinSyncPeriod.String()},
 		})
 		if err != nil {
@@ -306,13 +329,22 @@ func (e *Env) startUpstream(ctx context.Context) error {
 
 // NodeConfig is our backend's configuration for compared node n: the
 // upstream node's name (so the same endpoints are local), the same cluster
-// CIDR and masquerade settings, and kube-proxy v1.37's feature gates
-// (PreferSameTrafficDistribution is GA and locked on).
+// CIDR and masquerade settings, the inputs kube-proxy reads from the API
+// besides Services and slices (the service CIDR of the ServiceCIDR object
+// the apiserver creates from its --service-cluster-ip-range, and the node
+// IP of the Node object, which nftables mode's default
+// --nodeport-addresses=primary accepts node ports on), and kube-proxy
+// v1.37's feature gates (PreferSameTrafficDistribution is GA and locked
+// on).
 func (e *Env) NodeConfig(n Node) dataplane.NodeConfig {
-	return dataplane.NodeConfig{
+	c := dataplane.NodeConfig{
 		NodeName: n.Name, ClusterCIDR: e.cfg.ClusterCIDR, MasqueradeAll: e.cfg.MasqueradeAll,
-		PreferSameNode: true,
+		NodeIPs: []netip.Addr{n.IP}, PreferSameNode: true,
 	}
+	if e.cfg.ServiceCIDR.IsValid() {
+		c.ServiceCIDRs = []netip.Prefix{e.cfg.ServiceCIDR}
+	}
+	return c
 }
 
 // startOurs connects our informers to the apiserver and builds, per node,
@@ -330,7 +362,8 @@ func (e *Env) startOurs(ctx context.Context) error {
 		if p.tracker, err = e.api.AddTrackerSynced(ctx, e.cfg.SettleTimeout); err != nil {
 			return err
 		}
-		if p.backend, err = backends.New(e.cfg.Mode, p.oursNS, e.NodeConfig(p.node), backends.Options{}); err != nil {
+		o := backends.Options{StaleChainPeriod: e.cfg.SyncPeriod}
+		if p.backend, err = backends.New(e.cfg.Mode, p.oursNS, e.NodeConfig(p.node), o); err != nil {
 			return fmt.Errorf("could not build our %s backend for node %s: %w", e.cfg.Mode, p.node.Name, err)
 		}
 		p.syncer = dataplane.NewSyncer(dataplane.SyncConfig{}, p.backend, p.tracker, nil)
@@ -362,18 +395,56 @@ func (e *Env) EnsureNamespaces(ctx context.Context, names ...string) error {
 }
 
 // Write applies one batch of writes through the one writer (apiserver.Upsert
-// and DeleteObjects) and waits until both sides have programmed it (Settle).
+// and DeleteObjects), waits until both sides have programmed it (Settle),
+// and in nftables mode lets both delete the chains the batch flushed
+// (settleStale).
 func (e *Env) Write(ctx context.Context, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, delSvcs, delSlices []types.NamespacedName) error {
+	if err := e.write(ctx, writeSet{svcs: svcs, slices: slices, delSvc: delSvcs, delSl: delSlices}); err != nil {
+		return err
+	}
+	return e.settleStale(ctx)
+}
+
+// write applies w (upserts, then deletions) and settles both sides.
+func (e *Env) write(ctx context.Context, w writeSet) error {
 	before := e.seqs()
-	n, err := apiserver.Upsert(ctx, e.Client(), svcs, slices)
+	n, err := apiserver.Upsert(ctx, e.Client(), w.svcs, w.slices)
 	if err != nil {
 		return err
 	}
-	d, err := apiserver.DeleteObjects(ctx, e.Client(), delSvcs, delSlices)
+	d, err := apiserver.DeleteObjects(ctx, e.Client(), w.delSvc, w.delSl)
 	if err != nil {
 		return err
 	}
 	return e.Settle(ctx, before, n+d)
+}
+
+// StaleChainWait is how long, in nftables mode, the comparison waits after
+// a batch settled before both sides sync once more: kube-proxy flushes a
+// chain it no longer uses and deletes it in the first sync that starts more
+// than a second after the flush (pkg/proxy/nftables/proxier.go,
+// syncProxyRules, staleChains); ours does the same by its own clock. How
+// many of a batch's flushed chains are already gone when it settles
+// depends on when each side synced; one sync started more than a second
+// after the last flush leaves neither side any.
+const StaleChainWait = 1100 * time.Millisecond
+
+// settleStale, in nftables mode, waits StaleChainWait and settles once more
+// with no write of its own (Settle's markers program no rule): each side
+// then syncs at least once after the wait. Other modes: nothing.
+func (e *Env) settleStale(ctx context.Context) error {
+	if e.cfg.Mode != cluster.ModeNFTables {
+		return nil
+	}
+	select {
+	case <-time.After(StaleChainWait):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := e.Settle(ctx, e.seqs(), 0); err != nil {
+		return fmt.Errorf("could not settle the deletion of stale chains: %w", err)
+	}
+	return nil
 }
 
 func (e *Env) seqs() []uint64 {

@@ -79,9 +79,15 @@ type Step struct {
 	Slices         []*discoveryv1.EndpointSlice
 	DeleteServices []types.NamespacedName
 	DeleteSlices   []types.NamespacedName
-	// Endpoints is the number of endpoints (over every slice of every
-	// Service of the scenario) after the step.
+	// Endpoints is the number of endpoints after the step as kube-proxy
+	// counts them for its large-cluster threshold: per service port (a
+	// slice's endpoints once for each of its ports), over every slice of
+	// every Service of the scenario.
 	Endpoints int
+	// Peak bounds the scenario's endpoints at any moment of the step,
+	// whatever order its writes reach a proxy in: per slice present before
+	// or after it, the larger of its two sizes.
+	Peak int
 }
 
 // Writes is the number of API writes of the step.
@@ -124,14 +130,17 @@ func Generate(seed uint64, cfg GenConfig) *Scenario {
 		first.Slices = append(first.Slices, m.slices...)
 	}
 	first.Endpoints = g.endpoints()
+	first.Peak = first.Endpoints
 	sc.Steps = append(sc.Steps, first)
 	steps := 1 + g.r.IntN(4)
 	for range steps {
+		before := g.sliceSizes()
 		st := g.step()
 		if len(st.What) == 0 {
 			break // every Service deleted and no room for another
 		}
 		st.Endpoints = g.endpoints()
+		st.Peak = peak(before, g.sliceSizes())
 		sc.Steps = append(sc.Steps, st)
 	}
 	return sc
@@ -139,13 +148,47 @@ func Generate(seed uint64, cfg GenConfig) *Scenario {
 
 func (g *gen) endpoints() int {
 	n := 0
+	for _, v := range g.sliceSizes() {
+		n += v
+	}
+	return n
+}
+
+// sliceSizes is the endpoints of each slice of the live Services, by name,
+// once per port (as Step.Endpoints counts them).
+func (g *gen) sliceSizes() map[string]int {
+	out := map[string]int{}
 	for _, m := range g.svcs {
 		if m == nil {
 			continue
 		}
 		for _, s := range m.slices {
-			n += len(s.Endpoints)
+			out[s.Name] = len(s.Endpoints) * len(s.Ports)
 		}
+	}
+	return out
+}
+
+// peak sums, over the slices of before and after, the larger size.
+func peak(before, after map[string]int) int {
+	n := 0
+	for k, v := range before {
+		n += max(v, after[k])
+	}
+	for k, v := range after {
+		if _, ok := before[k]; !ok {
+			n += v
+		}
+	}
+	return n
+}
+
+// Peak is the most endpoints the scenario has at any moment (Step.Peak of
+// its steps).
+func (sc *Scenario) Peak() int {
+	n := 0
+	for _, st := range sc.Steps {
+		n = max(n, st.Peak)
 	}
 	return n
 }

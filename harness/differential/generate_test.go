@@ -40,18 +40,7 @@ func TestGenerateCoverage(t *testing.T) {
 		}
 		checkStepWrites(t, sc)
 	}
-	want := []string{
-		"type:ClusterIP", "type:NodePort", "type:LoadBalancer", "multi-port",
-		"protocol:TCP", "protocol:UDP", "protocol:SCTP", "named target port", "numeric target port",
-		"affinity ClientIP", "affinity timeout", "internalTrafficPolicy Local", "externalTrafficPolicy Local", "healthCheckNodePort",
-		"trafficDistribution:PreferClose", "trafficDistribution:PreferSameZone", "trafficDistribution:PreferSameNode",
-		"empty slice", "several slices", "slice of 100+ endpoints", "slice deleted",
-		"ready", "conditions nil", "terminating serving", "terminating not serving", "not ready",
-		"endpoint on the node", "endpoint elsewhere", "node hints", "zone hints", "no hints",
-	}
-	for _, a := range Actions {
-		want = append(want, "step:"+a)
-	}
+	want := wantFeatures()
 	for _, k := range want {
 		if total[k] < 5 {
 			t.Errorf("feature %q occurs %d times in 500 scenarios, want at least 5", k, total[k])
@@ -131,4 +120,21 @@ func TestGenerateDisjoint(t *testing.T) {
 			}
 		}
 	}
+}
+
+// wantFeatures lists every feature the comparison must see (Features).
+func wantFeatures() []string {
+	want := []string{
+		"type:ClusterIP", "type:NodePort", "type:LoadBalancer", "multi-port",
+		"protocol:TCP", "protocol:UDP", "protocol:SCTP", "named target port", "numeric target port",
+		"affinity ClientIP", "affinity timeout", "internalTrafficPolicy Local", "externalTrafficPolicy Local", "healthCheckNodePort",
+		"trafficDistribution:PreferClose", "trafficDistribution:PreferSameZone", "trafficDistribution:PreferSameNode",
+		"empty slice", "several slices", "slice of 100+ endpoints", "slice deleted",
+		"ready", "conditions nil", "terminating serving", "terminating not serving", "not ready",
+		"endpoint on the node", "endpoint elsewhere", "node hints", "zone hints", "no hints",
+	}
+	for _, a := range Actions {
+		want = append(want, "step:"+a)
+	}
+	return want
 }
