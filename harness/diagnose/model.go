@@ -146,8 +146,8 @@ type Endpoint struct {
 	// this endpoint (nftables affinity set elements, IPVS persistence
 	// templates) with the time left; nil when the dump cannot show them
 	// (iptables xt_recent lists live in /proc/net/xt_recent).
-	Clients []Client `json:"clients,omitempty"`
-	Evidence Line `json:"evidence"`
+	Clients  []Client `json:"clients,omitempty"`
+	Evidence Line     `json:"evidence"`
 }
 
 // Affinity is ClientIP session affinity as the rules write it.
