@@ -599,6 +599,20 @@ func parseRule(s string) ([]expr, error) {
 	return out, nil
 }
 
+// CheckRule reports whether the tracer understands rule (the rules this
+// package writes, and kube-proxy's as nft lists them); a reader of dumps
+// leaves out, and reports, a rule it does not.
+func CheckRule(rule string) error {
+	_, err := parseRule(rule)
+	return err
+}
+
+// isZero reports whether s is a zero number as nft prints it (0, 0x00000000).
+func isZero(s string) bool {
+	v, err := strconv.ParseUint(s, 0, 64)
+	return err == nil && v == 0
+}
+
 // parseOne reads the expression or statement at the start of t (matches,
 // then mark, numgen, jhash and DNAT, then the other statements and the
 // verdicts: the first that recognises t wins) and how many tokens it took.
@@ -672,6 +686,10 @@ func parseMatchExpr(t []string) (expr, int, error) {
 			}
 			return tr.isLocal(f.dst), nil
 		}), 4, nil
+	case hasPrefix(t, "meta", "mark", "&", "*", "*", "*") && (t[4] == "==" || t[4] == "!=") && isZero(t[5]):
+		// nft's listing of `mark and M != 0`.
+		e, _, err := parseMatchExpr([]string{"mark", "and", t[3], t[4], "0"})
+		return e, 6, err
 	case hasPrefix(t, "mark", "and", "*", "*", "0") && (t[3] == "==" || t[3] == "!="):
 		m, err := strconv.ParseUint(t[2], 0, 32)
 		if err != nil {
@@ -687,6 +705,11 @@ func parseMatchExpr(t []string) (expr, int, error) {
 // of t; a nil expr and no error when t starts with none.
 func parseNATExpr(t []string) (expr, int, error) {
 	switch {
+	case hasPrefix(t, "meta", "mark", "set", "meta", "mark", "*", "*") && (t[5] == "|" || t[5] == "^"):
+		// nft's listing of `mark set mark or|xor M`.
+		op := map[string]string{"|": "or", "^": "xor"}[t[5]]
+		e, _, err := parseNATExpr([]string{"mark", "set", "mark", op, t[6]})
+		return e, 7, err
 	case hasPrefix(t, "mark", "set", "mark", "*", "*") && (t[3] == "or" || t[3] == "xor"):
 		m, err := strconv.ParseUint(t[4], 0, 32)
 		if err != nil {
@@ -782,6 +805,9 @@ func parseStatement(t []string) (expr, int, error) {
 		// input, so it has no effect on this trace, but an element
 		// timeout of its own sets how long the client is remembered.
 		return parseUpdate(t)
+	case hasPrefix(t, "counter", "packets", "*", "bytes", "*"):
+		// nft's listing of a counter with its values.
+		return alwaysMatch, 5, nil
 	case t[0] == "counter":
 		return alwaysMatch, 1, nil
 	case len(t) >= 2 && (t[0] == "jump" || t[0] == "goto"):
