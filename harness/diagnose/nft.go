@@ -266,7 +266,8 @@ func (k *nftKube) load() error {
 	k.client = client
 	t, err := nftables.NewTracer(f)
 	if err != nil {
-		return fmt.Errorf("could not trace the rules of %s: %w", k.d.File, err)
+		return &scenario.FieldError{File: k.tb.line.File, Pos: scenario.Pos{Line: k.tb.line.Line, Column: 1}, Field: "table ip kube-proxy",
+			Message: "expected rules the tracer reads: " + err.Error()}
 	}
 	k.tracer = t
 	return nil
@@ -483,7 +484,14 @@ func (k *nftKube) fill(sp *ServicePort) error {
 	walk(sp.Chain, 0)
 	res, err := k.tracer.Trace(trace.Packet{Src: k.client, Protocol: sp.Protocol, Dst: sp.ClusterIP, DPort: sp.Port}, nil)
 	if err != nil {
-		return fmt.Errorf("could not trace %s:%d/%s in %s: %w", sp.ClusterIP, sp.Port, sp.Protocol, k.d.File, err)
+		// Rules the tracer reads but cannot follow (a chain that
+		// loops, a map value it cannot use): the port's shares are
+		// unknown.
+		sp.Exact = false
+		k.d.Skipped = append(k.d.Skipped, Skipped{Line: sp.Evidence[0],
+			Reason: fmt.Sprintf("could not trace a new connection to %s:%d/%s: %v; its shares are unknown", sp.ClusterIP, sp.Port, sp.Protocol, err)})
+		k.affinity(sp)
+		return nil
 	}
 	for _, o := range res {
 		ap, err := netip.ParseAddrPort(o.Target)

@@ -38,13 +38,16 @@ func parseNFTJSON(file string, data []byte) ([]*nftTable, error) {
 		return &scenario.FieldError{File: file, Pos: jsonPos(data, off), Field: "json", Message: fmt.Sprintf(format, args...)}
 	}
 	syntax := func(err error) error {
-		var se *json.SyntaxError
+		// The decoder's offsets count from its buffer; the whole
+		// input, decoded again, gives the bad byte's place.
 		off := dec.InputOffset()
-		if ok := asSyntax(err, &se); ok {
-			off = se.Offset
-		}
 		msg := err.Error()
-		if err.Error() == "EOF" || strings.Contains(msg, "unexpected EOF") {
+		var v any
+		var se *json.SyntaxError
+		if e := json.Unmarshal(data, &v); asSyntax(e, &se) {
+			off, msg = se.Offset-1, se.Error()
+		}
+		if strings.Contains(msg, "unexpected end") || msg == "EOF" {
 			msg = "unexpected end of input"
 			off = int64(len(data))
 		}
@@ -75,7 +78,7 @@ func parseNFTJSON(file string, data []byte) ([]*nftTable, error) {
 			if seenList {
 				continue
 			}
-			return nil, bad(off+1, "%v, found key %q", errNotNFTJSON, key)
+			return nil, bad(off, "%v, found key %q", errNotNFTJSON, key)
 		}
 		seenList = true
 		tok, err := dec.Token()
@@ -433,6 +436,12 @@ func jsonLeft(v any) (string, error) {
 			case "numgen":
 				mode, _ := o["mode"].(string)
 				mod := jsonScalar(o["mod"])
+				if n, err := strconv.ParseInt(mod, 10, 64); err == nil && n < 0 && n >= -1<<31 {
+					// nft 1.0.6 prints a modulus of 2^31 or more as a
+					// signed 32-bit number (mod 2147483648 is
+					// -2147483648 in the JSON, not in the text).
+					mod = strconv.FormatInt(n+1<<32, 10)
+				}
 				if off, ok := o["offset"]; ok && jsonScalar(off) != "0" {
 					return "", fmt.Errorf("numgen with an offset")
 				}
