@@ -95,7 +95,16 @@ type flow struct {
 	dnat     bool
 	masq     bool
 	p        float64
+	// steps counts the rules evaluated for one Trace, over all its
+	// branches (shared by them), against maxTraceSteps.
+	steps *int
 }
+
+// maxTraceSteps bounds a trace's work: rules that branch into rules that
+// branch (numgen maps whose chains hold numgen maps, chains of jumps) grow
+// exponentially, and a dump read from a user can be built so. kube-proxy's
+// rules for one connection take a few dozen steps per endpoint.
+const maxTraceSteps = 1 << 16
 
 // verdicts of a rule or chain.
 type verdict int
@@ -120,7 +129,7 @@ type branch struct {
 // Trace returns the fates of a new connection's first packet and their
 // probabilities.
 func (t *Tracer) Trace(p trace.Packet, h trace.History) (trace.Result, error) {
-	f := flow{src: p.Src, dst: p.Dst, proto: strings.ToLower(p.Protocol), dport: p.DPort, p: 1}
+	f := flow{src: p.Src, dst: p.Dst, proto: strings.ToLower(p.Protocol), dport: p.DPort, p: 1, steps: new(int)}
 	if f.proto == "" {
 		f.proto = "tcp"
 	}
@@ -294,6 +303,11 @@ func (t *Tracer) runRules(rules []*knftables.Rule, i int, f flow, h trace.Histor
 // match goes on with the next rule (keeping what earlier statements did); a
 // verdict ends the rule.
 func (t *Tracer) evalRule(exprs []expr, f flow, h trace.History) ([]branch, error) {
+	if f.steps != nil {
+		if *f.steps++; *f.steps > maxTraceSteps {
+			return nil, fmt.Errorf("could not trace: more than %d steps (the rules branch too often)", maxTraceSteps)
+		}
+	}
 	if len(exprs) == 0 {
 		return []branch{{f: f, v: vNext}}, nil
 	}

@@ -470,3 +470,27 @@ func TestReadNFTDuration(t *testing.T) {
 		}
 	}
 }
+
+// iptables-nft's tables come with a warning comment and rules nft can
+// only print as xt expressions; both are someone else's, so ignored.
+func TestReadNFTIptablesNFTTables(t *testing.T) {
+	in := `# Warning: table ip nat is managed by iptables-nft, do not touch!
+table ip nat {
+	chain DOCKER {
+		iifname "docker0" counter packets 0 bytes 0 return
+	}
+
+	chain POSTROUTING {
+		type nat hook postrouting priority srcnat; policy accept;
+		oifname != "docker0" ip saddr 172.17.0.0/16 counter packets 3 bytes 180 xt target "MASQUERADE"
+	}
+}
+`
+	d, err := ReadNFT("ipt.nft", []byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Ports) != 0 || len(d.Skipped) != 0 || len(d.Ignored) != 1 || d.Ignored[0].What != "table ip nat" || d.Ignored[0].Lines != 10 || d.Ignored[0].First.Line != 2 {
+		t.Errorf("ports %d, skipped %+v, ignored %+v; want only table ip nat ignored, lines 2-11", len(d.Ports), d.Skipped, d.Ignored)
+	}
+}
