@@ -24,6 +24,7 @@ package nftables
 // history), reject types, interfaces.
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -562,7 +563,19 @@ func parseInlineMap(tok string) ([]bucket, error) {
 		for _, part := range strings.Split(v, " . ") {
 			value = append(value, strings.TrimSpace(part))
 		}
+		if hi < lo {
+			return nil, fmt.Errorf("bad numgen range %q", strings.TrimSpace(k))
+		}
 		out = append(out, bucket{lo: lo, hi: hi, value: value})
+	}
+	// The kernel refuses overlapping intervals in one map; a lookup
+	// finds one element, so shares counted twice would sum past 1.
+	sorted := slices.Clone(out)
+	slices.SortFunc(sorted, func(a, b bucket) int { return cmp.Compare(a.lo, b.lo) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].lo <= sorted[i-1].hi {
+			return nil, fmt.Errorf("overlapping map keys %d-%d and %d-%d", sorted[i-1].lo, sorted[i-1].hi, sorted[i].lo, sorted[i].hi)
+		}
 	}
 	return out, nil
 }
