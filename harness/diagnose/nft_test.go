@@ -131,12 +131,17 @@ func TestReadNFTAffinityWithElements(t *testing.T) {
 				t.Fatalf("affinity %+v, want set, 3h, clients known", a)
 			}
 			// gen-nft.sh added two clients to the set of 10.244.1.61
-			// and one with a timeout of 1h to that of 10.244.1.60.
-			want := map[string][]Client{
+			// (the set's timeout, 3h) and one with a timeout of its own,
+			// 1h, to that of 10.244.1.60, a moment before listing: the
+			// time left is just under the timeout (whole seconds).
+			type client struct {
+				addr    string
+				timeout time.Duration
+			}
+			want := map[string][]client{
 				"10.244.0.60:8080": nil,
-				"10.244.1.60:8080": {{netip.MustParseAddr("10.244.1.200"), 59*time.Minute + 59*time.Second}},
-				"10.244.1.61:8080": {{netip.MustParseAddr("10.244.0.200"), 2*time.Hour + 59*time.Minute + 59*time.Second},
-					{netip.MustParseAddr("10.244.0.201"), 2*time.Hour + 59*time.Minute + 59*time.Second}},
+				"10.244.1.60:8080": {{"10.244.1.200", time.Hour}},
+				"10.244.1.61:8080": {{"10.244.0.200", 3 * time.Hour}, {"10.244.0.201", 3 * time.Hour}},
 			}
 			for _, ep := range sp.Endpoints {
 				w, ok := want[ep.Addr.String()]
@@ -144,8 +149,14 @@ func TestReadNFTAffinityWithElements(t *testing.T) {
 					t.Errorf("unexpected endpoint %s", ep.Addr)
 					continue
 				}
-				if diff := cmp.Diff(w, ep.Clients, addrs); diff != "" {
-					t.Errorf("%s clients (-want +got):\n%s", ep.Addr, diff)
+				if len(ep.Clients) != len(w) {
+					t.Errorf("%s: clients %+v, want %+v", ep.Addr, ep.Clients, w)
+					continue
+				}
+				for i, c := range ep.Clients {
+					if c.Addr.String() != w[i].addr || c.Expires > w[i].timeout || c.Expires < w[i].timeout-time.Minute || c.Expires%time.Second != 0 {
+						t.Errorf("%s: client %s expires in %v, want %s just under %v, whole seconds", ep.Addr, c.Addr, c.Expires, w[i].addr, w[i].timeout)
+					}
 				}
 				if !strings.HasPrefix(ep.Chain, "endpoint-") {
 					t.Errorf("%s: chain %q, want its endpoint chain", ep.Addr, ep.Chain)
@@ -274,6 +285,12 @@ func normalized(d *Dump) *Dump {
 		for _, ep := range sp.Endpoints {
 			e := *ep
 			e.Evidence = Line{}
+			// The two listings ran one after the other: the time
+			// left may differ by a tick (compared apart).
+			e.Clients = nil
+			for _, c := range ep.Clients {
+				e.Clients = append(e.Clients, Client{Addr: c.Addr})
+			}
 			p.Endpoints = append(p.Endpoints, &e)
 		}
 		c.Ports = append(c.Ports, &p)
@@ -289,6 +306,16 @@ func TestReadNFTTextAndJSONAgree(t *testing.T) {
 		}
 		if diff := cmp.Diff(normalized(text), normalized(js), addrs); diff != "" {
 			t.Errorf("%s: text and JSON differ (-text +json):\n%s", v, diff)
+			continue
+		}
+		for i, sp := range text.Ports {
+			for j, ep := range sp.Endpoints {
+				for k, c := range ep.Clients {
+					if d := c.Expires - js.Ports[i].Endpoints[j].Clients[k].Expires; d < -2*time.Second || d > 2*time.Second {
+						t.Errorf("%s: %s expires in %v in the text, %v in the JSON", v, c.Addr, c.Expires, js.Ports[i].Endpoints[j].Clients[k].Expires)
+					}
+				}
+			}
 		}
 	}
 }
