@@ -291,7 +291,7 @@ FUZZ_TARGETS := \
 	dataplane/restore:FuzzTokenize:1000000 \
 	dataplane/nftables:FuzzParseCountersJSON:2000 dataplane/nftables:FuzzParseCountersText:90000 \
 	dataplane/nftables:FuzzParseCountersDump:50000 \
-	harness/diagnose:FuzzReadNFT:COUNT_NFT harness/diagnose:FuzzReadNFTJSON:COUNT_NFTJSON \
+	harness/diagnose:FuzzReadNFT:1800 harness/diagnose:FuzzReadNFTJSON:6000 \
 	dataplane/ipvs:FuzzParseStatsPerCPU:100000 dataplane/ipvs:FuzzCanonicalSets:8000 dataplane/ipvs:FuzzKubeRules:30000 \
 	harness/traffic:FuzzParseArrival:500000 harness/traffic:FuzzParseUnreachable:600000
 FUZZTIME       ?= 10m
