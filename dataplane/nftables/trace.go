@@ -48,6 +48,44 @@ type Tracer struct {
 	// timeouts are, per affinity set, the element timeouts of the rules
 	// that refresh it with one of their own (affinity-overstay).
 	timeouts map[string][]elementTimeout
+	// hooks are each hook's base chains in priority order (hookErr: a
+	// priority that did not parse).
+	hooks   map[knftables.BaseChainHook][]hookChain
+	hookErr map[knftables.BaseChainHook]error
+}
+
+// hookChain is a base chain of a hook.
+type hookChain struct {
+	name string
+	prio int
+}
+
+// indexHooks sorts each hook's base chains by priority (then name), once:
+// a table of thousands of chains has a handful of base chains. A priority
+// that does not parse fails the traces that pass its hook.
+func (t *Tracer) indexHooks() {
+	t.hooks, t.hookErr = map[knftables.BaseChainHook][]hookChain{}, map[knftables.BaseChainHook]error{}
+	for _, c := range t.table.Chains {
+		if c.Hook == nil || c.Priority == nil {
+			continue
+		}
+		prio, err := knftables.ParsePriority(knftables.IPv4Family, string(*c.Priority))
+		if err != nil {
+			if t.hookErr[*c.Hook] == nil {
+				t.hookErr[*c.Hook] = fmt.Errorf("could not parse the priority of chain %s: %w", c.Name, err)
+			}
+			continue
+		}
+		t.hooks[*c.Hook] = append(t.hooks[*c.Hook], hookChain{c.Name, prio})
+	}
+	for _, chains := range t.hooks {
+		slices.SortFunc(chains, func(a, b hookChain) int {
+			if a.prio != b.prio {
+				return a.prio - b.prio
+			}
+			return strings.Compare(a.name, b.name)
+		})
+	}
 }
 
 // NewTracer snapshots f's table. local are the node's own addresses (the
@@ -84,6 +122,7 @@ func NewTracer(f *knftables.Fake, local ...netip.Addr) (*Tracer, error) {
 			t.recordTimeouts(ex)
 		}
 	}
+	t.indexHooks()
 	return t, nil
 }
 
@@ -200,27 +239,10 @@ func (t *Tracer) isLocal(a netip.Addr) bool {
 // runHook runs the base chains of one hook in priority order. Accept ends
 // a base chain, not the hook; drop and reject end the packet.
 func (t *Tracer) runHook(hook knftables.BaseChainHook, f flow, h trace.History) ([]branch, error) {
-	type bc struct {
-		name string
-		prio int
+	if err := t.hookErr[hook]; err != nil {
+		return nil, err
 	}
-	var chains []bc
-	for _, c := range t.table.Chains {
-		if c.Hook == nil || *c.Hook != hook || c.Priority == nil {
-			continue
-		}
-		prio, err := knftables.ParsePriority(knftables.IPv4Family, string(*c.Priority))
-		if err != nil {
-			return nil, fmt.Errorf("could not parse the priority of chain %s: %w", c.Name, err)
-		}
-		chains = append(chains, bc{c.Name, prio})
-	}
-	slices.SortFunc(chains, func(a, b bc) int {
-		if a.prio != b.prio {
-			return a.prio - b.prio
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	chains := t.hooks[hook]
 	cur := []branch{{f: f, v: vAccept}}
 	for _, c := range chains {
 		var next []branch
