@@ -41,7 +41,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: diagnose-testdata-nft sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -291,6 +291,7 @@ FUZZ_TARGETS := \
 	dataplane/restore:FuzzTokenize:1000000 \
 	dataplane/nftables:FuzzParseCountersJSON:2000 dataplane/nftables:FuzzParseCountersText:90000 \
 	dataplane/nftables:FuzzParseCountersDump:50000 \
+	harness/diagnose:FuzzReadNFT:1800 harness/diagnose:FuzzReadNFTJSON:6000 \
 	dataplane/ipvs:FuzzParseStatsPerCPU:100000 dataplane/ipvs:FuzzCanonicalSets:8000 dataplane/ipvs:FuzzKubeRules:30000 \
 	harness/traffic:FuzzParseArrival:500000 harness/traffic:FuzzParseUnreachable:600000
 FUZZTIME       ?= 10m
@@ -312,6 +313,15 @@ fuzz-run:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $$budget -fuzzminimizetime $(FUZZMINIMIZETIME) ./$$pkg 2>&1 \
 			| grep -v '^fuzz: elapsed: [0-9]*s, execs' || { echo "make fuzz: $$fn failed (the crasher is in $$pkg/testdata/fuzz/$$fn/)"; exit 1; }; \
 	done
+
+# diagnose-testdata-nft regenerates the nftables reader's test inputs,
+# harness/diagnose/testdata/nft/ (root, nft, unshare): our rules for
+# harness/diagnose/testdata/nft-scenario.yaml (correct, uniform-probability,
+# skew-at-mde) loaded by the real nft into a throwaway network namespace,
+# with affinity set elements and other tables added, read back with `nft
+# list ruleset`, `nft -j list ruleset` and `nft list table ip kube-proxy`.
+diagnose-testdata-nft: sim
+	flock /tmp/kpsim-heavy.lock sh harness/diagnose/testdata/gen-nft.sh $(BIN) harness/diagnose/testdata/nft
 
 bench:
 	$(GO) test -run XXX -bench . -benchtime 3x -count 5 ./sim/apiserver/

@@ -24,6 +24,7 @@ package nftables
 // history), reject types, interfaces.
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -47,6 +48,44 @@ type Tracer struct {
 	// timeouts are, per affinity set, the element timeouts of the rules
 	// that refresh it with one of their own (affinity-overstay).
 	timeouts map[string][]elementTimeout
+	// hooks are each hook's base chains in priority order (hookErr: a
+	// priority that did not parse).
+	hooks   map[knftables.BaseChainHook][]hookChain
+	hookErr map[knftables.BaseChainHook]error
+}
+
+// hookChain is a base chain of a hook.
+type hookChain struct {
+	name string
+	prio int
+}
+
+// indexHooks sorts each hook's base chains by priority (then name), once:
+// a table of thousands of chains has a handful of base chains. A priority
+// that does not parse fails the traces that pass its hook.
+func (t *Tracer) indexHooks() {
+	t.hooks, t.hookErr = map[knftables.BaseChainHook][]hookChain{}, map[knftables.BaseChainHook]error{}
+	for _, c := range t.table.Chains {
+		if c.Hook == nil || c.Priority == nil {
+			continue
+		}
+		prio, err := knftables.ParsePriority(knftables.IPv4Family, string(*c.Priority))
+		if err != nil {
+			if t.hookErr[*c.Hook] == nil {
+				t.hookErr[*c.Hook] = fmt.Errorf("could not parse the priority of chain %s: %w", c.Name, err)
+			}
+			continue
+		}
+		t.hooks[*c.Hook] = append(t.hooks[*c.Hook], hookChain{c.Name, prio})
+	}
+	for _, chains := range t.hooks {
+		slices.SortFunc(chains, func(a, b hookChain) int {
+			if a.prio != b.prio {
+				return a.prio - b.prio
+			}
+			return strings.Compare(a.name, b.name)
+		})
+	}
 }
 
 // NewTracer snapshots f's table. local are the node's own addresses (the
@@ -83,6 +122,7 @@ func NewTracer(f *knftables.Fake, local ...netip.Addr) (*Tracer, error) {
 			t.recordTimeouts(ex)
 		}
 	}
+	t.indexHooks()
 	return t, nil
 }
 
@@ -95,7 +135,16 @@ type flow struct {
 	dnat     bool
 	masq     bool
 	p        float64
+	// steps counts the rules evaluated for one Trace, over all its
+	// branches (shared by them), against maxTraceSteps.
+	steps *int
 }
+
+// maxTraceSteps bounds a trace's work: rules that branch into rules that
+// branch (numgen maps whose chains hold numgen maps, chains of jumps) grow
+// exponentially, and a dump read from a user can be built so. kube-proxy's
+// rules for one connection take a few dozen steps per endpoint.
+const maxTraceSteps = 1 << 16
 
 // verdicts of a rule or chain.
 type verdict int
@@ -120,7 +169,7 @@ type branch struct {
 // Trace returns the fates of a new connection's first packet and their
 // probabilities.
 func (t *Tracer) Trace(p trace.Packet, h trace.History) (trace.Result, error) {
-	f := flow{src: p.Src, dst: p.Dst, proto: strings.ToLower(p.Protocol), dport: p.DPort, p: 1}
+	f := flow{src: p.Src, dst: p.Dst, proto: strings.ToLower(p.Protocol), dport: p.DPort, p: 1, steps: new(int)}
 	if f.proto == "" {
 		f.proto = "tcp"
 	}
@@ -190,27 +239,10 @@ func (t *Tracer) isLocal(a netip.Addr) bool {
 // runHook runs the base chains of one hook in priority order. Accept ends
 // a base chain, not the hook; drop and reject end the packet.
 func (t *Tracer) runHook(hook knftables.BaseChainHook, f flow, h trace.History) ([]branch, error) {
-	type bc struct {
-		name string
-		prio int
+	if err := t.hookErr[hook]; err != nil {
+		return nil, err
 	}
-	var chains []bc
-	for _, c := range t.table.Chains {
-		if c.Hook == nil || *c.Hook != hook || c.Priority == nil {
-			continue
-		}
-		prio, err := knftables.ParsePriority(knftables.IPv4Family, string(*c.Priority))
-		if err != nil {
-			return nil, fmt.Errorf("could not parse the priority of chain %s: %w", c.Name, err)
-		}
-		chains = append(chains, bc{c.Name, prio})
-	}
-	slices.SortFunc(chains, func(a, b bc) int {
-		if a.prio != b.prio {
-			return a.prio - b.prio
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	chains := t.hooks[hook]
 	cur := []branch{{f: f, v: vAccept}}
 	for _, c := range chains {
 		var next []branch
@@ -294,6 +326,11 @@ func (t *Tracer) runRules(rules []*knftables.Rule, i int, f flow, h trace.Histor
 // match goes on with the next rule (keeping what earlier statements did); a
 // verdict ends the rule.
 func (t *Tracer) evalRule(exprs []expr, f flow, h trace.History) ([]branch, error) {
+	if f.steps != nil {
+		if *f.steps++; *f.steps > maxTraceSteps {
+			return nil, fmt.Errorf("could not trace: more than %d steps (the rules branch too often)", maxTraceSteps)
+		}
+	}
 	if len(exprs) == 0 {
 		return []branch{{f: f, v: vNext}}, nil
 	}
@@ -548,7 +585,19 @@ func parseInlineMap(tok string) ([]bucket, error) {
 		for _, part := range strings.Split(v, " . ") {
 			value = append(value, strings.TrimSpace(part))
 		}
+		if hi < lo {
+			return nil, fmt.Errorf("bad numgen range %q", strings.TrimSpace(k))
+		}
 		out = append(out, bucket{lo: lo, hi: hi, value: value})
+	}
+	// The kernel refuses overlapping intervals in one map; a lookup
+	// finds one element, so shares counted twice would sum past 1.
+	sorted := slices.Clone(out)
+	slices.SortFunc(sorted, func(a, b bucket) int { return cmp.Compare(a.lo, b.lo) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].lo <= sorted[i-1].hi {
+			return nil, fmt.Errorf("overlapping map keys %d-%d and %d-%d", sorted[i-1].lo, sorted[i-1].hi, sorted[i].lo, sorted[i].hi)
+		}
 	}
 	return out, nil
 }
@@ -597,6 +646,20 @@ func parseRule(s string) ([]expr, error) {
 		i += n
 	}
 	return out, nil
+}
+
+// CheckRule reports whether the tracer understands rule (the rules this
+// package writes, and kube-proxy's as nft lists them); a reader of dumps
+// leaves out, and reports, a rule it does not.
+func CheckRule(rule string) error {
+	_, err := parseRule(rule)
+	return err
+}
+
+// isZero reports whether s is a zero number as nft prints it (0, 0x00000000).
+func isZero(s string) bool {
+	v, err := strconv.ParseUint(s, 0, 64)
+	return err == nil && v == 0
 }
 
 // parseOne reads the expression or statement at the start of t (matches,
@@ -672,6 +735,10 @@ func parseMatchExpr(t []string) (expr, int, error) {
 			}
 			return tr.isLocal(f.dst), nil
 		}), 4, nil
+	case hasPrefix(t, "meta", "mark", "&", "*", "*", "*") && (t[4] == "==" || t[4] == "!=") && isZero(t[5]):
+		// nft's listing of `mark and M != 0`.
+		e, _, err := parseMatchExpr([]string{"mark", "and", t[3], t[4], "0"})
+		return e, 6, err
 	case hasPrefix(t, "mark", "and", "*", "*", "0") && (t[3] == "==" || t[3] == "!="):
 		m, err := strconv.ParseUint(t[2], 0, 32)
 		if err != nil {
@@ -687,6 +754,11 @@ func parseMatchExpr(t []string) (expr, int, error) {
 // of t; a nil expr and no error when t starts with none.
 func parseNATExpr(t []string) (expr, int, error) {
 	switch {
+	case hasPrefix(t, "meta", "mark", "set", "meta", "mark", "*", "*") && (t[5] == "|" || t[5] == "^"):
+		// nft's listing of `mark set mark or|xor M`.
+		op := map[string]string{"|": "or", "^": "xor"}[t[5]]
+		e, _, err := parseNATExpr([]string{"mark", "set", "mark", op, t[6]})
+		return e, 7, err
 	case hasPrefix(t, "mark", "set", "mark", "*", "*") && (t[3] == "or" || t[3] == "xor"):
 		m, err := strconv.ParseUint(t[4], 0, 32)
 		if err != nil {
@@ -782,6 +854,9 @@ func parseStatement(t []string) (expr, int, error) {
 		// input, so it has no effect on this trace, but an element
 		// timeout of its own sets how long the client is remembered.
 		return parseUpdate(t)
+	case hasPrefix(t, "counter", "packets", "*", "bytes", "*"):
+		// nft's listing of a counter with its values.
+		return alwaysMatch, 5, nil
 	case t[0] == "counter":
 		return alwaysMatch, 1, nil
 	case len(t) >= 2 && (t[0] == "jump" || t[0] == "goto"):
