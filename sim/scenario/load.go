@@ -25,8 +25,13 @@ import (
 // Loaded is a scenario read from a file, with the positions of its fields so
 // that later stages (validation, expansion) can point at the line at fault.
 type Loaded struct {
-	File       string
-	Scenario   *Scenario
+	File     string
+	Scenario *Scenario
+	// Warnings are what was accepted but not modelled, or inferred, each
+	// positioned like an error (an IPv6 or FQDN EndpointSlice ignored, the
+	// IPv6 half of a dual-stack Service, the cluster ranges inferred for a
+	// kubectl dump). They are never fatal; commands print them on stderr.
+	Warnings   ErrorList
 	pos        map[string]Pos
 	structural ErrorList
 }
