@@ -132,11 +132,13 @@ func inferImport(objs []Object) *imported {
 		}
 	}
 	byNode := map[string][]netip.Addr{}
+	seenSvc := map[netip.Addr]bool{}
 	for _, o := range objs {
 		switch x := o.Object.(type) {
 		case *corev1.Service:
 			for _, s := range append([]string{x.Spec.ClusterIP}, x.Spec.ClusterIPs...) {
-				if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+				if a, err := netip.ParseAddr(s); err == nil && a.Is4() && !seenSvc[a] {
+					seenSvc[a] = true
 					svcIPs = append(svcIPs, a)
 				}
 			}
