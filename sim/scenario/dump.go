@@ -109,7 +109,7 @@ type imported struct {
 	// counts behind each inference, for the warnings
 	nClusterIPs, nPodAddrs, nNodeAddrs int
 	nodes                              []NodeSpec // nodes named by endpoints when the dump has no Node
-	checks []Check
+	checks                             []Check
 }
 
 // inferImport derives the cluster ranges that cover what the objects use,

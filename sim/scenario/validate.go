@@ -120,7 +120,7 @@ type svcRef struct {
 	// port when the seed chooses it as named (0 < generate.ports.named < 1):
 	// the port is named so in some runs and unnamed in others.
 	seedNamed string
-	headless  bool            // clusterIP: None: kube-proxy programs nothing for it
+	headless  bool // clusterIP: None: kube-proxy programs nothing for it
 	// noRules says why kube-proxy programs nothing for a Service that is not
 	// headless (ExternalName; IPv6 only); "" when it does.
 	noRules   string
