@@ -236,7 +236,7 @@ func (imp *imported) warnings(file string, at Pos) ErrorList {
 	}
 	out := ErrorList{
 		w("cluster.serviceCIDR", "inferred as %s, covering the dump's %d IPv4 ClusterIPs", imp.serviceCIDR, imp.nClusterIPs),
-		w("cluster.podCIDR", "inferred as %s, covering the nodes' pod blocks and %d pod addresses", imp.podCIDR, imp.nPodAddrs),
+		w("cluster.podCIDR", "inferred as %s, covering the nodes' pod blocks and %d pod and endpoint addresses", imp.podCIDR, imp.nPodAddrs),
 		w("cluster.nodeNetwork", "inferred as %s, covering %d node InternalIPs", imp.nodeNetwork, imp.nNodeAddrs),
 		w("traffic", "one client on every node, %d connections to every Service (default proxy settings: iptables mode)", ImportConnections),
 	}
@@ -250,7 +250,7 @@ func (imp *imported) warnings(file string, at Pos) ErrorList {
 	if len(imp.checks) == 0 {
 		out = append(out, w("checks", "no Service port has ready endpoints in pod networks: no check"))
 	} else {
-		out = append(out, w("checks", "%d checks: distribution (or affinity) on every Service port with ready endpoints in pod networks", len(imp.checks)))
+		out = append(out, w("checks", "%d checks: distribution (affinity, internal-traffic-local) on every TCP or UDP Service port whose ready endpoints are all in pod networks", len(imp.checks)))
 	}
 	return out
 }
@@ -354,7 +354,8 @@ func a4(v uint32) netip.Addr {
 // UDP: the probes of sim conform are TCP and UDP) and whose ready
 // endpoints are all pod addresses (not a node's own address, not outside
 // the pod range: sim conform counts at pod namespaces), an affinity check
-// for a ClientIP Service, a distribution check otherwise.
+// for a ClientIP Service, an internal-traffic-local check for an
+// internalTrafficPolicy Local one, a distribution check otherwise.
 func defaultChecks(objs []Object, nodeIP map[netip.Addr]bool, pods netip.Prefix) []Check {
 	type portInfo struct {
 		name  string
@@ -362,9 +363,9 @@ func defaultChecks(objs []Object, nodeIP map[netip.Addr]bool, pods netip.Prefix)
 		bad   bool
 	}
 	type svcInfo struct {
-		key      string
-		affinity bool
-		ports    []*portInfo
+		key             string
+		affinity, local bool
+		ports           []*portInfo
 	}
 	var order []*svcInfo
 	svcs := map[string]*svcInfo{}
@@ -381,7 +382,8 @@ func defaultChecks(objs []Object, nodeIP map[netip.Addr]bool, pods netip.Prefix)
 		if ns == "" {
 			ns = "default"
 		}
-		si := &svcInfo{key: ns + "/" + s.Name, affinity: s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP}
+		si := &svcInfo{key: ns + "/" + s.Name, affinity: s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP,
+			local: s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal}
 		for _, p := range s.Spec.Ports {
 			pi := &portInfo{name: p.Name}
 			if p.Protocol == corev1.ProtocolSCTP {
@@ -441,7 +443,10 @@ func defaultChecks(objs []Object, nodeIP map[netip.Addr]bool, pods netip.Prefix)
 				continue
 			}
 			c := Check{Type: CheckDistribution, Service: si.key}
-			if si.affinity {
+			switch {
+			case si.local:
+				c.Type = CheckInternalTrafficLocal
+			case si.affinity:
 				c.Type = CheckAffinity
 			}
 			if len(si.ports) > 1 {
