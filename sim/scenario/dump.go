@@ -190,6 +190,10 @@ func inferImport(objs []Object) *imported {
 			}
 			imp.nodes = append(imp.nodes, ns)
 		}
+		if len(imp.nodes) == 0 {
+			// kubectl get svc: no node at all; one to run the clients on.
+			imp.nodes = []NodeSpec{{Name: "node-1"}}
+		}
 	}
 	svc, okS := cover(svcIPs, nil)
 	pod, okP := cover(podAddrs, podBlocks)
@@ -245,7 +249,7 @@ func (imp *imported) warnings(file string, at Pos) ErrorList {
 		for i, n := range imp.nodes {
 			names[i] = n.Name
 		}
-		out = append(out, w("cluster.nodes", "the dump has no Node object: nodes %s are the ones its endpoints name", strings.Join(names, ", ")))
+		out = append(out, w("cluster.nodes", "the dump has no Node object: nodes %s are the ones its endpoints name (node-1 when they name none)", strings.Join(names, ", ")))
 	}
 	if len(imp.checks) == 0 {
 		out = append(out, w("checks", "no Service port has ready endpoints in pod networks: no check"))
