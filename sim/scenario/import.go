@@ -67,7 +67,7 @@ func Import(file string, data []byte, out string) ([]byte, *Loaded, error) {
 	text := b.Bytes()
 	again, err := Load(out, text)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the imported scenario does not load again (a bug of sim import): %w", err)
+		return nil, nil, fmt.Errorf("the imported scenario does not load again (a bug of sim import): %v", err)
 	}
 	if len(again.Scenario.Objects) != len(sc.Objects) {
 		return nil, nil, fmt.Errorf("the imported scenario holds %d objects, the dump %d (a bug of sim import)", len(again.Scenario.Objects), len(sc.Objects))
