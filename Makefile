@@ -295,7 +295,7 @@ check-skips:
 # 1.27), a failure with no input behind it. go test -fuzz takes one target
 # per run. A crasher is written into the corpus; commit it with the fix.
 FUZZ_TARGETS := \
-	sim/scenario:FuzzLoad:2000 sim/scenario:FuzzImport:600 \
+	sim/scenario:FuzzLoad:2000 sim/scenario:FuzzImport:1500 \
 	dataplane/iptables:FuzzParseCounters:1600 dataplane/iptables:FuzzFakeRestore:6000 \
 	dataplane/restore:FuzzTokenize:1000000 \
 	dataplane/nftables:FuzzParseCountersJSON:2000 dataplane/nftables:FuzzParseCountersText:90000 \
