@@ -222,7 +222,7 @@ func createNodes(ctx context.Context, t *testing.T, cs kubernetes.Interface, nod
 			Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now}}
 		created.Status.Capacity = corev1.ResourceList{"cpu": mustQuantity("2"), "memory": mustQuantity("8Gi"), "pods": mustQuantity("110")}
 		created.Status.Allocatable = created.Status.Capacity
-		created.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", KubeProxyVersion: "", OperatingSystem: "linux", Architecture: "amd64",
+		created.Status.NodeInfo = corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", OperatingSystem: "linux", Architecture: "amd64",
 			ContainerRuntimeVersion: "containerd://2.1.0", OSImage: "Debian GNU/Linux 13 (trixie)"}
 		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("node %s status: %v", n.name, err)
