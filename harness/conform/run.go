@@ -656,11 +656,11 @@ func (s *suite) notRunnable(c *scenario.Check) string {
 		return ""
 	}
 	if sp.Name.Protocol == "SCTP" {
-		return "not run: the port is SCTP and the probes are TCP and UDP only (the rules for it are programmed and checked by sim rules and the differential tests)"
+		return "the port is SCTP and the probes are TCP and UDP only (the rules for it are programmed and checked by sim rules and the differential tests)"
 	}
 	for _, ep := range st.Endpoints[spn] {
 		if node := topology.HostEndpoint(st, ep.IP); node != "" {
-			return fmt.Sprintf("not run: endpoint %s is node %s's own address (host network); a connection to it ends in the node namespace, where no observer counts it", ep.IP, node)
+			return fmt.Sprintf("endpoint %s is node %s's own address (host network); a connection to it ends in the node namespace, where no observer counts it", ep.IP, node)
 		}
 	}
 	return ""
