@@ -41,7 +41,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: diagnose-testdata-nft sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: diagnose-testdata-nft import-fixtures sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -230,6 +230,15 @@ soak: sim
 		[ $$rc = 0 ] || status=$$rc; \
 	done; exit $$status
 
+# import-fixtures regenerates the cluster dumps of scenarios/testdata/import/
+# (kind-like and kubeadm-like) from a real kube-apiserver in a namespace of
+# its own: the objects are written through the API and read back as
+# kubectl get nodes,pods,svc,endpointslices -A -o yaml prints them (root,
+# make upstream; about 20 s). Never edit the dumps by hand.
+import-fixtures: bin/etcd bin/kube-apiserver
+	@if [ "$$(id -u)" != 0 ]; then echo "make import-fixtures: needs root (it creates network namespaces)"; exit 3; fi
+	flock /tmp/kpsim-heavy.lock $(GO) test -count=1 -run '^TestImportDumps$$' ./harness/upstream/ -update-import
+
 # vm-assets prepares the qemu microVM of harness/vm: a static sim to boot,
 # qemu-system-x86 (installed when missing, and only when the VM will run:
 # this kernel has no IPVS, or VM=1), and the Debian kernel (the package
@@ -286,7 +295,7 @@ check-skips:
 # 1.27), a failure with no input behind it. go test -fuzz takes one target
 # per run. A crasher is written into the corpus; commit it with the fix.
 FUZZ_TARGETS := \
-	sim/scenario:FuzzLoad:2000 \
+	sim/scenario:FuzzLoad:2000 sim/scenario:FuzzImport:1500 \
 	dataplane/iptables:FuzzParseCounters:1600 dataplane/iptables:FuzzFakeRestore:6000 \
 	dataplane/restore:FuzzTokenize:1000000 \
 	dataplane/nftables:FuzzParseCountersJSON:2000 dataplane/nftables:FuzzParseCountersText:90000 \

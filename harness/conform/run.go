@@ -565,6 +565,10 @@ func (s *suite) runChecks(ctx context.Context) {
 			return
 		}
 		nodes := clientNodes(sc, c, allNodes, s.state())
+		if why := s.notRunnable(c); why != "" {
+			s.out.Checks = append(s.out.Checks, &report.Check{Name: c.Name, Type: c.Type, Service: c.Service, Verdict: report.NotRun, Message: why})
+			continue
+		}
 		switch c.Type {
 		case scenario.CheckFlapping, scenario.CheckTerminating:
 			timelineChecks = append(timelineChecks, c)
@@ -639,6 +643,27 @@ func appendDev(l []report.Deviation, d report.Deviation) []report.Deviation {
 		}
 	}
 	return append(l, d)
+}
+
+// notRunnable says why a check cannot run in the namespaces, or "": its
+// port is SCTP (the probes are TCP and UDP), or an endpoint is a node's own
+// address (a host-network pod, the API server behind default/kubernetes):
+// the connection reaches the node namespace, where nothing counts it.
+func (s *suite) notRunnable(c *scenario.Check) string {
+	st := s.state()
+	spn, sp, err := s.spn(c)
+	if err != nil || sp == nil {
+		return ""
+	}
+	if sp.Name.Protocol == "SCTP" {
+		return "the port is SCTP and the probes are TCP and UDP only (the rules for it are programmed and checked by sim rules and the differential tests)"
+	}
+	for _, ep := range st.Endpoints[spn] {
+		if node := topology.HostEndpoint(st, ep.IP); node != "" {
+			return fmt.Sprintf("endpoint %s is node %s's own address (host network); a connection to it ends in the node namespace, where no observer counts it", ep.IP, node)
+		}
+	}
+	return ""
 }
 
 func protoOf(sp *cluster.ServicePort) traffic.Proto {

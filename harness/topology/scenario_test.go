@@ -124,3 +124,39 @@ func echoSource(server, client *netns.Namespace, src, dst netip.Addr) (string, e
 		return "", errors.New("the server saw no connection")
 	}
 }
+
+// TestFromModelKindDump: the kind dump's host-network endpoints (the
+// kubernetes Service's 172.18.0.3, the control plane's node address) stay
+// in the node namespace, which holds that address; every pod endpoint is
+// placed on its node; the topology is valid.
+func TestFromModelKindDump(t *testing.T) {
+	m := openScenario(t, "../../scenarios/testdata/import/kind.yaml")
+	cfg, err := FromModel(m, "abc124")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := netip.MustParseAddr("172.18.0.3")
+	if got := HostEndpoint(m.State, host); got != "kind-control-plane" {
+		t.Errorf("HostEndpoint(%s) = %q, want kind-control-plane", host, got)
+	}
+	if got := HostEndpoint(m.State, netip.MustParseAddr("10.244.0.2")); got != "" {
+		t.Errorf("a pod address is a host endpoint of %q", got)
+	}
+	placed := map[netip.Addr]string{}
+	for _, n := range cfg.Nodes {
+		if n.Addr.Bits() != 16 || !netip.MustParsePrefix("172.18.0.0/16").Contains(n.Addr.Addr()) {
+			t.Errorf("node %s address %s, want its InternalIP in the inferred 172.18.0.0/16", n.Name, n.Addr)
+		}
+		for _, a := range n.Endpoints {
+			placed[a] = n.Name
+		}
+	}
+	if _, ok := placed[host]; ok {
+		t.Errorf("host-network endpoint %s placed in a pod namespace", host)
+	}
+	for _, want := range []struct{ addr, node string }{{"10.244.0.2", "kind-control-plane"}, {"10.244.0.3", "kind-control-plane"}, {"10.244.1.2", "kind-worker"}, {"10.244.2.3", "kind-worker2"}} {
+		if got := placed[netip.MustParseAddr(want.addr)]; got != want.node {
+			t.Errorf("endpoint %s on %q, want %s", want.addr, got, want.node)
+		}
+	}
+}

@@ -132,12 +132,36 @@ func Endpoints(cfg *netns.Config, st *cluster.State) (map[string][]netip.Addr, e
 	return out, nil
 }
 
+// HostEndpoint names the node whose own address ip is: a host-network
+// endpoint (kube-dns aside, the kubernetes Service's API server endpoints
+// and any hostNetwork pod have one), or "" when ip is no node's.
+func HostEndpoint(st *cluster.State, ip netip.Addr) string {
+	for _, name := range st.SortedNodes() {
+		if st.Nodes[name].IP == ip {
+			return name
+		}
+	}
+	return ""
+}
+
+// placeEndpoints puts each endpoint address in its node's backend
+// namespace. A host-network endpoint (the address of a node) is not placed:
+// the node namespace already holds that address, so a connection DNATed to
+// it reaches the node itself, as in a cluster; no pod namespace sees it,
+// and sim conform does not run checks on such a port (HostEndpoint).
 func placeEndpoints(nodes []netns.NodeConfig, st *cluster.State, index map[string]int) error {
 	where := map[netip.Addr]int{}
+	nodeAddr := map[netip.Addr]bool{}
+	for _, n := range nodes {
+		nodeAddr[n.Addr.Addr()] = true
+	}
 	for _, spn := range st.SortedServicePorts() {
 		for _, ep := range st.Endpoints[spn] {
 			if !ep.IP.Is4() {
 				return fmt.Errorf("could not derive a topology: endpoint %s of %s is not IPv4", ep.IP, spn)
+			}
+			if nodeAddr[ep.IP] {
+				continue
 			}
 			ni, ok := index[ep.NodeName]
 			if !ok {

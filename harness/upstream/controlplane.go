@@ -46,6 +46,11 @@ type ControlPlaneConfig struct {
 	Dir string
 	// ServiceCIDR is --service-cluster-ip-range (the scenario's).
 	ServiceCIDR netip.Prefix
+	// SecondaryServiceCIDR, when valid, is an IPv6 range appended to
+	// --service-cluster-ip-range: a dual-stack API server, whose Services
+	// may have an IPv6 ClusterIP too (the import fixtures use it; the
+	// dataplane is IPv4 only).
+	SecondaryServiceCIDR netip.Prefix
 	// Bin are the binaries.
 	Bin Binaries
 	// Log gets progress lines (nil: none); process output goes to files in
@@ -164,7 +169,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, deadline time.Time) e
 		"--bind-address=" + c.cfg.Addr.String(),
 		"--advertise-address=" + c.cfg.Addr.String(),
 		"--secure-port=" + strconv.Itoa(APIServerPort),
-		"--service-cluster-ip-range=" + c.cfg.ServiceCIDR.String(),
+		"--service-cluster-ip-range=" + c.serviceRange(),
 		"--cert-dir=" + filepath.Join(d, "apiserver-certs"),
 		"--tls-cert-file=" + filepath.Join(d, serveCertFile),
 		"--tls-private-key-file=" + filepath.Join(d, serveKeyFile),
@@ -195,6 +200,13 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, deadline time.Time) e
 	}
 	c.cfg.logf("kube-apiserver ready in %s", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+func (c *ControlPlane) serviceRange() string {
+	if c.cfg.SecondaryServiceCIDR.IsValid() {
+		return c.cfg.ServiceCIDR.String() + "," + c.cfg.SecondaryServiceCIDR.String()
+	}
+	return c.cfg.ServiceCIDR.String()
 }
 
 // Server is the apiserver's URL on the fabric, https://Addr:6443.

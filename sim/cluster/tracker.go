@@ -267,9 +267,12 @@ func (t *Tracker) applyEndpoints(key types.NamespacedName, ch *Changes) {
 
 func nodeInfo(n *corev1.Node) *Node {
 	out := &Node{Name: n.Name, Zone: n.Labels["topology.kubernetes.io/zone"], Labels: n.Labels}
+	// The first IPv4 InternalIP, as kube-proxy picks the node address of an
+	// IPv4 cluster (a dual-stack node lists an IPv6 one too).
 	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			out.IP, _ = netip.ParseAddr(a.Address)
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP && ip.Is4() {
+			out.IP = ip
+			break
 		}
 	}
 	out.PodCIDR, _ = netip.ParsePrefix(n.Spec.PodCIDR)

@@ -38,6 +38,17 @@ func (e *FieldError) Error() string {
 	return b.String()
 }
 
+// Warning formats the error as a warning: file:line:column: warning:
+// field: message.
+func (e *FieldError) Warning() string {
+	w := *e
+	w.Field, w.Message = "warning", e.Message
+	if e.Field != "" {
+		w.Message = e.Field + ": " + e.Message
+	}
+	return w.Error()
+}
+
 // ErrorList is every problem found in one or more scenarios. A scenario is
 // rejected as a whole when the list is not empty: nothing is half-applied.
 type ErrorList []*FieldError

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -156,6 +157,7 @@ type expander struct {
 	out *Expanded
 
 	nodeIdx     map[string]int
+	nodeIP      []netip.Addr // each node's IPv4 InternalIP
 	nodeCIDR    []netip.Prefix
 	nodeNext    []netip.Addr // next free address in the node's pod block
 	nodeUsed    []map[netip.Addr]bool
@@ -219,8 +221,8 @@ func (e *expander) nodes() {
 	next := uint64(0)
 	usedNodeIPs := map[netip.Addr]bool{}
 	for _, s := range specs {
-		for _, a := range s.n.Status.Addresses {
-			usedNodeIPs[netip.MustParseAddr(a.Address)] = true
+		if a, ok := NodeIPv4(s.n); ok {
+			usedNodeIPs[a] = true
 		}
 	}
 	nodeIP := nodeNet.Addr().Next()
@@ -241,7 +243,7 @@ func (e *expander) nodes() {
 			}
 		}
 		s.n.Spec.PodCIDRs = []string{s.n.Spec.PodCIDR}
-		if len(s.n.Status.Addresses) == 0 {
+		if _, ok := NodeIPv4(s.n); !ok {
 			for usedNodeIPs[nodeIP] {
 				nodeIP = nodeIP.Next()
 			}
@@ -249,11 +251,13 @@ func (e *expander) nodes() {
 				e.r.at(s.path, "cluster.nodeNetwork %s has no address left for node %s", nodeNet, s.n.Name)
 				return
 			}
-			s.n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP.String()}}
+			s.n.Status.Addresses = append([]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP.String()}}, s.n.Status.Addresses...)
 			nodeIP = nodeIP.Next()
 		}
 		s.n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 		e.nodeIdx[s.n.Name] = i
+		ip, _ := NodeIPv4(s.n)
+		e.nodeIP = append(e.nodeIP, ip)
 		p := mustPrefix(s.n.Spec.PodCIDR)
 		e.nodeCIDR = append(e.nodeCIDR, p)
 		// .1 of each block is the node's gateway address in the dataplane.
@@ -297,6 +301,13 @@ func (e *expander) services() {
 			continue
 		}
 		s = s.DeepCopy()
+		if s.Spec.Type == corev1.ServiceTypeExternalName {
+			// no cluster IP, no node port, no rules
+			e.svcByName[s.Namespace+"/"+s.Name] = s
+			e.objServices = append(e.objServices, s)
+			e.emit(s)
+			continue
+		}
 		if s.Spec.ClusterIP == "" {
 			ip, ok := e.allocIP()
 			if !ok {
@@ -347,7 +358,7 @@ func (e *expander) slicesAndPods() {
 			e.emit(x)
 		case *corev1.Pod:
 			x = x.DeepCopy()
-			if x.Status.PodIP != "" && !x.Spec.HostNetwork {
+			if x.Status.PodIP != "" && !x.Spec.HostNetwork && !e.isNodeIP(x.Status.PodIP) {
 				n := x.Spec.NodeName
 				e.reserve([]string{x.Status.PodIP}, &n)
 				e.inNodeBlock(o.Path+".status.podIP", []string{x.Status.PodIP}, &n)
@@ -359,7 +370,7 @@ func (e *expander) slicesAndPods() {
 	// Services with a selector and no EndpointSlice get slices derived from
 	// the Pods they select, as the EndpointSlice controller would write them.
 	for _, s := range e.objServices {
-		if len(s.Spec.Selector) == 0 || haveSlices[s.Namespace+"/"+s.Name] || s.Spec.ClusterIP == corev1.ClusterIPNone {
+		if len(s.Spec.Selector) == 0 || haveSlices[s.Namespace+"/"+s.Name] || s.Spec.ClusterIP == corev1.ClusterIPNone || s.Spec.Type == corev1.ServiceTypeExternalName {
 			continue
 		}
 		var eps []discoveryv1.Endpoint
@@ -369,6 +380,7 @@ func (e *expander) slicesAndPods() {
 			}
 			eps = append(eps, podEndpoint(p, e.zoneOf(p.Spec.NodeName)))
 		}
+		setHints(s, eps)
 		for _, sl := range splitSlices(s, eps, servicePortsFor(s, e.objPods), nil) {
 			e.emit(sl)
 		}
@@ -407,9 +419,15 @@ func (e *expander) inNodeBlock(path string, addrs []string, node *string) {
 	if !ok {
 		return
 	}
-	if a, err := netip.ParseAddr(addrs[0]); err == nil && !e.nodeCIDR[i].Contains(a) {
+	if a, err := netip.ParseAddr(addrs[0]); err == nil && !e.nodeCIDR[i].Contains(a) && a != e.nodeIP[i] {
 		e.r.at(path, "%s is not inside node %s's podCIDR %s", a, *node, e.nodeCIDR[i])
 	}
+}
+
+// isNodeIP reports whether addr is a node's address (a host-network pod's).
+func (e *expander) isNodeIP(addr string) bool {
+	a, err := netip.ParseAddr(addr)
+	return err == nil && slices.Contains(e.nodeIP, a)
 }
 
 func selects(sel, labels map[string]string) bool {
@@ -778,4 +796,41 @@ func (e *expander) nextPodIP(ni int) (netip.Addr, bool) {
 	}
 	e.nodeNext[ni] = a.Next()
 	return a, true
+}
+
+// setHints writes the hints the EndpointSlice controller writes for a
+// Service's trafficDistribution (staging/src/k8s.io/endpointslice/
+// trafficdist): with PreferClose, PreferSameZone or PreferSameNode every
+// ready endpoint gets a zone hint for its own zone (when it has one), and
+// with PreferSameNode also a node hint for its own node; endpoints that are
+// not ready keep none, and without a trafficDistribution no endpoint has a
+// hint. kube-proxy then uses the hints only when every endpoint has one
+// (pkg/proxy/topology.go), which the oracle and dataplane/proxy model.
+func setHints(s *corev1.Service, eps []discoveryv1.Endpoint) {
+	d := s.Spec.TrafficDistribution
+	if d == nil {
+		return
+	}
+	sameNode := *d == corev1.ServiceTrafficDistributionPreferSameNode
+	switch *d {
+	case corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferSameNode:
+	default:
+		return
+	}
+	for i := range eps {
+		e := &eps[i]
+		if e.Conditions.Ready == nil || !*e.Conditions.Ready {
+			continue
+		}
+		var h discoveryv1.EndpointHints
+		if e.Zone != nil {
+			h.ForZones = []discoveryv1.ForZone{{Name: *e.Zone}}
+		}
+		if sameNode && e.NodeName != nil {
+			h.ForNodes = []discoveryv1.ForNode{{Name: *e.NodeName}}
+		}
+		if h.ForZones != nil || h.ForNodes != nil {
+			e.Hints = &h
+		}
+	}
 }

@@ -22,11 +22,32 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
+// serverPrinted reports whether an object carries what only an API server
+// sets (metadata.uid or metadata.resourceVersion): it was read from a real
+// cluster, not written by hand.
+func serverPrinted(n *yaml.Node) bool {
+	md, _ := scalarField(n, "metadata")
+	if md == nil || md.Kind != yaml.MappingNode {
+		return false
+	}
+	for _, k := range []string{"uid", "resourceVersion"} {
+		if v, ok := scalarField(md, k); ok && v.Value != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Loaded is a scenario read from a file, with the positions of its fields so
 // that later stages (validation, expansion) can point at the line at fault.
 type Loaded struct {
-	File       string
-	Scenario   *Scenario
+	File     string
+	Scenario *Scenario
+	// Warnings are what was accepted but not modelled, or inferred, each
+	// positioned like an error (an IPv6 or FQDN EndpointSlice ignored, the
+	// IPv6 half of a dual-stack Service, the cluster ranges inferred for a
+	// kubectl dump). They are never fatal; commands print them on stderr.
+	Warnings   ErrorList
 	pos        map[string]Pos
 	structural ErrorList
 }
@@ -100,23 +121,21 @@ var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // wrong kinds of value, duplicate keys), and converts it to typed values.
 func decode(file string, data []byte) (*Loaded, error) {
 	w := &walker{rep: reporter{file: file, pos: map[string]Pos{}}}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			w.rep.errs = append(w.rep.errs, &FieldError{File: file, Pos: Pos{1, 1}, Message: "empty file: expected a Scenario document"})
-			return nil, w.rep.errs
-		}
+	docs, starts, err := readDocuments(data)
+	if err != nil {
 		return nil, ErrorList{yamlSyntaxError(file, err)}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		w.rep.errs = append(w.rep.errs, &FieldError{File: file, Pos: Pos{extra.Line, extra.Column}, Message: "a scenario file holds one YAML document; found a second"})
+	if len(docs) == 0 {
+		w.rep.errs = append(w.rep.errs, &FieldError{File: file, Pos: Pos{1, 1}, Message: "empty file: expected a Scenario document"})
+		return nil, w.rep.errs
 	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
+	if isDump(docs[0]) {
+		return decodeDump(file, docs)
 	}
+	if len(docs) > 1 {
+		w.rep.errs = append(w.rep.errs, &FieldError{File: file, Pos: starts[1], Message: "a scenario file holds one YAML document; found a second"})
+	}
+	root := docs[0]
 	w.rep.pos[""] = Pos{root.Line, root.Column}
 	var buf bytes.Buffer
 	w.value(&buf, root, reflect.TypeOf(Scenario{}), "")
@@ -131,7 +150,38 @@ func decode(file string, data []byte) (*Loaded, error) {
 		return nil, ErrorList{{File: file, Pos: Pos{1, 1}, Message: fmt.Sprintf("could not decode scenario: %v", err)}}
 	}
 	sc.Objects = w.objects
-	return &Loaded{File: file, Scenario: sc, pos: w.rep.pos, structural: w.rep.errs}, nil
+	return &Loaded{File: file, Scenario: sc, pos: w.rep.pos, structural: w.rep.errs, Warnings: w.warns}, nil
+}
+
+// readDocuments parses every YAML document of data and returns their roots
+// and where each document starts, skipping empty documents (a trailing
+// "---").
+func readDocuments(data []byte) ([]*yaml.Node, []Pos, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var out []*yaml.Node
+	var starts []Pos
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, starts, nil
+			}
+			return nil, nil, err
+		}
+		start := Pos{doc.Line, doc.Column}
+		root := &doc
+		if root.Kind == yaml.DocumentNode {
+			if len(root.Content) != 1 {
+				continue
+			}
+			root = root.Content[0]
+		}
+		if root.Kind == yaml.ScalarNode && root.Tag == "!!null" && len(out) > 0 {
+			continue
+		}
+		out = append(out, root)
+		starts = append(starts, start)
+	}
 }
 
 func yamlSyntaxError(file string, err error) *FieldError {
@@ -147,6 +197,11 @@ func yamlSyntaxError(file string, err error) *FieldError {
 type walker struct {
 	rep     reporter
 	objects []Object
+	warns   ErrorList
+	// lenient is set while walking an object an API server printed (it has
+	// a uid or a resourceVersion): a field this build does not know is a
+	// newer server's, reported as a warning and dropped, not an error.
+	lenient bool
 }
 
 var (
@@ -157,6 +212,10 @@ var (
 
 func (w *walker) errAt(n *yaml.Node, path, format string, args ...any) {
 	w.rep.errs = append(w.rep.errs, &FieldError{File: w.rep.file, Pos: Pos{n.Line, n.Column}, Field: path, Message: fmt.Sprintf(format, args...)})
+}
+
+func (w *walker) warnAt(n *yaml.Node, path, format string, args ...any) {
+	w.warns = append(w.warns, &FieldError{File: w.rep.file, Pos: Pos{n.Line, n.Column}, Field: path, Message: fmt.Sprintf(format, args...)})
 }
 
 func (w *walker) value(buf *bytes.Buffer, n *yaml.Node, t reflect.Type, path string) {
@@ -483,6 +542,10 @@ func (w *walker) structValue(buf *bytes.Buffer, n *yaml.Node, t reflect.Type, pa
 			if s := suggest(key, fields); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
+			if w.lenient {
+				w.warnAt(k, fpath, "%s: ignored (the object was printed by an API server newer than this build's %s)", msg, "k8s.io/api")
+				continue
+			}
 			w.errAt(k, fpath, "%s", msg)
 			continue
 		}
@@ -590,16 +653,27 @@ func (w *walker) object(n *yaml.Node, path string) {
 		w.list(n, path)
 		return
 	}
+	served := serverPrinted(n)
 	kinds, ok := objectKinds[av.Value]
 	if !ok {
+		if served {
+			w.warnAt(av, joinPath(path, "apiVersion"), "%s %s ignored: kube-proxy reads only v1 Node, Pod, Service and discovery.k8s.io/v1 EndpointSlice", av.Value, kd.Value)
+			return
+		}
 		w.errAt(av, joinPath(path, "apiVersion"), "unsupported apiVersion %q: objects are v1 Node, Pod, Service, List and discovery.k8s.io/v1 EndpointSlice", av.Value)
 		return
 	}
 	t, ok := kinds[kd.Value]
 	if !ok {
+		if served {
+			w.warnAt(kd, joinPath(path, "kind"), "%s %s ignored: kube-proxy reads only v1 Node, Pod, Service and discovery.k8s.io/v1 EndpointSlice", av.Value, kd.Value)
+			return
+		}
 		w.errAt(kd, joinPath(path, "kind"), "unsupported kind %q for apiVersion %s: objects are v1 Node, Pod, Service, List and discovery.k8s.io/v1 EndpointSlice", kd.Value, av.Value)
 		return
 	}
+	w.lenient = served
+	defer func() { w.lenient = false }()
 	before := len(w.rep.errs)
 	var buf bytes.Buffer
 	w.value(&buf, n, t, path)

@@ -66,7 +66,7 @@ func choices(set []string) string { return strings.Join(set, ", ") }
 // validate checks a decoded scenario and fills its defaults. It reports every
 // problem it finds, each located by position and field path.
 func validate(l *Loaded) ErrorList {
-	v := &validator{r: reporter{file: l.File, pos: l.pos}, sc: l.Scenario}
+	v := &validator{r: reporter{file: l.File, pos: l.pos}, sc: l.Scenario, warns: &l.Warnings}
 	v.header()
 	v.cluster()
 	v.proxy()
@@ -80,8 +80,13 @@ func validate(l *Loaded) ErrorList {
 }
 
 type validator struct {
-	r  reporter
-	sc *Scenario
+	r     reporter
+	sc    *Scenario
+	warns *ErrorList
+	// ignored are the objects accepted and not modelled (IPv6 and FQDN
+	// EndpointSlices, IPv6-only Services and their slices), by path; they
+	// are dropped from the scenario's objects after validation.
+	ignored map[string]bool
 
 	serviceCIDR, podCIDR, nodeNet netip.Prefix
 	nodes                         map[string]*nodeRef
@@ -99,6 +104,12 @@ type nodePortOwner struct {
 
 type nodeRef struct {
 	podCIDR netip.Prefix
+	ip      netip.Addr // the node's IPv4 InternalIP, when the scenario gives it
+}
+
+// warn records a warning for path, located as an error would be.
+func (v *validator) warn(path string, format string, args ...any) {
+	*v.warns = append(*v.warns, &FieldError{File: v.r.file, Pos: v.r.lookup(path), Field: path, Message: fmt.Sprintf(format, args...)})
 }
 
 type svcRef struct {
@@ -109,7 +120,10 @@ type svcRef struct {
 	// port when the seed chooses it as named (0 < generate.ports.named < 1):
 	// the port is named so in some runs and unnamed in others.
 	seedNamed string
-	headless  bool            // clusterIP: None: kube-proxy programs nothing for it
+	headless  bool // clusterIP: None: kube-proxy programs nothing for it
+	// noRules says why kube-proxy programs nothing for a Service that is not
+	// headless (ExternalName; IPv6 only); "" when it does.
+	noRules   string
 	pods      map[string]bool // endpoint targetRef names (objects only)
 	addrs     map[string]bool // endpoint addresses (objects only)
 	generated bool
@@ -243,17 +257,17 @@ func NodeName(pattern string, i int) string {
 	return strings.ReplaceAll(pattern, "{i}", fmt.Sprint(i))
 }
 
-func (v *validator) node(path, name, podCIDR, ip string) {
+func (v *validator) node(path, name, podCIDR, ip string) *nodeRef {
 	if name == "" {
 		v.r.at(path+".name", "required")
-		return
+		return nil
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		v.r.at(path+".name", "%q is not a valid node name: %s", name, errs[0])
 	}
 	if _, dup := v.nodes[name]; dup {
 		v.r.at(path+".name", "node %q is defined twice", name)
-		return
+		return nil
 	}
 	ref := &nodeRef{}
 	if podCIDR != "" {
@@ -277,9 +291,12 @@ func (v *validator) node(path, name, podCIDR, ip string) {
 			v.r.at(path+".ip", "%q is not an IPv4 address", ip)
 		} else if v.nodeNet.IsValid() && !v.nodeNet.Contains(a) {
 			v.r.at(path+".ip", "%s is not inside cluster.nodeNetwork %s", a, v.nodeNet)
+		} else {
+			ref.ip = a
 		}
 	}
 	v.nodes[name] = ref
+	return ref
 }
 
 func (v *validator) proxy() {
@@ -334,12 +351,10 @@ func (v *validator) objects() {
 	v.clusterIPs = map[netip.Addr]string{}
 	v.nodePorts = map[int32]nodePortOwner{}
 	// Nodes first, so that every other kind can refer to them.
+	v.ignored = map[string]bool{}
 	for _, o := range v.sc.Objects {
 		if n, ok := o.Object.(*corev1.Node); ok {
-			v.node(o.Path, n.Name, n.Spec.PodCIDR, "")
-			if n.Name != "" && len(n.Spec.PodCIDRs) > 1 {
-				v.r.at(o.Path+".spec.podCIDRs", "only one (IPv4) pod CIDR per node is supported")
-			}
+			v.nodeObject(o.Path, n)
 		}
 	}
 	if len(v.nodes) == 0 {
@@ -354,6 +369,9 @@ func (v *validator) objects() {
 	for _, o := range v.sc.Objects {
 		switch x := o.Object.(type) {
 		case *discoveryv1.EndpointSlice:
+			if v.sliceIgnored(o.Path, x) {
+				continue
+			}
 			key := x.Namespace + "/" + x.Name
 			if prev, dup := slices[key]; dup && x.Name != "" {
 				v.r.at(o.Path+".metadata.name", "EndpointSlice %s is also defined at %s", key, prev)
@@ -364,6 +382,79 @@ func (v *validator) objects() {
 			v.pod(o.Path, x)
 		}
 	}
+	if len(v.ignored) > 0 {
+		kept := v.sc.Objects[:0:0]
+		for _, o := range v.sc.Objects {
+			if !v.ignored[o.Path] {
+				kept = append(kept, o)
+			}
+		}
+		v.sc.Objects = kept
+	}
+}
+
+// nodeObject registers a v1 Node: its IPv4 pod block (spec.podCIDR, or the
+// IPv4 entry of a dual-stack node's spec.podCIDRs; the IPv6 one is ignored
+// with a warning) and its IPv4 InternalIP (host-network endpoints have it).
+// The Node is rewritten to its IPv4 part.
+func (v *validator) nodeObject(path string, n *corev1.Node) {
+	cidr := n.Spec.PodCIDR
+	if len(n.Spec.PodCIDRs) > 1 || (cidr != "" && !strings.Contains(cidr, ".")) {
+		var v4, rest []string
+		for _, c := range append([]string{n.Spec.PodCIDR}, n.Spec.PodCIDRs...) {
+			if c == "" || slices.Contains(v4, c) || slices.Contains(rest, c) {
+				continue
+			}
+			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is6() {
+				rest = append(rest, c)
+			} else {
+				v4 = append(v4, c)
+			}
+		}
+		switch {
+		case len(v4) > 1:
+			v.r.at(path+".spec.podCIDRs", "only one IPv4 pod CIDR per node is supported, got %s", strings.Join(v4, ", "))
+		case len(rest) > 0:
+			v.warn(path+".spec.podCIDRs", "node %s: IPv6 pod CIDR %s ignored (IPv4 only)", n.Name, strings.Join(rest, ", "))
+		}
+		cidr = ""
+		if len(v4) > 0 {
+			cidr = v4[0]
+		}
+		n.Spec.PodCIDR = cidr
+		n.Spec.PodCIDRs = nil
+		if cidr != "" {
+			n.Spec.PodCIDRs = []string{cidr}
+		}
+	}
+	ref := v.node(path, n.Name, cidr, "")
+	if ref == nil {
+		return
+	}
+	if a, ok := NodeIPv4(n); ok {
+		ref.ip = a
+	} else if len(n.Status.Addresses) > 0 {
+		v.warn(path+".status.addresses", "node %s has no IPv4 InternalIP: it gets one from cluster.nodeNetwork", n.Name)
+	}
+}
+
+// sliceIgnored reports whether an EndpointSlice is accepted and not
+// modelled, as kube-proxy in an IPv4 cluster ignores it: an IPv6 or FQDN
+// slice, or a slice of an ignored Service. It warns, naming the slice.
+func (v *validator) sliceIgnored(path string, s *discoveryv1.EndpointSlice) bool {
+	defaultNamespace(&s.ObjectMeta)
+	name := s.Namespace + "/" + s.Name
+	switch s.AddressType {
+	case discoveryv1.AddressTypeIPv6, discoveryv1.AddressTypeFQDN:
+		v.warn(path+".addressType", "EndpointSlice %s (%s) ignored: kube-proxy here uses IPv4 slices only", name, s.AddressType)
+		v.ignored[path] = true
+		return true
+	}
+	if ref := v.services[s.Namespace+"/"+s.Labels[discoveryv1.LabelServiceName]]; ref != nil && ref.noRules != "" && !ref.headless {
+		v.ignored[path] = true
+		return true
+	}
+	return false
 }
 
 func defaultNamespace(m *metav1.ObjectMeta) {
@@ -402,8 +493,20 @@ func (v *validator) service(path string, s *corev1.Service) {
 	key, ref := v.serviceRef(path, s)
 	sp := path + ".spec"
 	v.serviceType(sp, s, ref)
-	v.clusterIP(sp, key, s)
+	if s.Spec.Type == corev1.ServiceTypeExternalName {
+		// A DNS name, no rules: kube-proxy skips it. The API server still
+		// requires the name and valid ports, if any.
+		if s.Spec.ExternalName == "" {
+			v.r.at(sp+".externalName", "required for an ExternalName Service")
+		}
+		for i := range s.Spec.Ports {
+			v.servicePort(fmt.Sprintf("%s.ports[%d]", sp, i), key, s, i, ref, map[portKey]bool{})
+		}
+		return
+	}
+	v.clusterIP(path, key, s, ref)
 	v.servicePorts(sp, key, s, ref)
+	v.trafficDistribution(sp, s)
 	if s.Spec.AllocateLoadBalancerNodePorts != nil && s.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		v.r.at(sp+".allocateLoadBalancerNodePorts", "applies only to LoadBalancer Services")
 	}
@@ -430,8 +533,8 @@ func (v *validator) serviceRef(path string, s *corev1.Service) (string, *svcRef)
 	return key, ref
 }
 
-// serviceType defaults the type to ClusterIP and refuses ExternalName,
-// which kube-proxy does not load-balance.
+// serviceType defaults the type to ClusterIP; an ExternalName Service is
+// accepted and, as in kube-proxy, gets no rules.
 func (v *validator) serviceType(sp string, s *corev1.Service, ref *svcRef) {
 	switch s.Spec.Type {
 	case "":
@@ -439,15 +542,48 @@ func (v *validator) serviceType(sp string, s *corev1.Service, ref *svcRef) {
 		ref.typ = s.Spec.Type
 	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
 	case corev1.ServiceTypeExternalName:
-		v.r.at(sp+".type", "ExternalName Services are not load-balanced by kube-proxy; remove it")
+		ref.noRules = "an ExternalName Service (a DNS name)"
 	default:
-		v.r.at(sp+".type", "unknown Service type %q (ClusterIP, NodePort or LoadBalancer)", s.Spec.Type)
+		v.r.at(sp+".type", "unknown Service type %q (ClusterIP, NodePort, LoadBalancer or ExternalName)", s.Spec.Type)
 	}
 }
 
 // clusterIP checks a requested cluster IP: IPv4, inside the service CIDR
-// and given to one Service only; dual-stack is refused.
-func (v *validator) clusterIP(sp, key string, s *corev1.Service) {
+// and given to one Service only. Of a dual-stack Service (clusterIPs,
+// ipFamilies) the IPv4 part is used and the rest ignored with a warning; an
+// IPv6-only Service is ignored with a warning, its slices with it.
+func (v *validator) clusterIP(path, key string, s *corev1.Service, ref *svcRef) {
+	sp := path + ".spec"
+	if len(s.Spec.ClusterIPs) > 1 || (s.Spec.ClusterIP != "" && s.Spec.ClusterIP != corev1.ClusterIPNone && strings.Contains(s.Spec.ClusterIP, ":")) {
+		var v4, v6 []string
+		for _, c := range append([]string{s.Spec.ClusterIP}, s.Spec.ClusterIPs...) {
+			if c == "" || c == corev1.ClusterIPNone || slices.Contains(v4, c) || slices.Contains(v6, c) {
+				continue
+			}
+			if a, err := netip.ParseAddr(c); err == nil && a.Is6() {
+				v6 = append(v6, c)
+			} else {
+				v4 = append(v4, c)
+			}
+		}
+		switch {
+		case len(v4) > 1:
+			v.r.at(sp+".clusterIPs", "a Service has at most one IPv4 ClusterIP, got %s", strings.Join(v4, ", "))
+			return
+		case len(v4) == 0 && len(v6) > 0:
+			v.warn(sp+".clusterIP", "Service %s ignored: it has only IPv6 ClusterIPs (%s), and IPv4 is what is modelled", key, strings.Join(v6, ", "))
+			ref.noRules = "an IPv6-only Service (ignored)"
+			v.ignored[path] = true
+			return
+		case len(v6) > 0:
+			v.warn(sp+".clusterIPs", "Service %s is dual-stack: its IPv4 ClusterIP %s is used, IPv6 %s ignored", key, v4[0], strings.Join(v6, ", "))
+		}
+		if s.Spec.ClusterIP != corev1.ClusterIPNone {
+			s.Spec.ClusterIP = v4[0]
+		}
+		s.Spec.ClusterIPs = v4
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	}
 	if s.Spec.ClusterIP != "" && s.Spec.ClusterIP != corev1.ClusterIPNone {
 		a, err := netip.ParseAddr(s.Spec.ClusterIP)
 		switch {
@@ -462,8 +598,20 @@ func (v *validator) clusterIP(sp, key string, s *corev1.Service) {
 			v.clusterIPs[a] = key
 		}
 	}
-	if len(s.Spec.ClusterIPs) > 1 {
-		v.r.at(sp+".clusterIPs", "only single-stack IPv4 Services are supported")
+}
+
+// trafficDistribution checks the Service's trafficDistribution: the values
+// the API accepts (PreferClose, and PreferSameZone and PreferSameNode, GA in
+// Kubernetes 1.35).
+func (v *validator) trafficDistribution(sp string, s *corev1.Service) {
+	d := s.Spec.TrafficDistribution
+	if d == nil {
+		return
+	}
+	switch *d {
+	case corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferSameNode:
+	default:
+		v.r.at(sp+".trafficDistribution", "unknown value %q (PreferClose, PreferSameZone or PreferSameNode)", *d)
 	}
 }
 
@@ -476,7 +624,7 @@ type portKey struct {
 // servicePorts checks that the Service has ports and checks each one,
 // collecting their names in ref.
 func (v *validator) servicePorts(sp, key string, s *corev1.Service, ref *svcRef) {
-	if len(s.Spec.Ports) == 0 {
+	if len(s.Spec.Ports) == 0 && s.Spec.ClusterIP != corev1.ClusterIPNone {
 		v.r.at(sp+".ports", "a Service needs at least one port")
 	}
 	seenPort := map[portKey]bool{}
@@ -506,11 +654,9 @@ func (v *validator) servicePort(pp, key string, s *corev1.Service, i int, ref *s
 	switch p.Protocol {
 	case "":
 		s.Spec.Ports[i].Protocol = corev1.ProtocolTCP
-	case corev1.ProtocolTCP, corev1.ProtocolUDP:
-	case corev1.ProtocolSCTP:
-		v.r.at(pp+".protocol", "SCTP is not supported (TCP or UDP)")
+	case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
 	default:
-		v.r.at(pp+".protocol", "unknown protocol %q (TCP or UDP)", p.Protocol)
+		v.r.at(pp+".protocol", "unknown protocol %q (TCP, UDP or SCTP)", p.Protocol)
 	}
 	if errs := validation.IsValidPortNum(int(p.Port)); len(errs) > 0 {
 		v.r.at(pp+".port", "%d: %s", p.Port, errs[0])
@@ -649,6 +795,32 @@ func (v *validator) inNodeCIDR(path string, a netip.Addr, node string) {
 	}
 }
 
+// endpointAddr checks where an endpoint address may be, as kube-proxy
+// DNATs to any: in its node's pod block; or the node's own address (a
+// host-network pod); or, for an endpoint that names no node, any node's
+// address or an address outside the cluster's ranges (default/kubernetes
+// points at the control plane's addresses, which on a managed cluster are
+// no node's).
+func (v *validator) endpointAddr(path string, a netip.Addr, node string) {
+	if n, ok := v.nodes[node]; ok && n.ip == a {
+		return
+	}
+	if node == "" {
+		for _, n := range v.nodes {
+			if n.ip == a {
+				return
+			}
+		}
+		if !v.podCIDR.Contains(a) {
+			if v.serviceCIDR.IsValid() && v.serviceCIDR.Contains(a) {
+				v.r.at(path, "%s is inside cluster.serviceCIDR %s: an endpoint is a pod's or a host's address", a, v.serviceCIDR)
+			}
+			return
+		}
+	}
+	v.inNodeCIDR(path, a, node)
+}
+
 func (v *validator) slice(path string, s *discoveryv1.EndpointSlice) {
 	v.meta(path, &s.ObjectMeta, false)
 	svcName := s.Labels[discoveryv1.LabelServiceName]
@@ -659,7 +831,7 @@ func (v *validator) slice(path string, s *discoveryv1.EndpointSlice) {
 		v.r.at(path+".metadata.labels."+discoveryv1.LabelServiceName, "Service %s/%s is not defined in this scenario", s.Namespace, svcName)
 	}
 	if s.AddressType != discoveryv1.AddressTypeIPv4 {
-		v.r.at(path+".addressType", "must be IPv4, got %q", s.AddressType)
+		v.r.at(path+".addressType", "must be IPv4 (IPv6 and FQDN slices are ignored), got %q", s.AddressType)
 	}
 	if len(s.Endpoints) > apiMaxEndpointsPerSlice {
 		v.r.at(path+".endpoints", "%d endpoints: the API allows at most %d per slice", len(s.Endpoints), apiMaxEndpointsPerSlice)
@@ -678,8 +850,8 @@ func (v *validator) slice(path string, s *discoveryv1.EndpointSlice) {
 		} else if errs := validation.IsValidPortNum(int(*p.Port)); len(errs) > 0 {
 			v.r.at(pp+".port", "%d: %s", *p.Port, errs[0])
 		}
-		if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP && *p.Protocol != corev1.ProtocolUDP {
-			v.r.at(pp+".protocol", "unknown protocol %q (TCP or UDP)", *p.Protocol)
+		if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP && *p.Protocol != corev1.ProtocolUDP && *p.Protocol != corev1.ProtocolSCTP {
+			v.r.at(pp+".protocol", "unknown protocol %q (TCP, UDP or SCTP)", *p.Protocol)
 		}
 	}
 	for i, e := range s.Endpoints {
@@ -701,7 +873,7 @@ func (v *validator) slice(path string, s *discoveryv1.EndpointSlice) {
 				v.r.at(ap, "%q is not an IPv4 address", addr)
 				continue
 			}
-			v.inNodeCIDR(ap, a, node)
+			v.endpointAddr(ap, a, node)
 			if ref != nil {
 				ref.addrs[addr] = true
 			}
@@ -723,13 +895,33 @@ func (v *validator) pod(path string, p *corev1.Pod) {
 		}
 	}
 	if p.Status.PodIP != "" {
+		if a, ok := PodIPv4(p); ok && a.String() != p.Status.PodIP {
+			// dual-stack, IPv6 first: the IPv4 address is the one used
+			p.Status.PodIP = a.String()
+		}
 		a, err := netip.ParseAddr(p.Status.PodIP)
-		if err != nil || !a.Is4() {
+		switch {
+		case err == nil && a.Is6():
+			v.warn(path+".status.podIP", "Pod %s/%s has only IPv6 addresses: ignored as an endpoint source", p.Namespace, p.Name)
+			p.Status.PodIP = ""
+		case err != nil || !a.Is4():
 			v.r.at(path+".status.podIP", "%q is not an IPv4 address", p.Status.PodIP)
-		} else if !p.Spec.HostNetwork {
+		case p.Spec.HostNetwork:
+		case v.isNodeIP(a):
+			// a host-network pod whose spec the dump trimmed
+		default:
 			v.inNodeCIDR(path+".status.podIP", a, p.Spec.NodeName)
 		}
 	}
+}
+
+func (v *validator) isNodeIP(a netip.Addr) bool {
+	for _, n := range v.nodes {
+		if n.ip == a {
+			return true
+		}
+	}
+	return false
 }
 
 func (v *validator) fraction(path string, f float64) {
@@ -984,6 +1176,8 @@ func (v *validator) checkTarget(cp string, c *Check) {
 	case ref == nil:
 	case ref.headless:
 		v.r.at(cp+".service", "Service %s is headless (clusterIP: None): kube-proxy programs nothing for it, so there is nothing to check", c.Service)
+	case ref.noRules != "":
+		v.r.at(cp+".service", "Service %s is %s: kube-proxy programs nothing for it, so there is nothing to check", c.Service, ref.noRules)
 	case c.Port != "":
 		v.port(cp+".port", c.Service, ref, c.Port)
 	case len(ref.ports) > 1:

@@ -78,6 +78,7 @@ func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f
 		return err
 	}
 	defer m.Close()
+	printWarnings(s.Err, m.Loaded.Warnings)
 	cals, err := simulate.Calibrations(f.calibration)
 	if err != nil {
 		return err

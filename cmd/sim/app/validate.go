@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -48,6 +49,15 @@ func expandArgs(args []string) ([]string, error) {
 	return files, nil
 }
 
+// printWarnings writes a scenario's warnings (accepted, not modelled or
+// inferred) one per line: file:line:column: warning: field: message.
+func printWarnings(w io.Writer, l scenario.ErrorList) {
+	l.Sort()
+	for _, e := range l {
+		fmt.Fprintln(w, e.Warning())
+	}
+}
+
 type validateResult struct {
 	File   string                 `json:"file"`
 	Valid  bool                   `json:"valid"`
@@ -76,6 +86,7 @@ with file:line:column and the field path. Exit 0 when all are valid, 2 otherwise
 				r := validateResult{File: f, Valid: true}
 				l, err := scenario.LoadFile(f)
 				if err == nil {
+					printWarnings(s.Err, l.Warnings)
 					_, err = scenario.Expand(l, nil)
 				}
 				if err != nil {
