@@ -95,7 +95,7 @@ func TestRoundTripMustShow(t *testing.T) {
 		_, r := find(t, "iptables-nft-uniform-probability.tar.gz", "demo/web:http")
 		p := portOf(t, r, "demo/web:http")
 		if p.RulesFair || !hasKind(r, "demo/web:http", KindUnequalRules) {
-			t.Errorf("rules fair %v, findings %v: want %s", p.RulesFair, kinds(r), KindUnequalRules)
+			t.Errorf("rules fair %v, findings %v: want %s", p.RulesFair, findingKinds(r), KindUnequalRules)
 		}
 		if !p.P.Valid() || math.IsNaN(float64(p.P)) || p.P > 1e-4 {
 			t.Errorf("p %v (n %d), want about 0", p.P, p.N)
@@ -105,7 +105,7 @@ func TestRoundTripMustShow(t *testing.T) {
 		_, r := find(t, "iptables-nft-correct.tar.gz", "demo/sticky:http")
 		p := portOf(t, r, "demo/sticky:http")
 		if hasLevel(r, "demo/sticky:http", LevelFinding) || p.Verdict != "fair" && p.Verdict != "explained" {
-			t.Errorf("verdict %q, findings %v: want fair or explained, no finding", p.Verdict, kinds(r))
+			t.Errorf("verdict %q, findings %v: want fair or explained, no finding", p.Verdict, findingKinds(r))
 		}
 		t.Logf("affinity port: verdict %q, tested %q n %d", p.Verdict, p.Tested, p.TestN)
 	})
@@ -147,7 +147,7 @@ func hasLevel(r *Report, port string, l Level) bool {
 	return false
 }
 
-func kinds(r *Report) []string {
+func findingKinds(r *Report) []string {
 	var out []string
 	for _, f := range r.Findings {
 		out = append(out, string(f.Level)+" "+f.Kind+" "+f.Port)
