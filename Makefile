@@ -25,6 +25,9 @@
 #                 with empty HOME, Go module and build caches and VM cache, as
 #                 on a brand-new machine; prints the wall time
 #   make fuzz     every fuzz target for FUZZTIME (10m) each, one after another
+#   make diagnose-dumps  regenerate sim diagnose's round-trip data
+#                 (harness/diagnose/testdata/dumps: sim conform --dump per
+#                 mode, correct and per named fault; root, about 4 minutes)
 #   make results  regenerate the committed outputs in results/ (sim run
 #                 scenarios/1000-services.yaml --out results/1000-services)
 
@@ -199,7 +202,7 @@ conformance-upstream: sim upstream
 # archive per run (CONFIG-CASE.tar.gz: the dump folder, manifest.json at its
 # top; tar xzf to read it). A fault run exits 1 (its check failed): any
 # other exit but 0 stops the target. Root; run it under the heavy lock:
-# flock /tmp/kpsim-heavy.lock make diagnose-dumps (about 5 minutes here).
+# flock /tmp/kpsim-heavy.lock make diagnose-dumps (224 s here, 148 kB).
 DIAGNOSE_DUMPS = harness/diagnose/testdata/dumps
 DIAGNOSE_SCENARIOS = scenarios/testdata/diagnose
 DIAGNOSE_CONFIGS = iptables-nft:--mode=iptables,--iptables-backend=nft iptables-legacy:--mode=iptables,--iptables-backend=legacy \
