@@ -25,6 +25,9 @@
 #                 with empty HOME, Go module and build caches and VM cache, as
 #                 on a brand-new machine; prints the wall time
 #   make fuzz     every fuzz target for FUZZTIME (10m) each, one after another
+#   make diagnose-dumps  regenerate sim diagnose's round-trip data
+#                 (harness/diagnose/testdata/dumps: sim conform --dump per
+#                 mode, correct and per named fault; root, about 4 minutes)
 #   make results  regenerate the committed outputs in results/ (sim run
 #                 scenarios/1000-services.yaml --out results/1000-services)
 
@@ -190,6 +193,39 @@ conformance-upstream: sim upstream
 		$(BIN) conform scenarios/conformance/ --subject kube-proxy --mode $$mode \
 			--junit $(TEST_DIR)/kpsim-junit-kube-proxy-$$mode.xml --summary $(TEST_DIR)/kpsim-summary-kube-proxy-$$mode.md || exit 1; \
 	done
+
+# diagnose-dumps regenerates sim diagnose's round-trip test data
+# (harness/diagnose/testdata/dumps/, committed; never edit it by hand): sim
+# conform --dump over scenarios/testdata/diagnose/ in iptables mode (both
+# backends) and nftables mode (kube-proxy's layout), on the correct dataplane
+# and with each named fault on the scenario whose check catches it. One
+# archive per run (CONFIG-CASE.tar.gz: the dump folder, manifest.json at its
+# top; tar xzf to read it). A fault run exits 1 (its check failed): any
+# other exit but 0 stops the target. Root; run it under the heavy lock:
+# flock /tmp/kpsim-heavy.lock make diagnose-dumps (224 s here, 148 kB).
+DIAGNOSE_DUMPS = harness/diagnose/testdata/dumps
+DIAGNOSE_SCENARIOS = scenarios/testdata/diagnose
+DIAGNOSE_CONFIGS = iptables-nft:--mode=iptables,--iptables-backend=nft iptables-legacy:--mode=iptables,--iptables-backend=legacy \
+	nftables:--mode=nftables,--layout=kube-proxy
+DIAGNOSE_FAULTS = uniform-probability:fair skew-at-mde:fair drop-last-endpoint:fair keep-not-ready:flapping \
+	keep-deleted-endpoint:terminating ignore-local-policy:local affinity-no-timeout:affinity
+.PHONY: diagnose-dumps
+diagnose-dumps: sim
+	@if [ "$$(id -u)" != 0 ]; then echo "make diagnose-dumps: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; start=$$(date +%s); \
+	mkdir -p $(DIAGNOSE_DUMPS) && rm -f $(DIAGNOSE_DUMPS)/*.tar.gz || exit 1; \
+	one() { name=$$1; flags=$$2; case=$$3; shift 3; d=$$tmp/$$name-$$case; t0=$$(date +%s); \
+		timeout 900 $(BIN) conform "$$@" $$(echo $$flags | tr , ' ') --dump $$d >$$d.log 2>&1; rc=$$?; \
+		if [ $$rc -gt 1 ] || [ ! -f $$d/manifest.json ]; then echo "make diagnose-dumps: $$name $$case: sim conform exited $$rc"; tail -20 $$d.log; return 1; fi; \
+		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$d -cf - . | gzip -9n > $(DIAGNOSE_DUMPS)/$$name-$$case.tar.gz || return 1; \
+		echo "diagnose-dumps: $$name-$$case: exit $$rc, $$(( $$(date +%s) - t0 )) s, $$(wc -c < $(DIAGNOSE_DUMPS)/$$name-$$case.tar.gz) bytes"; }; \
+	for cfg in $(DIAGNOSE_CONFIGS); do name=$${cfg%%:*}; flags=$${cfg#*:}; \
+		one $$name $$flags correct $(DIAGNOSE_SCENARIOS)/ || exit 1; \
+		for fc in $(DIAGNOSE_FAULTS); do fault=$${fc%%:*}; sc=$${fc#*:}; \
+			one $$name $$flags $$fault --fault $$fault $(DIAGNOSE_SCENARIOS)/$$sc.yaml || exit 1; \
+		done; \
+	done; \
+	echo "diagnose-dumps: $$(( $$(date +%s) - start )) s in all, $$(du -cb $(DIAGNOSE_DUMPS)/*.tar.gz | tail -1 | cut -f1) bytes in $(DIAGNOSE_DUMPS)"
 
 # harness-calibration checks the checker at length and writes
 # results/harness-calibration/: the whole suite on the simulated machine
