@@ -552,3 +552,198 @@ func TestOutputs(t *testing.T) {
 		t.Errorf("json without counters: %v\n%s", err, js.String())
 	}
 }
+
+func TestIPVSQuiescedAndWeights(t *testing.T) {
+	// Weights 2:1:1 and a quiesced server with old connections.
+	sp := port("ns/v:p", []float64{0.5, 0.25, 0.25, 0}, []uint64{5030, 2480, 2490, 7000})
+	sp.Scheduler = "wrr"
+	for i, w := range []int{2, 1, 1, 0} {
+		sp.Endpoints[i].Weight = w
+	}
+	d := &Dump{File: "ipvs.txt", Format: FormatIPVSAdm, Mode: "ipvs", Counters: true, Ports: []*ServicePort{sp}}
+	r := Analyze(d, Options{})
+	if r.Problems() || r.Ports[0].Verdict != "fair" || r.Ports[0].TestN != 10000 {
+		t.Fatalf("verdict %s n %d: %+v", r.Ports[0].Verdict, r.Ports[0].TestN, r.Findings)
+	}
+	if r.Ports[0].Endpoints[0].Intended != 0.5 {
+		t.Errorf("intended %v", r.Ports[0].Endpoints[0].Intended)
+	}
+	// Equal weights where the counts follow 2:1:1 are a skew.
+	for i := range 3 {
+		sp.Endpoints[i].Weight, sp.Endpoints[i].P = 1, 1.0/3
+	}
+	if r := Analyze(d, Options{}); has(r, LevelFinding, KindSkew) == nil {
+		t.Fatalf("equal weights: %+v", r.Findings)
+	}
+}
+
+func TestClientsWithoutCounters(t *testing.T) {
+	// nftables: no counters, but the affinity sets name the clients.
+	sp := port("ns/aff:p", []float64{0.5, 0.5}, nil)
+	sp.Scheduler = "numgen"
+	sp.Affinity = &Affinity{Timeout: 3 * time.Hour, Mechanism: "set", ClientsKnown: true}
+	for i, n := range []int{60, 20} {
+		for j := range n {
+			sp.Endpoints[i].Clients = append(sp.Endpoints[i].Clients, Client{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i), byte(j)}), Expires: time.Hour})
+		}
+	}
+	d := &Dump{File: "x.nft", Format: FormatNFT, Mode: "nftables", CountersWhy: "kube-proxy adds no counters in nftables mode", Ports: []*ServicePort{sp}}
+	r := Analyze(d, Options{})
+	if f := has(r, LevelFinding, KindSkew); f == nil || !strings.Contains(f.Message, "observed clients") || r.Ports[0].TestN != 80 {
+		t.Fatalf("%+v", r.Findings)
+	}
+	if f := has(r, LevelNote, KindNoCounters); f == nil || !strings.Contains(f.Message, "kube-proxy adds no counters") {
+		t.Errorf("%+v", r.Findings)
+	}
+	sp.Endpoints[1].Clients = append(sp.Endpoints[1].Clients, sp.Endpoints[0].Clients[:20]...)
+	sp.Endpoints[0].Clients = sp.Endpoints[0].Clients[20:]
+	if r := Analyze(d, Options{}); r.Problems() || r.Ports[0].Verdict != "fair" {
+		t.Fatalf("even clients: %s %+v", r.Ports[0].Verdict, r.Findings)
+	}
+}
+
+func TestLocalNoEndpointWithoutAPI(t *testing.T) {
+	sp := port("ns/loc:p", nil, nil)
+	sp.LocalOnly, sp.NoEndpoints = true, "DROP"
+	r := Analyze(dumpOf(true, sp), Options{})
+	if has(r, LevelFinding, KindNoLocal) == nil {
+		t.Fatalf("%+v", r.Findings)
+	}
+	sp.LocalOnly = false
+	sp.NoEndpoints = "REJECT"
+	if r := Analyze(dumpOf(true, sp), Options{}); r.Problems() || has(r, LevelNote, "no-endpoints") == nil {
+		t.Fatalf("%+v", r.Findings)
+	}
+}
+
+const termAPI = `apiVersion: kpsim.dev/v1alpha1
+kind: Scenario
+metadata:
+  name: term
+cluster:
+  serviceCIDR: 10.96.0.0/16
+  podCIDR: 10.244.0.0/16
+  nodeCIDRMaskSize: 24
+  nodes:
+    - name: node-1
+      zone: a
+      podCIDR: 10.244.1.0/24
+    - name: node-2
+      zone: b
+      podCIDR: 10.244.2.0/24
+objects:
+  - apiVersion: v1
+    kind: Service
+    metadata: {name: t, namespace: ns}
+    spec:
+      clusterIP: 10.96.0.70
+      ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
+  - apiVersion: discovery.k8s.io/v1
+    kind: EndpointSlice
+    metadata:
+      name: t-1
+      namespace: ns
+      labels: {kubernetes.io/service-name: t}
+    addressType: IPv4
+    ports: [{name: http, protocol: TCP, port: 8080}]
+    endpoints:
+      - addresses: ["10.244.1.10"]
+        nodeName: node-1
+        conditions: {ready: false, serving: true, terminating: true}
+      - addresses: ["10.244.2.10"]
+        nodeName: node-2
+        conditions: {ready: false, serving: false, terminating: true}
+  - apiVersion: v1
+    kind: Service
+    metadata: {name: z, namespace: ns}
+    spec:
+      clusterIP: 10.96.0.80
+      ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
+  - apiVersion: discovery.k8s.io/v1
+    kind: EndpointSlice
+    metadata:
+      name: z-1
+      namespace: ns
+      labels: {kubernetes.io/service-name: z}
+    addressType: IPv4
+    ports: [{name: http, protocol: TCP, port: 8080}]
+    endpoints:
+      - addresses: ["10.244.1.20"]
+        nodeName: node-1
+        conditions: {ready: true}
+        hints: {forZones: [{name: a}]}
+      - addresses: ["10.244.2.20"]
+        nodeName: node-2
+        conditions: {ready: true}
+        hints: {forZones: [{name: b}]}
+`
+
+// TestTerminatingAndHints: serving-terminating endpoints are expected only
+// when none is ready; zone hints narrow the set to the node's zone.
+func TestTerminatingAndHints(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(path, []byte(termAPI), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api, err := LoadAPI(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := port("", []float64{1}, nil)
+	term.ClusterIP = netip.MustParseAddr("10.96.0.70")
+	term.Endpoints[0].Addr = netip.MustParseAddrPort("10.244.1.10:8080")
+	z := port("", []float64{1}, nil)
+	z.ClusterIP = netip.MustParseAddr("10.96.0.80")
+	z.Endpoints[0].Addr = netip.MustParseAddrPort("10.244.1.20:8080")
+	r := Analyze(dumpOf(false, term, z), Options{API: api, Node: "node-1"})
+	if r.Problems() {
+		t.Fatalf("%+v", r.Findings)
+	}
+	// The not-serving terminating endpoint in the rules is stale; on
+	// node-2 (zone b) the zone-a endpoint is outside the hints and the
+	// zone-b one is missing.
+	term.Endpoints[0].P = 0.5
+	term.Endpoints = append(term.Endpoints, &Endpoint{Addr: netip.MustParseAddrPort("10.244.2.10:8080"), P: 0.5})
+	r = Analyze(dumpOf(false, term, z), Options{API: api, Node: "node-2"})
+	var got []string
+	for _, f := range r.Findings {
+		if f.Level == LevelFinding {
+			got = append(got, f.Message)
+		}
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{
+		"endpoint 10.244.2.10:8080 is in the rules but not serving",
+		"endpoint 10.244.1.20:8080 is outside zone b's topology hints",
+		"endpoint 10.244.2.20:8080 is ready in the API",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("lacks %q:\n%s", want, all)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("want 3 findings:\n%s", all)
+	}
+}
+
+func TestInferNodeFromPodCIDR(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(path, []byte(termAPI), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api, err := LoadAPI(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := port("ns/z:http", []float64{1}, nil)
+	loc.ClusterIP, loc.LocalOnly = netip.MustParseAddr("10.96.0.80"), true
+	loc.Endpoints[0].Addr = netip.MustParseAddrPort("10.244.2.20:8080")
+	r := Analyze(dumpOf(false, loc), Options{API: api})
+	if r.Node != "node-2" || !strings.Contains(r.NodeHow, "podCIDR") {
+		t.Fatalf("node %q %q", r.Node, r.NodeHow)
+	}
+	r = Analyze(dumpOf(false, port("ns/z:http", []float64{1}, nil)), Options{API: api})
+	if r.Node != "" || has(r, LevelNote, KindNodeUnknown) == nil {
+		t.Fatalf("node %q %+v", r.Node, r.Findings)
+	}
+}
