@@ -792,8 +792,8 @@ func (r *Report) starved(pr *PortReport) {
 // connections that its fresh choices or clients do not show.
 func (r *Report) affinityExplains(pr *PortReport, level float64) {
 	p := pr.port
-	if p.Affinity == nil || pr.N == 0 {
-		return
+	if p.Affinity == nil || pr.N == 0 || pr.Tested == "" {
+		return // without fresh choices or clients nothing shows it is affinity
 	}
 	obs := make([]float64, len(pr.Endpoints))
 	for i, e := range pr.Endpoints {

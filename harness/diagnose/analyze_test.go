@@ -747,3 +747,79 @@ func TestInferNodeFromPodCIDR(t *testing.T) {
 		t.Fatalf("node %q %+v", r.Node, r.Findings)
 	}
 }
+
+const nodePortAPI = `apiVersion: kpsim.dev/v1alpha1
+kind: Scenario
+metadata:
+  name: np
+cluster:
+  serviceCIDR: 10.96.0.0/16
+  podCIDR: 10.244.0.0/16
+  nodeCIDRMaskSize: 24
+  nodeNetwork: 192.168.0.0/24
+  nodes:
+    - name: node-1
+      ip: 192.168.0.2
+      podCIDR: 10.244.1.0/24
+    - name: node-2
+      ip: 192.168.0.3
+      podCIDR: 10.244.2.0/24
+objects:
+  - apiVersion: v1
+    kind: Service
+    metadata: {name: np, namespace: ns}
+    spec:
+      type: NodePort
+      clusterIP: 10.96.0.90
+      externalTrafficPolicy: Local
+      ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]
+  - apiVersion: discovery.k8s.io/v1
+    kind: EndpointSlice
+    metadata:
+      name: np-1
+      namespace: ns
+      labels: {kubernetes.io/service-name: np}
+    addressType: IPv4
+    ports: [{name: http, protocol: TCP, port: 8080}]
+    endpoints:
+      - addresses: ["10.244.1.30"]
+        nodeName: node-1
+        conditions: {ready: true}
+      - addresses: ["10.244.2.30"]
+        nodeName: node-2
+        conditions: {ready: true}
+`
+
+// TestNodePortVirtualServer: IPVS writes a virtual server per node address
+// and NodePort; it is matched to its Service by NodePort, checked against
+// externalTrafficPolicy, and names the node.
+func TestNodePortVirtualServer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(path, []byte(nodePortAPI), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api, err := LoadAPI(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(ip string, port int, local bool, eps ...string) *ServicePort {
+		sp := &ServicePort{ClusterIP: netip.MustParseAddr(ip), Port: port, Protocol: "tcp", Scheduler: "rr", Exact: true, LocalOnly: local}
+		for _, e := range eps {
+			sp.Endpoints = append(sp.Endpoints, &Endpoint{Addr: netip.MustParseAddrPort(e), P: 1 / float64(len(eps)), Weight: 1})
+		}
+		return sp
+	}
+	cip := mk("10.96.0.90", 80, false, "10.244.1.30:8080", "10.244.2.30:8080")
+	np := mk("192.168.0.3", 30080, true, "10.244.2.30:8080")
+	d := &Dump{File: "ipvs.txt", Format: FormatIPVSAdm, Mode: "ipvs", Ports: []*ServicePort{cip, np}}
+	r := Analyze(d, Options{API: api})
+	if r.Problems() || r.Node != "node-2" || r.Ports[1].Name != "ns/np:http (external)" {
+		t.Fatalf("node %q name %q %+v", r.Node, r.Ports[1].Name, kinds(r, LevelFinding))
+	}
+	// The NodePort sending to node-1's endpoint breaks externalTrafficPolicy Local.
+	np.Endpoints[0].Addr = netip.MustParseAddrPort("10.244.1.30:8080")
+	r = Analyze(d, Options{API: api})
+	if f := has(r, LevelFinding, KindLocalToRemote); f == nil || !strings.Contains(f.Message, "externalTrafficPolicy Local") {
+		t.Fatalf("%+v", kinds(r, LevelFinding))
+	}
+}

@@ -184,6 +184,33 @@ func (a *API) ports() map[string]*apiPort {
 	return out
 }
 
+// external finds the API port a dump's port stands for when its address is
+// no ClusterIP: an externalIP or load-balancer IP with the port, else a
+// NodePort (IPVS writes a virtual server per node address and NodePort).
+func external(ports map[string]*apiPort, pr *PortReport) *apiPort {
+	p := pr.port
+	proto := strings.ToLower(p.Protocol)
+	var byNodePort *apiPort
+	for _, ap := range ports {
+		if protoOf(ap.port.Protocol) != proto {
+			continue
+		}
+		if int(ap.port.Port) == p.Port {
+			ips := slices.Clone(ap.svc.Spec.ExternalIPs)
+			for _, in := range ap.svc.Status.LoadBalancer.Ingress {
+				ips = append(ips, in.IP)
+			}
+			if slices.Contains(ips, p.ClusterIP.String()) {
+				return ap
+			}
+		}
+		if ap.port.NodePort != 0 && int(ap.port.NodePort) == p.Port {
+			byNodePort = ap
+		}
+	}
+	return byNodePort
+}
+
 // clusterSet is the endpoints Cluster traffic should reach from node in
 // zone: ready ones (narrowed by zone hints when every ready endpoint has
 // one and one names the zone), else the serving and terminating ones.
@@ -250,7 +277,7 @@ func inferNode(d *Dump, a *API) (string, string) {
 			if ad.Type != corev1.NodeInternalIP || ad.Address == "" {
 				continue
 			}
-			if dumpMentions(d, ad.Address) {
+			if dumpMentions(d, ad.Address) || dumpServes(d, ad.Address) {
 				hits = append(hits, n.Name)
 			}
 		}
@@ -319,6 +346,16 @@ func dumpMentions(d *Dump, ip string) bool {
 	return false
 }
 
+// dumpServes reports a port on the address (IPVS NodePort virtual servers).
+func dumpServes(d *Dump, ip string) bool {
+	for _, p := range d.Ports {
+		if p.ClusterIP.String() == ip {
+			return true
+		}
+	}
+	return false
+}
+
 func isAddrByte(b byte) bool { return b >= '0' && b <= '9' || b == '.' }
 
 // checkAPI compares the dump with the API.
@@ -349,18 +386,25 @@ func checkAPI(r *Report, d *Dump, opt Options) {
 	api := a.ports()
 	seen := map[string]bool{}
 	for _, pr := range r.Ports {
-		ap := api[pr.Key]
+		ap, ext := api[pr.Key], false
 		if ap == nil {
-			r.add(LevelFinding, KindStaleService, pr, fmt.Sprintf("the rules handle %s, which no Service of the API has: stale rules of a deleted Service", pr.Key), pr.Evidence...)
-			continue
+			if ap = external(api, pr); ap == nil {
+				r.add(LevelFinding, KindStaleService, pr, fmt.Sprintf("the rules handle %s, which no Service of the API has: stale rules of a deleted Service", pr.Key), pr.Evidence...)
+				continue
+			}
+			ext = true
+		} else {
+			seen[pr.Key] = true
 		}
-		seen[pr.Key] = true
 		if pr.Name == "" {
 			pr.Name = ap.name
+			if ext {
+				pr.Name += " (external)"
+			}
 		} else if pr.Name != ap.name {
 			r.add(LevelNote, "name-differs", pr, fmt.Sprintf("the rules' comment names %s, the API %s", pr.Name, ap.name), pr.Evidence...)
 		}
-		comparePort(r, pr, ap, node, zone, d.Mode)
+		comparePort(r, pr, ap, node, zone, d.Mode, ext)
 	}
 	for key, ap := range api {
 		if seen[key] || ap.svc.Spec.ClusterIP == corev1.ClusterIPNone {
@@ -380,7 +424,7 @@ func checkAPI(r *Report, d *Dump, opt Options) {
 	}
 }
 
-func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string) {
+func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string, ext bool) {
 	p := pr.port
 	// Affinity.
 	switch {
@@ -391,9 +435,14 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 	case p.Affinity != nil && p.Affinity.Timeout != ap.affinity:
 		r.add(LevelFinding, KindAffinityTimeout, pr, fmt.Sprintf("the rules' affinity timeout is %s, the Service's sessionAffinityConfig.clientIP.timeoutSeconds %s", p.Affinity.Timeout, ap.affinity), p.Affinity.Evidence, ap.svcLine)
 	}
-	// Local policy.
-	if ap.itpLocal && !p.LocalOnly {
-		r.add(LevelFinding, KindLocalIgnored, pr, "the Service has internalTrafficPolicy Local but the rules send this node's traffic to every endpoint", append([]Line{ap.svcLine}, pr.Evidence...)...)
+	// Local policy: internalTrafficPolicy for the ClusterIP, external for
+	// NodePorts, externalIPs and load-balancer IPs.
+	policy, local := "internalTrafficPolicy", ap.itpLocal
+	if ext {
+		policy, local = "externalTrafficPolicy", ap.etpLocal
+	}
+	if local && !p.LocalOnly {
+		r.add(LevelFinding, KindLocalIgnored, pr, fmt.Sprintf("the Service has %s Local but the rules send this traffic to every node's endpoints", policy), append([]Line{ap.svcLine}, pr.Evidence...)...)
 	}
 	var want []apiEndpoint
 	hinted := false
@@ -402,13 +451,13 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 		return
 	case p.LocalOnly:
 		want = localSet(ap.eps, node)
-		if len(want) == 0 {
+		if len(want) == 0 && !ext {
 			r.add(LevelFinding, KindNoLocal, pr, fmt.Sprintf("internalTrafficPolicy Local and no serving endpoint on node %s: traffic from this node's pods to it is dropped", node), append([]Line{ap.svcLine}, pr.Evidence...)...)
 		}
 	default:
 		want, hinted = clusterSet(ap.eps, zone)
 	}
-	if ap.etpLocal && node != "" && len(localSet(ap.eps, node)) == 0 {
+	if !ext && ap.etpLocal && node != "" && len(localSet(ap.eps, node)) == 0 {
 		r.add(LevelNote, KindNoLocal, pr, fmt.Sprintf("externalTrafficPolicy Local and no endpoint on node %s: external traffic arriving here is dropped (load balancers' health checks steer away from such nodes)", node), ap.svcLine)
 	}
 	wantSet := map[netip.AddrPort]bool{}
@@ -436,7 +485,7 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 		case !inAPI:
 			r.add(LevelFinding, KindStale, pr, fmt.Sprintf("endpoint %s is in the rules but in no EndpointSlice of %s: stale (deleted)", e.Addr, ap.name), e.Evidence, ap.svcLine)
 		case p.LocalOnly && ae.node != node:
-			r.add(LevelFinding, KindLocalToRemote, pr, fmt.Sprintf("endpoint %s is on node %s, but internalTrafficPolicy Local allows only node %s's endpoints", e.Addr, orUnknown(ae.node), node), e.Evidence, apiLine(ae, r))
+			r.add(LevelFinding, KindLocalToRemote, pr, fmt.Sprintf("endpoint %s is on node %s, but %s Local allows only node %s's endpoints", e.Addr, orUnknown(ae.node), policy, node), e.Evidence, apiLine(ae, r))
 		case !ae.serving:
 			r.add(LevelFinding, KindStale, pr, fmt.Sprintf("endpoint %s is in the rules but not serving in the API (ready=%t, serving=false): stale", e.Addr, ae.ready), e.Evidence, apiLine(ae, r))
 		case !ae.ready && ae.terminating:
