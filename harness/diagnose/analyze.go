@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kpsim/kpsim/harness/stats"
@@ -121,6 +122,7 @@ const (
 	KindLocalToRemote    = "local-traffic-to-other-node"
 	KindLocalIgnored     = "local-policy-not-applied"
 	KindAffinityTimeout  = "affinity-timeout-differs"
+	KindAffinityForever  = "affinity-without-timeout"
 	KindAffinityMissing  = "affinity-differs"
 	KindNodeUnknown      = "node-unknown"
 	KindGraceful         = "graceful-termination"
@@ -193,8 +195,8 @@ type EndpointReport struct {
 	Clients  int            `json:"clients,omitempty"`
 	Expected float64        `json:"expected"`
 	Share    float64        `json:"share"`
-	Lo       float64        `json:"lo"`
-	Hi       float64        `json:"hi"`
+	Lo       Float          `json:"lo"`
+	Hi       Float          `json:"hi"`
 	Evidence Line           `json:"evidence"`
 }
 
@@ -306,7 +308,11 @@ func newPortReport(p *ServicePort) *PortReport {
 	}
 	intended := intendedSplit(p)
 	for i, e := range p.Endpoints {
-		er := &EndpointReport{Addr: e.Addr, Chain: e.Chain, P: e.P, Intended: intended[i], Observed: e.Observed,
+		pe := e.P
+		if !(pe >= 0 && pe <= 1) {
+			pe = 0 // not a probability (NaN, negative): no share
+		}
+		er := &EndpointReport{Addr: e.Addr, Chain: e.Chain, P: pe, Lo: nan, Hi: nan, Intended: intended[i], Observed: e.Observed,
 			Fresh: e.Fresh, Sticky: e.Sticky, Clients: len(e.Clients), Evidence: e.Evidence}
 		pr.Endpoints = append(pr.Endpoints, er)
 	}
@@ -395,10 +401,14 @@ func endpointLines(pr *PortReport) []Line {
 	return out
 }
 
-// rules compares the rules' probabilities with the intended split.
+// rules compares the rules' probabilities with the intended split, and
+// checks that affinity has a timeout (kube-proxy always writes one).
 func (r *Report) rules(pr *PortReport) {
 	k := len(pr.Endpoints)
 	pr.RulesFair = true
+	if a := pr.port.Affinity; a != nil && a.Timeout <= 0 {
+		r.add(LevelFinding, KindAffinityForever, pr, "ClientIP affinity is written without a timeout: a client stays with its endpoint for as long as the kernel remembers it (kube-proxy always writes sessionAffinityConfig.clientIP.timeoutSeconds, default 10800 s)", a.Evidence)
+	}
 	if k == 0 {
 		return
 	}
@@ -558,7 +568,7 @@ func (r *Report) prepare(pr *PortReport) bool {
 			}
 			lo, hi := stats.SimultaneousIntervals(obs, 1-r.Alpha)
 			for i, e := range pr.Endpoints {
-				e.Lo, e.Hi = lo[i], hi[i]
+				e.Lo, e.Hi = Float(lo[i]), Float(hi[i])
 			}
 		}
 	}
@@ -677,10 +687,39 @@ func (r *Report) power(pr *PortReport, level, mde float64) {
 		return
 	}
 	if pr.TestN > 0 {
-		pr.Power = Float(stats.ChiSquarePower(int(pr.TestN), w2, df, level))
-		pr.Statement = fmt.Sprintf("with n = %d %s, a share off by %g %% would be detected with probability %.3f (at α/m = %.3g); power 0.99 needs n = %d",
-			pr.TestN, pr.Tested, 100*mde, pr.Power, level, pr.Need)
+		// Busy nodes count billions of connections; the noncentral
+		// chi-square's series grows with n·w², so beyond the n that
+		// reaches power 1 − 1e-9 the power is reported as that bound.
+		sure := sureNoncentrality(df, level)
+		words := ""
+		if float64(pr.TestN)*w2 >= sure {
+			pr.Power, words = Float(1-1e-9), "at least 0.999999999"
+		} else {
+			pr.Power = Float(stats.ChiSquarePower(int(pr.TestN), w2, df, level))
+			words = fmt.Sprintf("%.3f", float64(pr.Power))
+		}
+		pr.Statement = fmt.Sprintf("with n = %d %s, a share off by %g %% would be detected with probability %s (at α/m = %.3g); power 0.99 needs n = %d",
+			pr.TestN, pr.Tested, 100*mde, words, level, pr.Need)
 	}
+}
+
+type sureKey struct {
+	df    int
+	level float64
+}
+
+var sureCache sync.Map // sureKey → float64
+
+// sureNoncentrality is the noncentrality at which the chi-square test has
+// power 1 − 1e-9 (cached: the root search costs milliseconds).
+func sureNoncentrality(df int, level float64) float64 {
+	k := sureKey{df, level}
+	if v, ok := sureCache.Load(k); ok {
+		return v.(float64)
+	}
+	v := stats.RequiredNoncentrality(df, level, 1-1e-9)
+	sureCache.Store(k, v)
+	return v
 }
 
 // judge turns a port's tests into its verdict and findings.

@@ -112,7 +112,7 @@ func TestFairSplitNoFinding(t *testing.T) {
 		t.Errorf("power %v want %v; %q", pr.Power, want, pr.Statement)
 	}
 	for _, e := range pr.Endpoints {
-		if !(e.Lo <= e.Share && e.Share <= e.Hi) || e.Expected != 20000*e.Intended {
+		if !(float64(e.Lo) <= e.Share && e.Share <= float64(e.Hi)) || e.Expected != 20000*e.Intended {
 			t.Errorf("endpoint %+v", e)
 		}
 	}
@@ -820,6 +820,19 @@ func TestNodePortVirtualServer(t *testing.T) {
 	np.Endpoints[0].Addr = netip.MustParseAddrPort("10.244.1.30:8080")
 	r = Analyze(d, Options{API: api})
 	if f := has(r, LevelFinding, KindLocalToRemote); f == nil || !strings.Contains(f.Message, "externalTrafficPolicy Local") {
+		t.Fatalf("%+v", kinds(r, LevelFinding))
+	}
+}
+
+func TestAffinityWithoutTimeout(t *testing.T) {
+	sp := port("ns/aff:p", fairCascade(2), nil)
+	sp.Affinity = &Affinity{Mechanism: "recent", Evidence: Line{File: "dump.txt", Line: 9, Text: "-m recent --rcheck --reap --name KUBE-SEP-X"}}
+	r := Analyze(dumpOf(false, sp), Options{})
+	if f := has(r, LevelFinding, KindAffinityForever); f == nil || f.Evidence[0].Line != 9 {
+		t.Fatalf("%+v", r.Findings)
+	}
+	sp.Affinity.Timeout = time.Hour
+	if r := Analyze(dumpOf(false, sp), Options{}); r.Problems() {
 		t.Fatalf("%+v", kinds(r, LevelFinding))
 	}
 }

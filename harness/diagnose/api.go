@@ -432,7 +432,7 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 		r.add(LevelFinding, KindAffinityMissing, pr, fmt.Sprintf("the Service asks for ClientIP affinity (timeout %s) but the rules have none", ap.affinity), ap.svcLine)
 	case ap.affinity == 0 && p.Affinity != nil:
 		r.add(LevelFinding, KindAffinityMissing, pr, "the rules apply ClientIP affinity the Service does not ask for", p.Affinity.Evidence, ap.svcLine)
-	case p.Affinity != nil && p.Affinity.Timeout != ap.affinity:
+	case p.Affinity != nil && p.Affinity.Timeout > 0 && p.Affinity.Timeout != ap.affinity:
 		r.add(LevelFinding, KindAffinityTimeout, pr, fmt.Sprintf("the rules' affinity timeout is %s, the Service's sessionAffinityConfig.clientIP.timeoutSeconds %s", p.Affinity.Timeout, ap.affinity), p.Affinity.Evidence, ap.svcLine)
 	}
 	// Local policy: internalTrafficPolicy for the ClusterIP, external for

@@ -164,8 +164,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 		for _, e := range p.Endpoints {
 			iv := "-"
-			if p.N > 0 {
-				iv = fmt.Sprintf("[%.4f, %.4f]", e.Lo, e.Hi)
+			if e.Lo.Valid() && e.Hi.Valid() {
+				iv = fmt.Sprintf("[%.4f, %.4f]", float64(e.Lo), float64(e.Hi))
 			}
 			fmt.Fprintf(w, "| %s | %.6f | %.6f | %d | %.1f | %.4f | %s |\n", e.Addr, e.P, e.Intended, e.Observed, e.Expected, e.Share, iv)
 		}
