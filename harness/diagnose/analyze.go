@@ -270,17 +270,19 @@ func Analyze(d *Dump, opt Options) *Report {
 		}
 	}
 	for _, p := range d.Ports {
-		pr := newPortReport(p)
-		r.Ports = append(r.Ports, pr)
-		if bp := before[portKey(p)]; opt.Before != nil && d.Counters {
-			if reset := applyDelta(pr, bp); reset != "" {
-				r.add(LevelNote, KindCountersReset, pr, reset, p.Evidence...)
-			}
-		}
+		r.Ports = append(r.Ports, newPortReport(p))
 	}
 	if opt.API != nil {
+		// First: it names the ports every later finding refers to.
 		r.API, r.api = opt.API.File, opt.API
 		checkAPI(r, d, opt)
+	}
+	for _, pr := range r.Ports {
+		if bp := before[pr.Key]; opt.Before != nil && d.Counters {
+			if reset := applyDelta(pr, bp); reset != "" {
+				r.add(LevelNote, KindCountersReset, pr, reset, pr.Evidence...)
+			}
+		}
 	}
 	for _, pr := range r.Ports {
 		r.rules(pr)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
 )
 
@@ -541,7 +542,11 @@ func TestOutputs(t *testing.T) {
 	if err := r.WriteDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"report.json", "report.md"} {
+	// Only the port with a finding gets a plot.
+	if _, err := os.Stat(filepath.Join(dir, report.PlotName("diagnose", "ns/ok:http"))); err == nil {
+		t.Error("a plot for a fair port")
+	}
+	for _, f := range []string{"report.json", "report.md", report.PlotName("diagnose", "ns/web:http")} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/kpsim/kpsim/harness/report"
 )
 
 func num(f Float, format string) string {
@@ -173,7 +175,41 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	return nil
 }
 
-// WriteDir writes report.json and report.md into dir (created if missing).
+// plots is the share plot input: one check per port with a finding and
+// counts, its rows the endpoints' observed and intended counts with the
+// simultaneous intervals.
+func (r *Report) plots() *report.Run {
+	flagged := map[string]bool{}
+	for _, f := range r.Findings {
+		if f.Level == LevelFinding && f.Port != "" {
+			flagged[f.Port] = true
+		}
+	}
+	run := &report.Run{Mode: r.Mode}
+	suite := &report.Suite{Scenario: "diagnose"}
+	for _, p := range r.Ports {
+		if !flagged[p.Label()] || p.N == 0 || len(p.Endpoints) < 2 || !r.Counters {
+			continue
+		}
+		c := &report.Check{Name: p.Label(), N: int(min(p.N, 1<<53)), Verdict: report.Fail}
+		for _, e := range p.Endpoints {
+			row := report.Row{Outcome: e.Addr.String(), Observed: float64(e.Observed), Expected: e.Expected}
+			if e.Lo.Valid() && e.Hi.Valid() {
+				row.CILow, row.CIHigh = float64(e.Lo), float64(e.Hi)
+			}
+			c.Table = append(c.Table, row)
+		}
+		suite.Checks = append(suite.Checks, c)
+	}
+	if len(suite.Checks) == 0 {
+		return nil
+	}
+	run.Suites = []*report.Suite{suite}
+	return run
+}
+
+// WriteDir writes report.json and report.md into dir (created if missing),
+// and a share plot (diagnose--PORT.png) per port with a finding and counts.
 func (r *Report) WriteDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("could not create the output folder: %w", err)
@@ -194,6 +230,9 @@ func (r *Report) WriteDir(dir string) error {
 		if err != nil {
 			return fmt.Errorf("could not write %s: %w", path, err)
 		}
+	}
+	if run := r.plots(); run != nil {
+		return run.WritePlots(dir)
 	}
 	return nil
 }
