@@ -266,7 +266,7 @@ func Analyze(d *Dump, opt Options) *Report {
 	before := map[string]*ServicePort{}
 	if opt.Before != nil {
 		for _, p := range opt.Before.Ports {
-			before[portKey(p)] = p
+			before[spKey(p)] = p
 		}
 	}
 	for _, p := range d.Ports {
@@ -292,7 +292,7 @@ func Analyze(d *Dump, opt Options) *Report {
 	return r
 }
 
-func portKey(p *ServicePort) string { return Key(p.ClusterIP, p.Port, p.Protocol) }
+func spKey(p *ServicePort) string { return Key(p.ClusterIP, p.Port, p.Protocol) }
 
 // Label is how a port is named in the report: its name, else its key.
 func (p *PortReport) Label() string {
@@ -303,7 +303,7 @@ func (p *PortReport) Label() string {
 }
 
 func newPortReport(p *ServicePort) *PortReport {
-	pr := &PortReport{Name: p.Name, Key: portKey(p), Chain: p.Chain, Scheduler: p.Scheduler, LocalOnly: p.LocalOnly,
+	pr := &PortReport{Name: p.Name, Key: spKey(p), Chain: p.Chain, Scheduler: p.Scheduler, LocalOnly: p.LocalOnly,
 		Evidence: p.Evidence, port: p, AgainstRules: nan, P: nan, Adjusted: nan, Power: nan}
 	if p.Affinity != nil {
 		pr.Affinity = fmt.Sprintf("ClientIP %s (%s)", p.Affinity.Timeout, p.Affinity.Mechanism)
