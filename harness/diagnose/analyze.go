@@ -84,7 +84,8 @@ type Report struct {
 	Interval    time.Duration `json:"interval,omitempty"`
 	CountsSince string        `json:"countsSince"`
 
-	api *API
+	api  *API
+	idle []string // ports with nothing counted
 }
 
 // Level says whether a finding makes the dump abnormal.
@@ -128,10 +129,38 @@ const (
 	KindGraceful         = "graceful-termination"
 )
 
+// What a finding is about.
+const (
+	// AboutRules: the rules are not what kube-proxy should have written
+	// (unequal shares, stale or missing endpoints, policies or affinity
+	// not applied): a dataplane fault or a kube-proxy that lags the API.
+	AboutRules = "rules"
+	// AboutTraffic: the rules are right but the counters are not what
+	// they imply (a skew, an endpoint that got nothing, xt_recent's list
+	// overflowing).
+	AboutTraffic = "traffic"
+	// AboutCluster: the rules do what the API says, and what the API says
+	// leaves this node's traffic without a backend (internalTrafficPolicy
+	// Local without a local endpoint).
+	AboutCluster = "cluster"
+)
+
+var aboutOf = map[string]string{
+	KindUnequalRules: AboutRules, KindRulesLoseTraffic: AboutRules, KindStale: AboutRules, KindMissing: AboutRules,
+	KindStaleService: AboutRules, KindMissingService: AboutRules, KindLocalToRemote: AboutRules, KindLocalIgnored: AboutRules,
+	KindAffinityTimeout: AboutRules, KindAffinityMissing: AboutRules, KindAffinityForever: AboutRules,
+	KindSkew: AboutTraffic, KindStarved: AboutTraffic, KindXtRecentLimit: AboutTraffic,
+	KindNoLocal: AboutCluster,
+}
+
 // Finding is one statement about the dump, with its evidence.
 type Finding struct {
-	Level    Level  `json:"level"`
-	Kind     string `json:"kind"`
+	Level Level  `json:"level"`
+	Kind  string `json:"kind"`
+	// About says whether a finding is about the rules, the traffic or the
+	// cluster's state (AboutRules, AboutTraffic, AboutCluster); "" for
+	// explanations and notes.
+	About    string `json:"about,omitempty"`
 	Port     string `json:"port,omitempty"`
 	Message  string `json:"message"`
 	Evidence []Line `json:"evidence,omitempty"`
@@ -386,6 +415,9 @@ func applyDelta(pr *PortReport, bp *ServicePort) string {
 
 func (r *Report) add(l Level, kind string, pr *PortReport, msg string, ev ...Line) *Finding {
 	f := &Finding{Level: l, Kind: kind, Message: msg, Evidence: slices.Clone(ev)}
+	if l == LevelFinding {
+		f.About = aboutOf[kind]
+	}
 	if pr != nil {
 		f.Port = pr.Label()
 	}
@@ -758,6 +790,14 @@ func (r *Report) judge(pr *PortReport, level float64) {
 		return
 	}
 	r.starved(pr)
+	if pr.Chi == nil && pr.Tested != "" && pr.TestN == 0 {
+		pr.Verdict = "no traffic"
+		if !pr.RulesFair {
+			pr.Verdict = "rules unequal"
+		}
+		r.idle = append(r.idle, pr.Label())
+		return
+	}
 	if pr.Chi == nil {
 		pr.Verdict = "no verdict"
 		if !pr.RulesFair {
@@ -895,17 +935,25 @@ func (r *Report) limits(d *Dump) {
 					e.Addr, e.Fresh, r.Interval, p.Affinity.Timeout, XtRecentListTot), p.Affinity.Evidence, e.Evidence)
 			case r.Interval > 0:
 				per := float64(e.Fresh) * p.Affinity.Timeout.Seconds() / r.Interval.Seconds()
-				lvl := LevelNote
-				if per > XtRecentListTot {
-					lvl = LevelFinding
+				if per <= XtRecentListTot {
+					continue // the rate is known and stays below the list's size
 				}
-				r.add(lvl, KindXtRecentLimit, pr, fmt.Sprintf("endpoint %s made %d fresh choices in %s, about %.0f per affinity timeout %s; xt_recent keeps %d clients per endpoint (ip_list_tot): above that older clients lose their affinity",
+				r.add(LevelFinding, KindXtRecentLimit, pr, fmt.Sprintf("endpoint %s made %d fresh choices in %s, about %.0f per affinity timeout %s; xt_recent keeps %d clients per endpoint (ip_list_tot): above that older clients lose their affinity",
 					e.Addr, e.Fresh, r.Interval, per, p.Affinity.Timeout, XtRecentListTot), p.Affinity.Evidence, e.Evidence)
 			default:
 				r.add(LevelNote, KindXtRecentLimit, pr, fmt.Sprintf("endpoint %s made %d fresh choices since %s: if more than %d of them fall inside one affinity timeout (%s), xt_recent's list (ip_list_tot) overflows and older clients lose their affinity; two dumps with --before tell the rate",
 					e.Addr, e.Fresh, r.CountsSince, XtRecentListTot, p.Affinity.Timeout), p.Affinity.Evidence, e.Evidence)
 			}
 		}
+	}
+	if len(r.idle) > 0 {
+		list := r.idle
+		more := ""
+		if len(list) > 20 {
+			list, more = list[:20], fmt.Sprintf(" and %d more", len(r.idle)-20)
+		}
+		r.add(LevelNote, KindTooFew, nil, fmt.Sprintf("%d port(s) counted no new connection since %s, so no verdict: %s%s",
+			len(r.idle), r.CountsSince, strings.Join(list, ", "), more))
 	}
 	for _, s := range d.Skipped {
 		var touched []string

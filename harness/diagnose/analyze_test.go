@@ -747,8 +747,15 @@ func TestInferNodeFromPodCIDR(t *testing.T) {
 	if r.Node != "node-2" || !strings.Contains(r.NodeHow, "podCIDR") {
 		t.Fatalf("node %q %q", r.Node, r.NodeHow)
 	}
+	// A port without Local policy or hints needs no node: no note.
 	r = Analyze(dumpOf(false, port("ns/z:http", []float64{1}, nil)), Options{API: api})
-	if r.Node != "" || has(r, LevelNote, KindNodeUnknown) == nil {
+	if r.Node != "" || has(r, LevelNote, KindNodeUnknown) != nil {
+		t.Fatalf("node %q %+v", r.Node, r.Findings)
+	}
+	// A Local-only port whose endpoint is in no node's block: the note asks for --node.
+	loc.Endpoints[0].Addr = netip.MustParseAddrPort("10.99.0.1:8080")
+	r = Analyze(dumpOf(false, loc), Options{API: api})
+	if f := has(r, LevelNote, KindNodeUnknown); r.Node != "" || f == nil || !strings.Contains(f.Message, "of ns/z:http") {
 		t.Fatalf("node %q %+v", r.Node, r.Findings)
 	}
 }
@@ -839,5 +846,29 @@ func TestAffinityWithoutTimeout(t *testing.T) {
 	sp.Affinity.Timeout = time.Hour
 	if r := Analyze(dumpOf(false, sp), Options{}); r.Problems() {
 		t.Fatalf("%+v", kinds(r, LevelFinding))
+	}
+}
+
+func TestIdlePortsAndAbout(t *testing.T) {
+	p := fairCascade(2)
+	idle1, idle2 := port("ns/a:p", p, []uint64{0, 0}), port("ns/b:p", p, []uint64{0, 0})
+	busy := port("ns/c:p", p, draw(7, 4000, p))
+	r := Analyze(dumpOf(true, idle1, busy, idle2), Options{})
+	f := has(r, LevelNote, KindTooFew)
+	if r.Problems() || f == nil || f.Port != "" || !strings.Contains(f.Message, "2 port(s) counted no new connection") || r.Ports[0].Verdict != "no traffic" || r.Tested != 1 {
+		t.Fatalf("%+v %s", f, r.Ports[0].Verdict)
+	}
+	// Every finding says what it is about.
+	sp := port("ns/loc:p", nil, nil)
+	sp.LocalOnly = true
+	r = Analyze(dumpOf(true, sp, port("ns/u:p", uniformFault(3), draw(8, 9000, uniformFault(3)))), Options{})
+	for _, f := range r.Findings {
+		want := map[string]string{KindNoLocal: AboutCluster, KindUnequalRules: AboutRules}[f.Kind]
+		if f.Level == LevelFinding && f.About != want {
+			t.Errorf("%s: about %q, want %q", f.Kind, f.About, want)
+		}
+		if f.Level != LevelFinding && f.About != "" {
+			t.Errorf("%s %s: about %q", f.Level, f.Kind, f.About)
+		}
 	}
 }

@@ -381,8 +381,8 @@ func checkAPI(r *Report, d *Dump, opt Options) {
 	r.Node, r.NodeHow = node, how
 	if node == "" {
 		r.NodeHow = ""
-		r.add(LevelNote, KindNodeUnknown, nil, "the node could not be inferred from the dump (no Node's InternalIP or podCIDR matches): give --node NAME to check Local traffic policies and topology hints")
 	}
+	var needNode []string
 	api := a.ports()
 	seen := map[string]bool{}
 	for _, pr := range r.Ports {
@@ -405,6 +405,12 @@ func checkAPI(r *Report, d *Dump, opt Options) {
 			r.add(LevelNote, "name-differs", pr, fmt.Sprintf("the rules' comment names %s, the API %s", pr.Name, ap.name), pr.Evidence...)
 		}
 		comparePort(r, pr, ap, node, zone, d.Mode, ext)
+		if node == "" && (ap.itpLocal || ap.etpLocal || pr.port.LocalOnly || anyHints(ap.eps)) {
+			needNode = append(needNode, pr.Label())
+		}
+	}
+	if len(needNode) > 0 {
+		r.add(LevelNote, KindNodeUnknown, nil, fmt.Sprintf("the node could not be inferred from the dump (no Node's InternalIP or podCIDR matches): give --node NAME to check the Local traffic policies and topology hints of %s", strings.Join(needNode, ", ")))
 	}
 	for key, ap := range api {
 		if seen[key] || ap.svc.Spec.ClusterIP == corev1.ClusterIPNone {
@@ -508,6 +514,16 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 		}
 		r.add(LevelFinding, KindMissing, pr, fmt.Sprintf("endpoint %s is %s in the API (EndpointSlice %s) but missing from the rules", e.addr, state, e.slice), apiLine(e, r), ap.svcLine)
 	}
+}
+
+// anyHints reports whether any endpoint carries zone hints.
+func anyHints(eps []apiEndpoint) bool {
+	for _, e := range eps {
+		if len(e.zones) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func orUnknown(s string) string {
