@@ -209,7 +209,8 @@ type PortReport struct {
 	Statement   string `json:"statement,omitempty"`
 	Evidence    []Line `json:"evidence,omitempty"`
 
-	port *ServicePort
+	port      *ServicePort
+	oneActive bool
 }
 
 // EndpointReport is one endpoint of a port.
@@ -613,10 +614,14 @@ func (r *Report) prepare(pr *PortReport) bool {
 	if counts == nil {
 		return false
 	}
+	if len(counts) < 2 {
+		pr.oneActive = true // one real server takes new connections, the rest are quiesced
+		return false
+	}
 	pr.Tested = what
 	pr.TestN = uint64(sum64(counts))
 	pr.NeedForTest = int(math.Ceil(stats.MinExpected / minPositive(intended)))
-	if len(counts) < 2 || float64(pr.TestN) < float64(pr.NeedForTest) {
+	if float64(pr.TestN) < float64(pr.NeedForTest) {
 		return false
 	}
 	chi, err := stats.ChiSquareGOF(counts, intended)
@@ -782,7 +787,7 @@ func (r *Report) judge(pr *PortReport, level float64) {
 		pr.Verdict = "not tested"
 		r.add(LevelNote, KindNotTested, pr, fmt.Sprintf("scheduler %s splits by load or by source, not by fixed shares: its counts are shown, not tested", p.Scheduler), p.Evidence...)
 		return
-	case len(pr.Endpoints) == 1:
+	case len(pr.Endpoints) == 1 || pr.oneActive:
 		pr.Verdict = "single endpoint"
 		if !pr.RulesFair {
 			pr.Verdict = "rules unequal"

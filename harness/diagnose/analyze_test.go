@@ -872,3 +872,12 @@ func TestIdlePortsAndAbout(t *testing.T) {
 		}
 	}
 }
+
+func TestIPVSOneActiveServer(t *testing.T) {
+	sp := port("ns/dns:53", []float64{1, 0}, []uint64{101, 0})
+	sp.Scheduler, sp.Endpoints[0].Weight = "rr", 1
+	r := Analyze(&Dump{File: "ipvs.txt", Format: FormatIPVSAdm, Mode: "ipvs", Counters: true, Ports: []*ServicePort{sp}}, Options{})
+	if r.Problems() || r.Ports[0].Verdict != "single endpoint" || has(r, LevelNote, KindTooFew) != nil {
+		t.Fatalf("%s %+v", r.Ports[0].Verdict, r.Findings)
+	}
+}
