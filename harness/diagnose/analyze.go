@@ -415,7 +415,14 @@ func applyDelta(pr *PortReport, bp *ServicePort) string {
 }
 
 func (r *Report) add(l Level, kind string, pr *PortReport, msg string, ev ...Line) *Finding {
-	f := &Finding{Level: l, Kind: kind, Message: msg, Evidence: slices.Clone(ev)}
+	f := &Finding{Level: l, Kind: kind, Message: msg}
+	seen := map[Line]bool{}
+	for _, e := range ev {
+		if !seen[e] { // inline maps give every endpoint the same line
+			seen[e] = true
+			f.Evidence = append(f.Evidence, e)
+		}
+	}
 	if l == LevelFinding {
 		f.About = aboutOf[kind]
 	}
@@ -473,6 +480,7 @@ func (r *Report) rules(pr *PortReport) {
 	for _, e := range pr.Endpoints {
 		parts = append(parts, fmt.Sprintf("%s %.4f", e.Addr, e.P))
 	}
+	parts = capList(parts)
 	e := pr.Endpoints[wi]
 	r.add(LevelFinding, KindUnequalRules, pr,
 		fmt.Sprintf("the rules give unequal shares: %s, where kube-proxy means %.4f each (%s); %s gets %.4f instead of %.4f",
@@ -850,7 +858,7 @@ func shareWords(pr *PortReport) string {
 			parts = append(parts, fmt.Sprintf("%s %.3f (intended %.3f)", e.Addr, counts[i]/n, e.Intended))
 		}
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(capList(parts), ", ")
 }
 
 // starved reports an endpoint that received nothing although its expected
@@ -910,7 +918,17 @@ func shareWords0(pr *PortReport) string {
 	for _, e := range pr.Endpoints {
 		parts = append(parts, fmt.Sprintf("%s %d", e.Addr, e.Observed))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(capList(parts), ", ")
+}
+
+// capList keeps a message readable at many endpoints: the first 8 items
+// and how many more (the report's port table has them all).
+func capList(parts []string) []string {
+	const keep = 8
+	if len(parts) <= keep {
+		return parts
+	}
+	return append(slices.Clone(parts[:keep]), fmt.Sprintf("… %d more", len(parts)-keep))
 }
 
 // limits adds what the dump cannot show, xt_recent's list size, and the

@@ -881,3 +881,24 @@ func TestIPVSOneActiveServer(t *testing.T) {
 		t.Fatalf("%s %+v", r.Ports[0].Verdict, r.Findings)
 	}
 }
+
+func TestManyEndpointsReadable(t *testing.T) {
+	sp := port("ns/wide:p", uniformFault(20), nil)
+	inline := Line{File: "x.nft", Line: 7, Text: "dnat ip to numgen random mod 20 map { ... }"}
+	for _, e := range sp.Endpoints {
+		e.Evidence = inline
+	}
+	r := Analyze(dumpOf(false, sp), Options{})
+	f := has(r, LevelFinding, KindUnequalRules)
+	if f == nil || len(f.Evidence) != 2 || !strings.Contains(f.Message, "… 12 more") {
+		t.Fatalf("%+v", f)
+	}
+	var b bytes.Buffer
+	sp.Endpoints[0].Evidence.Line = 1
+	for i, e := range sp.Endpoints {
+		e.Evidence = Line{File: "x", Line: 100 + i, Text: "rule"}
+	}
+	if err := Analyze(dumpOf(false, sp), Options{}).WriteTable(&b); err != nil || !strings.Contains(b.String(), "… 13 more lines") {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+}

@@ -12,6 +12,9 @@ import (
 	"github.com/kpsim/kpsim/harness/report"
 )
 
+// maxEvidence is how many evidence lines a finding shows in the table.
+const maxEvidence = 8
+
 func num(f Float, format string) string {
 	if !f.Valid() {
 		return "-"
@@ -94,7 +97,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 				where = f.Port + ": "
 			}
 			fmt.Fprintf(w, "- %s%s [%s]\n", where, f.Message, f.Kind)
-			for _, l := range f.Evidence {
+			for i, l := range f.Evidence {
+				if i == maxEvidence {
+					fmt.Fprintf(w, "    … %d more lines (-o json or -o markdown list them all)\n", len(f.Evidence)-maxEvidence)
+					break
+				}
 				fmt.Fprintf(w, "    %s\n", evidenceText(l))
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -121,9 +122,11 @@ func runDiagnose(w io.Writer, f *diagnoseFlags) error {
 	}
 	if r.Problems() {
 		var failed []string
+		seen := map[string]bool{}
 		for _, x := range r.Findings {
-			if x.Level == diagnose.LevelFinding {
-				failed = append(failed, x.Kind+" "+x.Port)
+			if k := strings.TrimSpace(x.Kind + " " + x.Port); x.Level == diagnose.LevelFinding && !seen[k] {
+				seen[k] = true
+				failed = append(failed, k)
 			}
 		}
 		return &CheckFailedError{Failed: failed}
