@@ -289,6 +289,8 @@ func (t *tracer) target(tb *Table, r *Rule, fl flow, depth int) (verdicts, cont,
 			fl.mark &= r.markArg
 		case "--set-mark":
 			fl.mark = r.markArg
+		case "--set-xmark": // xt_MARK: (mark & ~mask) ^ value
+			fl.mark = (fl.mark &^ r.markArgMask) ^ r.markArg
 		}
 		return nil, []flow{fl}, nil, nil
 	case "SET":
