@@ -535,16 +535,18 @@ func (l *loader) ports() {
 			}
 		}
 	}
-	src := l.client()
-	l.ensureEntry()
-	for k, sp := range byKey {
-		l.trace(sp, k, src)
+	for _, sp := range byKey {
 		sp.Scheduler, sp.Exact = "cascade", true
 		l.d.Ports = append(l.d.Ports, sp)
 	}
 	slices.SortFunc(l.d.Ports, func(a, b *ServicePort) int {
 		return cmp.Or(a.ClusterIP.Compare(b.ClusterIP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
 	})
+	src := l.client()
+	l.ensureEntry()
+	for _, sp := range l.d.Ports {
+		l.trace(sp, portKey{sp.ClusterIP, sp.Port, sp.Protocol}, src)
+	}
 }
 
 // client is the address a traced connection comes from: a pod address
@@ -649,6 +651,9 @@ func (l *loader) endpointChain(ep *Endpoint) {
 // sets each endpoint's P; the remainder that ends in DROP or REJECT names
 // NoEndpoints.
 func (l *loader) trace(sp *ServicePort, k portKey, src netip.Addr) {
+	if l.nat == nil && l.flt == nil {
+		return
+	}
 	res, err := l.fake.Trace(src, k.proto, k.ip, k.port, trace.History{})
 	if err != nil {
 		where := Line{File: l.d.File}
