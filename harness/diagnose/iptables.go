@@ -308,6 +308,8 @@ type loader struct {
 	fake *iptables.Fake
 	nat  *saveTable
 	flt  *saveTable
+	// overBudget is set once a trace ran out of steps.
+	overBudget bool
 }
 
 func loadKube(sf *saveFile, d *Dump) *loader {
@@ -549,6 +551,11 @@ func (l *loader) ports() {
 	}
 }
 
+// errTraceBudget reports that a trace was too long to finish: the rules
+// fan out (no kube-proxy layout does), and the other ports are not traced
+// either, so that a crafted dump costs one trace's budget, not one per port.
+var errTraceBudget = errors.New("not traced: an earlier trace of this dump went past the tracer's budget")
+
 // client is the address a traced connection comes from: a pod address
 // inside the local-traffic detector's range (the "! -s CIDR" of a service
 // chain's masquerade rule), else an address outside any cluster. It has no
@@ -654,12 +661,17 @@ func (l *loader) trace(sp *ServicePort, k portKey, src netip.Addr) {
 	if l.nat == nil && l.flt == nil {
 		return
 	}
+	where := Line{File: l.d.File}
+	if len(sp.Evidence) > 0 {
+		where = sp.Evidence[0]
+	}
+	if l.overBudget {
+		l.skip(where, errTraceBudget.Error())
+		return
+	}
 	res, err := l.fake.Trace(src, k.proto, k.ip, k.port, trace.History{})
 	if err != nil {
-		where := Line{File: l.d.File}
-		if len(sp.Evidence) > 0 {
-			where = sp.Evidence[0]
-		}
+		l.overBudget = strings.Contains(err.Error(), "rule evaluations")
 		l.skip(where, err.Error())
 		return
 	}
