@@ -41,7 +41,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean diagnose-testdata
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -313,6 +313,13 @@ fuzz-run:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $$budget -fuzzminimizetime $(FUZZMINIMIZETIME) ./$$pkg 2>&1 \
 			| grep -v '^fuzz: elapsed: [0-9]*s, execs' || { echo "make fuzz: $$fn failed (the crasher is in $$pkg/testdata/fuzz/$$fn/)"; exit 1; }; \
 	done
+
+# diagnose-testdata regenerates sim diagnose's dumps from a real kernel (root,
+# namespaces): harness/diagnose/testdata/iptables/*.save, our iptables rules
+# loaded with both iptables backends, real connections from a client pod,
+# then iptables-<variant>-save -c. Never hand-edit them; review the diff.
+diagnose-testdata:
+	flock /tmp/kpsim-heavy.lock $(GO) test -count=1 -run '^TestIPTablesReadBack$$' ./harness/diagnose/ -update
 
 bench:
 	$(GO) test -run XXX -bench . -benchtime 3x -count 5 ./sim/apiserver/
