@@ -44,7 +44,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: diagnose-testdata-nft import-fixtures sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: diagnose-testdata diagnose-testdata-nft import-fixtures sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -339,7 +339,8 @@ FUZZ_TARGETS := \
 	harness/diagnose:FuzzReadNFT:1800 harness/diagnose:FuzzReadNFTJSON:6000 \
 	dataplane/ipvs:FuzzParseStatsPerCPU:100000 dataplane/ipvs:FuzzCanonicalSets:8000 dataplane/ipvs:FuzzKubeRules:30000 \
 	harness/traffic:FuzzParseArrival:500000 harness/traffic:FuzzParseUnreachable:600000 \
-	harness/diagnose:FuzzAnalyze:20000
+	harness/diagnose:FuzzAnalyze:20000 \
+	harness/diagnose:FuzzReadIPTablesSave:2800
 FUZZTIME       ?= 10m
 # Minimising a new input runs the target many times; Go's default (60 s per
 # input) would dwarf a short run.
@@ -368,6 +369,13 @@ fuzz-run:
 # list ruleset`, `nft -j list ruleset` and `nft list table ip kube-proxy`.
 diagnose-testdata-nft: sim
 	flock /tmp/kpsim-heavy.lock sh harness/diagnose/testdata/gen-nft.sh $(BIN) harness/diagnose/testdata/nft
+
+# diagnose-testdata regenerates sim diagnose's dumps from a real kernel (root,
+# namespaces): harness/diagnose/testdata/iptables/*.save, our iptables rules
+# loaded with both iptables backends, real connections from a client pod,
+# then iptables-<variant>-save -c. Never hand-edit them; review the diff.
+diagnose-testdata:
+	flock /tmp/kpsim-heavy.lock $(GO) test -count=1 -run '^TestIPTablesReadBack$$' ./harness/diagnose/ -update
 
 bench:
 	$(GO) test -run XXX -bench . -benchtime 3x -count 5 ./sim/apiserver/

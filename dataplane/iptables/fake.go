@@ -245,6 +245,32 @@ func (f *Fake) command(t *Table, line string) error {
 	return nil
 }
 
+// AppendRule parses one rule as iptables-save prints it (args after "-A
+// CHAIN", tokenised) and appends it to chain of table, with the checks -A
+// makes (the chain and the jump target exist, and so do the sets it
+// names). It is how a dump taken elsewhere is loaded rule by rule, so that
+// a reader can skip the rules the fake does not model and keep the rest;
+// Restore stays all or nothing.
+func (f *Fake) AppendRule(table, chain string, args []string) error {
+	t := f.Tables[table]
+	if t == nil {
+		return fmt.Errorf("%w: table %q does not exist", ErrBadInput, table)
+	}
+	c := t.Chains[chain]
+	if c == nil {
+		return fmt.Errorf("%w: chain %s does not exist in table %s", ErrNoChain, chain, table)
+	}
+	r, err := ParseRule(args)
+	if err != nil {
+		return err
+	}
+	if err := f.checkRule(t, r); err != nil {
+		return err
+	}
+	c.Rules = append(c.Rules, r)
+	return nil
+}
+
 // checkRule checks what depends on the table: the jump target, the sets.
 func (f *Fake) checkRule(t *Table, r *Rule) error {
 	switch {

@@ -74,6 +74,7 @@ type Rule struct {
 	toDestIP                 netip.Addr
 	markOp                   string
 	markArg                  uint32
+	markArgMask              uint32 // --set-xmark's mask
 	addSet                   string
 	addTimeout               int // -1: none
 	rejectWith, masqRandFull string
@@ -148,6 +149,7 @@ var valueOptions = map[string]bool{
 	"--match-set": true, "--mark": true, "--dst-type": true, "--src-type": true,
 	"--ctstate": true, "--dport": true, "--destination-port": true,
 	"--cluster-total-nodes": true, "--cluster-local-node": true, "--cluster-hash-seed": true,
+	"--mask": true,
 }
 
 // parseOption reads one match option a (with its value val, negated by a
@@ -169,7 +171,7 @@ func (r *Rule) parseOption(a, val string, neg bool, modules map[string]bool) err
 		}
 	case "-m", "--match":
 		switch val {
-		case "tcp", "udp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack", "cluster", "nfacct":
+		case "tcp", "udp", "sctp", "comment", "statistic", "recent", "set", "mark", "addrtype", "conntrack", "cluster", "nfacct":
 			modules[val] = true
 			if val == "cluster" {
 				r.clusters = append(r.clusters, clusterMatch{})
@@ -188,7 +190,7 @@ func (r *Rule) parseOption(a, val string, neg bool, modules map[string]bool) err
 		r.nfacct = val
 	case "--mode", "--probability":
 		return r.parseStatistic(a, val, modules)
-	case "--name", "--rcheck", "--set", "--reap", "--seconds":
+	case "--name", "--rcheck", "--set", "--reap", "--seconds", "--mask", "--rsource":
 		return r.parseRecent(a, val, modules)
 	case "--mark":
 		if !modules["mark"] {
@@ -250,6 +252,13 @@ func (r *Rule) parseRecent(a, val string, modules map[string]bool) error {
 			return fmt.Errorf("%w: --seconds %q", ErrBadRule, val)
 		}
 		r.recentSeconds = n
+	case "--mask":
+		// iptables-save prints the default --mask 255.255.255.255 and
+		// --rsource with every recent match: a list keyed by the whole
+		// source address, as kube-proxy means it.
+		if val != "255.255.255.255" {
+			return fmt.Errorf("%w: recent --mask %q (only 255.255.255.255 is modelled)", ErrBadRule, val)
+		}
 	}
 	return nil
 }
@@ -279,8 +288,8 @@ func (r *Rule) parseStateMatch(a, val string, neg bool, modules map[string]bool)
 			r.ctStates[s] = true
 		}
 	default: // --dport, --destination-port
-		if !modules["tcp"] && !modules["udp"] && r.proto != "tcp" && r.proto != "udp" {
-			return fmt.Errorf("%w: --dport without -p tcp or udp", ErrBadRule)
+		if !modules["tcp"] && !modules["udp"] && !modules["sctp"] && r.proto != "tcp" && r.proto != "udp" && r.proto != "sctp" {
+			return fmt.Errorf("%w: --dport without -p tcp, udp or sctp", ErrBadRule)
 		}
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 1 || n > 65535 {
@@ -306,8 +315,8 @@ func (r *Rule) checkModules(modules map[string]bool) error {
 	if err := r.checkClusters(); err != nil {
 		return err
 	}
-	if r.proto != "" && (modules["tcp"] && r.proto != "tcp" || modules["udp"] && r.proto != "udp") {
-		return fmt.Errorf("%w: -m tcp/udp does not match -p %s", ErrBadRule, r.proto)
+	if r.proto != "" && (modules["tcp"] && r.proto != "tcp" || modules["udp"] && r.proto != "udp" || modules["sctp"] && r.proto != "sctp") {
+		return fmt.Errorf("%w: -m tcp/udp/sctp does not match -p %s", ErrBadRule, r.proto)
 	}
 	return nil
 }
@@ -409,6 +418,19 @@ func (r *Rule) parseTarget(opts []string) error {
 				return fmt.Errorf("%w: MARK %s %q is not a hexadecimal mark", ErrBadRule, o, v)
 			}
 			r.markOp, r.markArg = o, uint32(m)
+			i++
+		case r.target == "MARK" && o == "--set-xmark":
+			// iptables-save prints every MARK operation this way:
+			// --or-mark M as M/M, --xor-mark M as M/0x0.
+			v, err := next(i)
+			if err != nil {
+				return err
+			}
+			val, mask, err := parseMark(v)
+			if err != nil || !strings.HasPrefix(v, "0x") {
+				return fmt.Errorf("%w: MARK --set-xmark %q is not a hexadecimal value/mask", ErrBadRule, v)
+			}
+			r.markOp, r.markArg, r.markArgMask = o, val, mask
 			i++
 		case r.target == "SET" && o == "--add-set":
 			v, err := next(i)

@@ -86,10 +86,18 @@ type tracer struct {
 	// setTimeout is each set's entry timeout in seconds (-1: none), from
 	// the -j SET rules that add to it, else from the set.
 	setTimeout map[string]int
+	// steps counts rule evaluations, against maxSteps.
+	steps int
 }
 
 // maxDepth bounds chain nesting, as a loop guard (the kernel refuses loops).
 const maxDepth = 64
+
+// maxSteps bounds the rule evaluations of one trace. Chains that each jump
+// twice to the next are no loop, but walking them is exponential in their
+// depth; a dump read from elsewhere may hold anything. kube-proxy's rules
+// need a few per endpoint.
+const maxSteps = 1 << 19
 
 // Trace walks the first packet of a new connection from src to dst:dport
 // through the tables and returns the probability of each outcome.
@@ -231,6 +239,9 @@ func (t *tracer) run(tb *Table, c *Chain, active []flow, depth int) (verdicts, r
 		}
 		var next []flow
 		for _, fl := range active {
+			if t.steps++; t.steps > maxSteps {
+				return nil, nil, fmt.Errorf("could not trace: more than %d rule evaluations at %s", maxSteps, c.Name)
+			}
 			q := t.matchP(r, fl)
 			if q < 1 {
 				miss := fl
@@ -289,6 +300,8 @@ func (t *tracer) target(tb *Table, r *Rule, fl flow, depth int) (verdicts, cont,
 			fl.mark &= r.markArg
 		case "--set-mark":
 			fl.mark = r.markArg
+		case "--set-xmark": // xt_MARK: (mark & ~mask) ^ value
+			fl.mark = (fl.mark &^ r.markArgMask) ^ r.markArg
 		}
 		return nil, []flow{fl}, nil, nil
 	case "SET":

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
+	"github.com/kpsim/kpsim/dataplane/restore"
 	"github.com/kpsim/kpsim/dataplane/trace"
 	"github.com/kpsim/kpsim/harness/testenv"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -259,5 +260,81 @@ func TestAffinity(t *testing.T) {
 				t.Errorf("two entries: %q, want %s", got, keys[0])
 			}
 		})
+	}
+}
+
+// TestTraceBudget: chains that fan out without a loop (each jumps twice to
+// the next) stop the tracer with an error instead of an exponential walk.
+func TestTraceBudget(t *testing.T) {
+	f := NewFake()
+	text := "*nat\n"
+	for i := range 40 {
+		text += fmt.Sprintf(":KUBE-SVC-%02d - [0:0]\n", i)
+	}
+	text += "-A PREROUTING -j KUBE-SVC-00\n"
+	for i := range 39 {
+		text += fmt.Sprintf("-A KUBE-SVC-%02d -j KUBE-SVC-%02d\n-A KUBE-SVC-%02d -j KUBE-SVC-%02d\n", i, i+1, i, i+1)
+	}
+	text += "COMMIT\n"
+	if err := f.Restore(text); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.Trace(netip.MustParseAddr("10.0.0.2"), "tcp", netip.MustParseAddr("172.30.0.1"), 80, nil)
+	if err == nil || !strings.Contains(err.Error(), "rule evaluations") {
+		t.Errorf("trace error %v, want the budget's", err)
+	}
+}
+
+// TestIPTablesSaveSpelling: the rules as iptables-save prints them load
+// (AppendRule) and trace as kube-proxy's input does: MARK --set-xmark
+// (--or-mark 0x4000 printed as 0x4000/0x4000, --xor-mark as 0x4000/0x0),
+// recent with --mask and --rsource, sctp.
+func TestIPTablesSaveSpelling(t *testing.T) {
+	f := NewFake()
+	nat := f.Tables["nat"]
+	for _, c := range []string{"KUBE-SERVICES", "KUBE-MARK-MASQ", "KUBE-POSTROUTING", "KUBE-SVC-A", "KUBE-SEP-A"} {
+		nat.Chains[c] = &Chain{Name: c}
+	}
+	for _, r := range []struct{ chain, rule string }{
+		{"PREROUTING", "-j KUBE-SERVICES"},
+		{"POSTROUTING", "-j KUBE-POSTROUTING"},
+		{"KUBE-MARK-MASQ", "-j MARK --set-xmark 0x4000/0x4000"},
+		{"KUBE-POSTROUTING", "-m mark ! --mark 0x4000/0x4000 -j RETURN"},
+		{"KUBE-POSTROUTING", "-j MARK --set-xmark 0x4000/0x0"},
+		{"KUBE-POSTROUTING", "-m mark --mark 0x4000/0x4000 -j ACCEPT"},
+		{"KUBE-POSTROUTING", "-j MASQUERADE --random-fully"},
+		{"KUBE-SERVICES", "-d 172.30.0.1/32 -p sctp -m sctp --dport 80 -j KUBE-SVC-A"},
+		{"KUBE-SVC-A", "! -s 10.0.0.0/8 -d 172.30.0.1/32 -p sctp -m sctp --dport 80 -j KUBE-MARK-MASQ"},
+		{"KUBE-SVC-A", "-m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-A --mask 255.255.255.255 --rsource -j KUBE-SEP-A"},
+		{"KUBE-SVC-A", "-j KUBE-SEP-A"},
+		{"KUBE-SEP-A", "-p sctp -m recent --set --name KUBE-SEP-A --mask 255.255.255.255 --rsource -m sctp -j DNAT --to-destination 10.180.0.1:80"},
+	} {
+		args, err := restore.Tokenize(r.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.AppendRule("nat", r.chain, args); err != nil {
+			t.Fatalf("%s %s: %v", r.chain, r.rule, err)
+		}
+	}
+	// From outside the pod range: marked, so the xor clears the mark and
+	// the connection is masqueraded (ACCEPT would skip MASQUERADE had the
+	// xor not cleared it).
+	res, err := f.Trace(netip.MustParseAddr("203.0.113.2"), "sctp", netip.MustParseAddr("172.30.0.1"), 80, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.String(); got != "10.180.0.1:80 masq 1.000000" {
+		t.Errorf("external client: %s", got)
+	}
+	res, err = f.Trace(netip.MustParseAddr("10.0.0.2"), "sctp", netip.MustParseAddr("172.30.0.1"), 80, trace.History{"KUBE-SEP-A": time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.String(); got != "10.180.0.1:80 1.000000" {
+		t.Errorf("pod client with affinity: %s", got)
+	}
+	if err := f.AppendRule("nat", "KUBE-SVC-A", []string{"-m", "recent", "--rcheck", "--name", "X", "--mask", "255.255.0.0"}); err == nil {
+		t.Error("a recent --mask other than /32 loaded")
 	}
 }

@@ -105,6 +105,10 @@ type ServicePort struct {
 	// NoEndpoints is what the rules do when the port has no endpoint for
 	// the traffic at hand: "REJECT", "DROP" or "" (nothing written).
 	NoEndpoints string `json:"noEndpoints,omitempty"`
+	// Refused counts the connections the NoEndpoints rule refused
+	// (iptables: packets of filter KUBE-SERVICES' REJECT or DROP rule for
+	// the port), valid when Dump.Counters.
+	Refused uint64 `json:"refused,omitempty"`
 	// LocalOnly reports internalTrafficPolicy Local handling: traffic from
 	// this node's pods reaches only the Local endpoints (KUBE-SVL chain,
 	// the nftables local chain). Endpoints then lists the local ones as

@@ -343,8 +343,8 @@ func (k *nftKube) clientAddr() (netip.Addr, error) {
 	return netip.MustParseAddr("192.0.2.1"), nil
 }
 
-// portKey is a verdict map element's key: ip . proto . port.
-func portKey(key []string) (netip.Addr, string, int, bool) {
+// nftPortKey is a verdict map element's key: ip . proto . port.
+func nftPortKey(key []string) (netip.Addr, string, int, bool) {
 	if len(key) != 3 {
 		return netip.Addr{}, "", 0, false
 	}
@@ -395,7 +395,7 @@ func (k *nftKube) ports() error {
 	byKey := map[string]*ServicePort{}
 	if m := k.sets["service-ips"]; m != nil && m.isMap {
 		for _, e := range m.elems {
-			ip, proto, port, ok := portKey(e.key)
+			ip, proto, port, ok := nftPortKey(e.key)
 			verdict := strings.Fields(strings.Join(e.value, " "))
 			if !ok || len(verdict) != 2 || (verdict[0] != "goto" && verdict[0] != "jump") {
 				k.d.Skipped = append(k.d.Skipped, Skipped{Line: e.line, Reason: "service-ips element is not \"IP . PROTO . PORT : goto CHAIN\""})
@@ -421,7 +421,7 @@ func (k *nftKube) ports() error {
 	}
 	if m := k.sets["no-endpoint-services"]; m != nil && m.isMap {
 		for _, e := range m.elems {
-			ip, proto, port, ok := portKey(e.key)
+			ip, proto, port, ok := nftPortKey(e.key)
 			if !ok {
 				k.d.Skipped = append(k.d.Skipped, Skipped{Line: e.line, Reason: "no-endpoint-services element is not \"IP . PROTO . PORT : VERDICT\""})
 				continue

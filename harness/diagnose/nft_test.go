@@ -21,7 +21,7 @@ import (
 // namespace (make diagnose-testdata-nft): the correct rules and two named
 // faults, as text (whole ruleset and `list table`) and JSON.
 
-func readBack(t *testing.T, name string) *Dump {
+func nftReadBack(t *testing.T, name string) *Dump {
 	t.Helper()
 	path := filepath.Join("testdata/nft", name)
 	data, err := os.ReadFile(path)
@@ -77,7 +77,7 @@ var wantPorts = []struct {
 func TestReadNFTFairSplit(t *testing.T) {
 	for _, form := range forms {
 		t.Run(form, func(t *testing.T) {
-			d := readBack(t, "fair"+form)
+			d := nftReadBack(t, "fair"+form)
 			if d.Mode != "nftables" || d.Counters || d.CountersWhy != CountersWhyNFT {
 				t.Errorf("mode %q counters %v why %q", d.Mode, d.Counters, d.CountersWhy)
 			}
@@ -125,7 +125,7 @@ func TestReadNFTFairSplit(t *testing.T) {
 func TestReadNFTAffinityWithElements(t *testing.T) {
 	for _, form := range forms {
 		t.Run(form, func(t *testing.T) {
-			sp := portNamed(t, readBack(t, "fair"+form), "demo/sticky:http")
+			sp := portNamed(t, nftReadBack(t, "fair"+form), "demo/sticky:http")
 			a := sp.Affinity
 			if a == nil || a.Mechanism != "set" || a.Timeout != 3*time.Hour || !a.ClientsKnown {
 				t.Fatalf("affinity %+v, want set, 3h, clients known", a)
@@ -183,7 +183,7 @@ func cascadeShares(n int) []float64 {
 func TestReadNFTUniformProbabilityFault(t *testing.T) {
 	for _, form := range forms {
 		t.Run(form, func(t *testing.T) {
-			d := readBack(t, "uniform-probability"+form)
+			d := nftReadBack(t, "uniform-probability"+form)
 			if len(d.Skipped) != 0 {
 				t.Fatalf("skipped: %+v", d.Skipped)
 			}
@@ -219,7 +219,7 @@ func TestReadNFTUniformProbabilityFault(t *testing.T) {
 func TestReadNFTSkewAtMDEFault(t *testing.T) {
 	for _, form := range forms {
 		t.Run(form, func(t *testing.T) {
-			d := readBack(t, "skew-at-mde"+form)
+			d := nftReadBack(t, "skew-at-mde"+form)
 			for _, w := range wantPorts {
 				sp := portNamed(t, d, w.name)
 				if len(sp.Endpoints) != w.n {
@@ -243,7 +243,7 @@ func TestReadNFTSkewAtMDEFault(t *testing.T) {
 }
 
 func TestReadNFTIgnoresOtherTables(t *testing.T) {
-	d := readBack(t, "fair.nft")
+	d := nftReadBack(t, "fair.nft")
 	var got []string
 	for _, ig := range d.Ignored {
 		got = append(got, ig.What+" @"+strconv.Itoa(ig.First.Line)+" +"+strconv.Itoa(ig.Lines))
@@ -253,7 +253,7 @@ func TestReadNFTIgnoresOtherTables(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ignored (-want +got):\n%s", diff)
 	}
-	if d := readBack(t, "fair-table.nft"); len(d.Ignored) != 0 {
+	if d := nftReadBack(t, "fair-table.nft"); len(d.Ignored) != 0 {
 		t.Errorf("nft list table: ignored %+v", d.Ignored)
 	}
 }
@@ -300,7 +300,7 @@ func normalized(d *Dump) *Dump {
 
 func TestReadNFTTextAndJSONAgree(t *testing.T) {
 	for _, v := range []string{"fair", "uniform-probability", "skew-at-mde"} {
-		text, js := readBack(t, v+".nft"), readBack(t, v+".json")
+		text, js := nftReadBack(t, v+".nft"), nftReadBack(t, v+".json")
 		if text.Format != FormatNFT || js.Format != FormatNFTJSON {
 			t.Errorf("formats %q %q", text.Format, js.Format)
 		}

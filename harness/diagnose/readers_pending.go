@@ -10,10 +10,5 @@ func pending(file, what string) error {
 	return scenario.ErrorList{{File: file, Message: what + " reader not merged into this branch yet"}}
 }
 
-// ReadIPTablesSave is a placeholder (i14-a).
-func ReadIPTablesSave(file string, data []byte) (*Dump, error) {
-	return nil, pending(file, "iptables-save")
-}
-
 // ReadIPVSAdm is a placeholder (i14-c).
 func ReadIPVSAdm(file string, data []byte) (*Dump, error) { return nil, pending(file, "ipvsadm") }
