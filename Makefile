@@ -35,9 +35,10 @@ VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X github.com/kpsim/kpsim/cmd/sim/app.Version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Debian packages the test tiers use: netfilter userland for the namespace
-# tier, iproute2 for inspection, gcc and libc6-dev for the race detector
+# tier, iproute2 for inspection, ipvsadm (copied into the microVM: the IPVS
+# dumps of sim conform --dump), gcc and libc6-dev for the race detector
 # (go test -race needs cgo).
-DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
+DEB_PACKAGES := iptables nftables ipset conntrack iproute2 ipvsadm gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 

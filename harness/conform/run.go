@@ -73,6 +73,10 @@ type Options struct {
 	// of the expected one (TOST at EquivalenceAlpha).
 	Equivalence      float64
 	EquivalenceAlpha float64
+	// Dump, when set, is a folder (absent or empty) that receives, around
+	// every check, the dumps of the client node's rules before and after
+	// it, the API objects and a manifest with the run's verdicts (dump.go).
+	Dump string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
 }
