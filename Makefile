@@ -293,7 +293,8 @@ FUZZ_TARGETS := \
 	dataplane/nftables:FuzzParseCountersJSON:2000 dataplane/nftables:FuzzParseCountersText:90000 \
 	dataplane/nftables:FuzzParseCountersDump:50000 \
 	dataplane/ipvs:FuzzParseStatsPerCPU:100000 dataplane/ipvs:FuzzCanonicalSets:8000 dataplane/ipvs:FuzzKubeRules:30000 \
-	harness/traffic:FuzzParseArrival:500000 harness/traffic:FuzzParseUnreachable:600000
+	harness/traffic:FuzzParseArrival:500000 harness/traffic:FuzzParseUnreachable:600000 \
+	harness/diagnose:FuzzReadIPVSAdm:100000
 FUZZTIME       ?= 10m
 # Minimising a new input runs the target many times; Go's default (60 s per
 # input) would dwarf a short run.
