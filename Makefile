@@ -42,7 +42,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 ipvsadm gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: diagnose-dumps sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -191,6 +191,38 @@ conformance-upstream: sim upstream
 		$(BIN) conform scenarios/conformance/ --subject kube-proxy --mode $$mode \
 			--junit $(TEST_DIR)/kpsim-junit-kube-proxy-$$mode.xml --summary $(TEST_DIR)/kpsim-summary-kube-proxy-$$mode.md || exit 1; \
 	done
+
+# diagnose-dumps regenerates sim diagnose's round-trip test data
+# (harness/diagnose/testdata/dumps/, committed; never edit it by hand): sim
+# conform --dump over scenarios/testdata/diagnose/ in iptables mode (both
+# backends) and nftables mode (kube-proxy's layout), on the correct dataplane
+# and with each named fault on the scenario whose check catches it. One
+# archive per run (CONFIG-CASE.tar.gz: the dump folder, manifest.json at its
+# top; tar xzf to read it). A fault run exits 1 (its check failed): any
+# other exit but 0 stops the target. Root; run it under the heavy lock:
+# flock /tmp/kpsim-heavy.lock make diagnose-dumps (about 5 minutes here).
+DIAGNOSE_DUMPS = harness/diagnose/testdata/dumps
+DIAGNOSE_SCENARIOS = scenarios/testdata/diagnose
+DIAGNOSE_CONFIGS = iptables-nft:--mode=iptables,--iptables-backend=nft iptables-legacy:--mode=iptables,--iptables-backend=legacy \
+	nftables:--mode=nftables,--layout=kube-proxy
+DIAGNOSE_FAULTS = uniform-probability:fair skew-at-mde:fair drop-last-endpoint:fair keep-not-ready:flapping \
+	keep-deleted-endpoint:terminating ignore-local-policy:local affinity-no-timeout:affinity
+diagnose-dumps: sim
+	@if [ "$$(id -u)" != 0 ]; then echo "make diagnose-dumps: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; start=$$(date +%s); \
+	mkdir -p $(DIAGNOSE_DUMPS) && rm -f $(DIAGNOSE_DUMPS)/*.tar.gz || exit 1; \
+	one() { name=$$1; flags=$$2; case=$$3; shift 3; d=$$tmp/$$name-$$case; t0=$$(date +%s); \
+		timeout 900 $(BIN) conform "$$@" $$(echo $$flags | tr , ' ') --dump $$d >$$d.log 2>&1; rc=$$?; \
+		if [ $$rc -gt 1 ] || [ ! -f $$d/manifest.json ]; then echo "make diagnose-dumps: $$name $$case: sim conform exited $$rc"; tail -20 $$d.log; return 1; fi; \
+		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$d -cf - . | gzip -9n > $(DIAGNOSE_DUMPS)/$$name-$$case.tar.gz || return 1; \
+		echo "diagnose-dumps: $$name-$$case: exit $$rc, $$(( $$(date +%s) - t0 )) s, $$(wc -c < $(DIAGNOSE_DUMPS)/$$name-$$case.tar.gz) bytes"; }; \
+	for cfg in $(DIAGNOSE_CONFIGS); do name=$${cfg%%:*}; flags=$${cfg#*:}; \
+		one $$name $$flags correct $(DIAGNOSE_SCENARIOS)/ || exit 1; \
+		for fc in $(DIAGNOSE_FAULTS); do fault=$${fc%%:*}; sc=$${fc#*:}; \
+			one $$name $$flags $$fault --fault $$fault $(DIAGNOSE_SCENARIOS)/$$sc.yaml || exit 1; \
+		done; \
+	done; \
+	echo "diagnose-dumps: $$(( $$(date +%s) - start )) s in all, $$(du -cb $(DIAGNOSE_DUMPS)/*.tar.gz | tail -1 | cut -f1) bytes in $(DIAGNOSE_DUMPS)"
 
 # harness-calibration checks the checker at length and writes
 # results/harness-calibration/: the whole suite on the simulated machine

@@ -34,8 +34,7 @@ var layers = map[string]int{
 	// L4: the backends.
 	"dataplane/iptables": 4, "dataplane/nftables": 4, "dataplane/ipvs": 4,
 	// L5: what builds on the backends or on the whole simulator.
-	"dataplane/backends": 5, "dataplane/dataplanetest": 5, "sim/report": 5, "sim/simulate": 5, "harness/topology": 5,
-	"harness/diagnose": 5,
+	"dataplane/backends": 5, "dataplane/dataplanetest": 5, "harness/diagnose": 5, "sim/report": 5, "sim/simulate": 5, "harness/topology": 5,
 	// L6: the harness's runs.
 	"harness/conform": 6, "harness/soak": 6, "harness/differential": 6,
 	// L7: the microVM.

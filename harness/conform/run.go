@@ -153,9 +153,21 @@ func Run(ctx context.Context, files []string, o Options) (*report.Run, error) {
 	if err := Preflight(o); err != nil {
 		return nil, err
 	}
-	return execute(ctx, loaded, o, func(ctx context.Context, l *scenario.Loaded, alphaUnit float64, run *report.Run) *report.Suite {
-		return runSuite(ctx, l, o, faults, alphaUnit, run)
-	}), ctx.Err()
+	var d *dumper
+	if o.Dump != "" {
+		if d, err = newDumper(o.Dump); err != nil {
+			return nil, err
+		}
+	}
+	run := execute(ctx, loaded, o, func(ctx context.Context, l *scenario.Loaded, alphaUnit float64, run *report.Run) *report.Suite {
+		return runSuite(ctx, l, o, faults, alphaUnit, run, d)
+	})
+	if d != nil {
+		if err := d.finish(run); err != nil {
+			return run, err
+		}
+	}
+	return run, ctx.Err()
 }
 
 // load reads every scenario and the options' defaults and faults. Bad input
@@ -391,6 +403,7 @@ func (s *suite) configure(ctx context.Context, run *report.Run) (*apiserver.Mode
 		s.or.RecentCapacity = proxy.IPSetMaxElem // the kernel set's, as sim run
 	}
 	run.IPTablesBackend = variant
+	s.variant = variant
 	s.or.IPVSScheduler = px.IPVSScheduler
 	return m, variant, nil
 }
@@ -414,13 +427,19 @@ type suite struct {
 	start     time.Time
 	ipset     bool
 	layout    string // nftables layout
+	variant   string // iptables backend: nft or legacy
+	// dumps is the suite's part of the --dump folder, nil when not dumping.
+	dumps *suiteDumps
 }
 
-func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults proxy.Faults, alphaUnit float64, run *report.Run) *report.Suite {
+func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults proxy.Faults, alphaUnit float64, run *report.Run, d *dumper) *report.Suite {
 	start := time.Now()
 	out := &report.Suite{Scenario: l.Scenario.Metadata.Name, File: l.File, Figures: map[string]any{}}
 	fmt.Fprintf(o.Log, "conform: %s (%s)\n", out.Scenario, l.File)
 	s := &suite{o: o, l: l, alphaUnit: alphaUnit, out: out, start: start}
+	if d != nil {
+		s.dumps = d.suite(out.Scenario)
+	}
 	defer func() { out.Duration = time.Since(start) }()
 	if err := s.setup(ctx, faults, run); err != nil {
 		out.SetupError = err.Error()
@@ -575,15 +594,15 @@ func (s *suite) runChecks(ctx context.Context) {
 			s.stateChecks(ctx, c, nodes, "initial")
 		case scenario.CheckAffinity:
 			for _, nd := range nodes {
-				s.affinity(ctx, c, nd)
+				s.dumped(ctx, c, nd, "", func() { s.affinity(ctx, c, nd) })
 			}
 		default:
 			for _, nd := range nodes {
 				if s.o.Mode == cluster.ModeIPVS && c.Type == scenario.CheckDistribution {
-					s.ipvsDistribution(ctx, c, nd) // scheduler-aware (ipvs.go)
+					s.dumped(ctx, c, nd, "", func() { s.ipvsDistribution(ctx, c, nd) }) // scheduler-aware (ipvs.go)
 					continue
 				}
-				s.outcomeCheck(ctx, c, nd, "")
+				s.dumped(ctx, c, nd, "", func() { s.outcomeCheck(ctx, c, nd, "") })
 			}
 		}
 	}
@@ -625,7 +644,7 @@ func (s *suite) runChecks(ctx context.Context) {
 
 func (s *suite) stateChecks(ctx context.Context, c *scenario.Check, nodes []string, phase string) {
 	for _, nd := range nodes {
-		s.outcomeCheck(ctx, c, nd, phase)
+		s.dumped(ctx, c, nd, phase, func() { s.outcomeCheck(ctx, c, nd, phase) })
 	}
 }
 

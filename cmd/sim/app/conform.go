@@ -35,6 +35,7 @@ type conformFlags struct {
 	plots           string
 	subject         string
 	kubeProxy       string
+	dump            string
 }
 
 func newConform(s Streams) *cobra.Command {
@@ -80,6 +81,7 @@ the reason, and is neither a pass nor a failure.`,
 	c.Flags().DurationVar(&f.vmTimeout, "vm-timeout", 30*time.Minute, "bound on the whole microVM run")
 	c.Flags().StringVar(&f.subject, "subject", conform.SubjectKPSim, "the proxy under test: kpsim (this repository's dataplane) or kube-proxy (the upstream binary, against a real kube-apiserver in the run's namespaces; iptables and nftables modes)")
 	c.Flags().StringVar(&f.kubeProxy, "kube-proxy", "", "with --subject kube-proxy: the kube-proxy binary to test (default: bin/kube-proxy beside sim, built by make upstream)")
+	c.Flags().StringVar(&f.dump, "dump", "", "write, around every check, the client node's rules as the real tools print them (iptables-save -c, nft list ruleset and nft -j, ipvsadm), before and after, the API objects (api.yaml) and manifest.json with the verdicts into this folder (absent or empty): sim diagnose's round-trip data")
 	c.Flags().StringVar(&f.plots, "plots", "", "write a PNG per distribution check (observed against expected shares, with their intervals) to this folder")
 	// TODO(issue 11): --equivalence DELTA, once conform.Options has
 	// Equivalence float64 (the lead's change): o.Equivalence = f.equivalence.
@@ -100,7 +102,7 @@ func runConform(c *cobra.Command, s Streams, f *conformFlags, ck *checkerFlags, 
 	if err := f.checkSubject(ck); err != nil {
 		return err
 	}
-	o := conform.Options{Mode: f.mode.m, Subject: f.subject, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Log: s.Err}
+	o := conform.Options{Mode: f.mode.m, Subject: f.subject, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Dump: f.dump, Log: s.Err}
 	if c.Flags().Changed("seed") {
 		o.Seed = &f.seed
 	}
@@ -165,7 +167,7 @@ func (f *conformFlags) conformRun(ctx context.Context, s Streams, files []string
 
 // usageIfFault makes an unknown or unbuilt fault a usage error (exit 2).
 func usageIfFault(err error) error {
-	if errors.Is(err, proxy.ErrUnknownFault) || errors.Is(err, proxy.ErrFaultNotBuilt) {
+	if errors.Is(err, proxy.ErrUnknownFault) || errors.Is(err, proxy.ErrFaultNotBuilt) || errors.Is(err, conform.ErrDumpDir) {
 		return &UsageError{Err: err}
 	}
 	return err
@@ -199,6 +201,11 @@ func (f *conformFlags) check() error {
 	}
 	if f.affinity != "" && f.affinity != "recent" && f.affinity != "ipset" {
 		return &UsageError{Err: fmt.Errorf("unknown --affinity %q: recent or ipset", f.affinity)}
+	}
+	if f.dump != "" {
+		if err := conform.CheckDumpDir(f.dump); err != nil {
+			return &UsageError{Err: err}
+		}
 	}
 	return nil
 }

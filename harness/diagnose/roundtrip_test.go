@@ -1,0 +1,156 @@
+//go:build diagnose_roundtrip
+
+// See roundtrip.go for the build tag.
+
+package diagnose
+
+import (
+	"math"
+	"testing"
+)
+
+// TestRoundTripCommitted: on every committed dump (make diagnose-dumps),
+// sim diagnose reaches the run's verdict for every check (RoundTrip).
+func TestRoundTripCommitted(t *testing.T) {
+	for _, archive := range dumpArchives(t) {
+		config, name := caseOf(t, archive)
+		t.Run(config+"/"+name, func(t *testing.T) {
+			dir := extractDumps(t, archive)
+			res, err := RoundTrip(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) == 0 {
+				t.Fatal("no decided check in the dump")
+			}
+			caught := 0
+			for _, r := range res {
+				if r.Mismatch != "" {
+					t.Errorf("%s (%s, %s): %s", r.Check.Dir, r.Check.ServicePort, r.Format, r.Mismatch)
+				}
+				if r.Failed {
+					caught++
+				}
+			}
+			if name != "correct" && caught == 0 {
+				t.Errorf("fault %s: no check failed in the dump", name)
+			}
+		})
+	}
+}
+
+// TestRoundTripMustShow: the must-show on the committed dumps of a
+// real kernel (iptables, nft backend): the fair split is fair; the
+// uniform-probability fault is a rule-level finding with p near 0; the
+// affinity Service with a few clients raises no finding; keep-not-ready's
+// endpoint is stale against the API.
+func TestRoundTripMustShow(t *testing.T) {
+	find := func(t *testing.T, archive, port string) (*DumpedCheck, *Report) {
+		t.Helper()
+		dir := extractDumps(t, dumpsDir+"/"+archive)
+		m, err := ReadManifest(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dc := range m.Checks {
+			if dc.ServicePort != port {
+				continue
+			}
+			after, err := readDumped(dir, dc, dc.After, FormatIPTablesSave)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := readDumped(dir, dc, dc.Before, FormatIPTablesSave)
+			if err != nil {
+				t.Fatal(err)
+			}
+			api, err := LoadAPI(dir + "/" + dc.Dir + "/" + dc.API)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return dc, Analyze(after, Options{Before: before, API: api, Node: dc.Node})
+		}
+		t.Fatalf("%s: no check of %s", archive, port)
+		return nil, nil
+	}
+	portOf := func(t *testing.T, r *Report, name string) *PortReport {
+		t.Helper()
+		for _, p := range r.Ports {
+			if p.Name == name {
+				return p
+			}
+		}
+		t.Fatalf("%s: no port %s in the analysis", r.File, name)
+		return nil
+	}
+	t.Run("fair", func(t *testing.T) {
+		for _, port := range []string{"demo/web:http", "demo/wide:http"} {
+			_, r := find(t, "iptables-nft-correct.tar.gz", port)
+			if p := portOf(t, r, port); p.Verdict != "fair" || !p.RulesFair {
+				t.Errorf("%s: verdict %q (rules fair %v, p %v, n %d), want fair", port, p.Verdict, p.RulesFair, p.P, p.N)
+			}
+		}
+	})
+	t.Run("uniform-probability", func(t *testing.T) {
+		_, r := find(t, "iptables-nft-uniform-probability.tar.gz", "demo/web:http")
+		p := portOf(t, r, "demo/web:http")
+		if p.RulesFair || !hasKind(r, "demo/web:http", KindUnequalRules) {
+			t.Errorf("rules fair %v, findings %v: want %s", p.RulesFair, findingKinds(r), KindUnequalRules)
+		}
+		if !p.P.Valid() || math.IsNaN(float64(p.P)) || p.P > 1e-4 {
+			t.Errorf("p %v (n %d), want about 0", p.P, p.N)
+		}
+	})
+	t.Run("affinity", func(t *testing.T) {
+		_, r := find(t, "iptables-nft-correct.tar.gz", "demo/sticky:http")
+		p := portOf(t, r, "demo/sticky:http")
+		if hasLevel(r, "demo/sticky:http", LevelFinding) || p.Verdict != "fair" && p.Verdict != "explained" {
+			t.Errorf("verdict %q, findings %v: want fair or explained, no finding", p.Verdict, findingKinds(r))
+		}
+		t.Logf("affinity port: verdict %q, tested %q n %d", p.Verdict, p.Tested, p.TestN)
+	})
+	t.Run("stale", func(t *testing.T) {
+		for _, c := range []string{"iptables-nft-keep-not-ready.tar.gz", "iptables-nft-keep-deleted-endpoint.tar.gz"} {
+			dir := extractDumps(t, dumpsDir+"/"+c)
+			res, err := RoundTrip(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stale := false
+			for _, x := range res {
+				for _, f := range x.Findings {
+					stale = stale || x.Failed && f.Kind == KindStale
+				}
+			}
+			if !stale {
+				t.Errorf("%s: no stale endpoint found on a check the run failed", c)
+			}
+		}
+	})
+}
+
+func hasKind(r *Report, port, kind string) bool {
+	for _, f := range r.Findings {
+		if f.Port == port && f.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func hasLevel(r *Report, port string, l Level) bool {
+	for _, f := range r.Findings {
+		if f.Port == port && f.Level == l {
+			return true
+		}
+	}
+	return false
+}
+
+func findingKinds(r *Report) []string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, string(f.Level)+" "+f.Kind+" "+f.Port)
+	}
+	return out
+}
