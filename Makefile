@@ -42,7 +42,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 ipvsadm gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: diagnose-dumps sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: diagnose-dumps diagnose-dumps-ipvs sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -205,14 +205,16 @@ DIAGNOSE_DUMPS = harness/diagnose/testdata/dumps
 DIAGNOSE_SCENARIOS = scenarios/testdata/diagnose
 DIAGNOSE_CONFIGS = iptables-nft:--mode=iptables,--iptables-backend=nft iptables-legacy:--mode=iptables,--iptables-backend=legacy \
 	nftables:--mode=nftables,--layout=kube-proxy
+DUMP_BIN ?= $(BIN)
+DUMP_TIMEOUT ?= 900
 DIAGNOSE_FAULTS = uniform-probability:fair skew-at-mde:fair drop-last-endpoint:fair keep-not-ready:flapping \
 	keep-deleted-endpoint:terminating ignore-local-policy:local affinity-no-timeout:affinity
 diagnose-dumps: sim
 	@if [ "$$(id -u)" != 0 ]; then echo "make diagnose-dumps: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; start=$$(date +%s); \
-	mkdir -p $(DIAGNOSE_DUMPS) && rm -f $(DIAGNOSE_DUMPS)/*.tar.gz || exit 1; \
+	mkdir -p $(DIAGNOSE_DUMPS) || exit 1; for cfg in $(DIAGNOSE_CONFIGS); do rm -f $(DIAGNOSE_DUMPS)/$${cfg%%:*}-*.tar.gz; done; \
 	one() { name=$$1; flags=$$2; case=$$3; shift 3; d=$$tmp/$$name-$$case; t0=$$(date +%s); \
-		timeout 900 $(BIN) conform "$$@" $$(echo $$flags | tr , ' ') --dump $$d >$$d.log 2>&1; rc=$$?; \
+		timeout $(DUMP_TIMEOUT) $(DUMP_BIN) conform "$$@" $$(echo $$flags | tr , ' ') --dump $$d >$$d.log 2>&1; rc=$$?; \
 		if [ $$rc -gt 1 ] || [ ! -f $$d/manifest.json ]; then echo "make diagnose-dumps: $$name $$case: sim conform exited $$rc"; tail -20 $$d.log; return 1; fi; \
 		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$d -cf - . | gzip -9n > $(DIAGNOSE_DUMPS)/$$name-$$case.tar.gz || return 1; \
 		echo "diagnose-dumps: $$name-$$case: exit $$rc, $$(( $$(date +%s) - t0 )) s, $$(wc -c < $(DIAGNOSE_DUMPS)/$$name-$$case.tar.gz) bytes"; }; \
@@ -223,6 +225,17 @@ diagnose-dumps: sim
 		done; \
 	done; \
 	echo "diagnose-dumps: $$(( $$(date +%s) - start )) s in all, $$(du -cb $(DIAGNOSE_DUMPS)/*.tar.gz | tail -1 | cut -f1) bytes in $(DIAGNOSE_DUMPS)"
+
+# diagnose-dumps-ipvs: the same for IPVS mode (ipvs-CASE.tar.gz: ipvsadm -Ln,
+# -Ln --stats --exact and -Lnc of the client node), in the microVM of
+# harness/vm when this kernel has no IPVS (vm-assets; the static sim boots
+# it, the guest's dump folder comes back over 9p). Each run is one boot:
+# slower than the namespaces (software emulation), hence the longer bound.
+# Root, under the heavy lock: flock /tmp/kpsim-heavy.lock make diagnose-dumps-ipvs
+diagnose-dumps-ipvs: vm-assets
+	@$(MAKE) --no-print-directory diagnose-dumps DIAGNOSE_CONFIGS=ipvs:--mode=ipvs DUMP_BIN=$(VM_BIN) DUMP_TIMEOUT=2400 \
+		DIAGNOSE_FAULTS="$(DIAGNOSE_FAULTS_IPVS)"
+DIAGNOSE_FAULTS_IPVS ?= $(DIAGNOSE_FAULTS)
 
 # harness-calibration checks the checker at length and writes
 # results/harness-calibration/: the whole suite on the simulated machine
