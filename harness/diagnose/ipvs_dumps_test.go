@@ -2,7 +2,6 @@ package diagnose
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -285,7 +284,7 @@ func readAPIForService(t *testing.T, file, servicePort string) (*corev1.Service,
 		}
 	}
 	if svc == nil {
-		t.Fatal(fmt.Sprintf("%s: no Service %s", file, nsName))
+		t.Fatalf("%s: no Service %s", file, nsName)
 	}
 	return svc, out
 }
