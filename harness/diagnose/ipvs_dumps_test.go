@@ -176,7 +176,10 @@ func ipvsRuleFaults(t *testing.T, api string, dc *DumpedCheck, p *ServicePort) [
 		t.Fatalf("%s: service %s has no port %d", dc.Dir, dc.ServicePort, dc.Port)
 	}
 	local := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	// kube-proxy's CategorizeEndpoints: the ready endpoints, or when there
+	// are none the serving terminating ones (KEP-1669).
 	want := map[netip.AddrPort]bool{}
+	serving := map[netip.AddrPort]bool{}
 	for _, s := range slices_ {
 		var port int32
 		for _, q := range s.Ports {
@@ -188,16 +191,24 @@ func ipvsRuleFaults(t *testing.T, api string, dc *DumpedCheck, p *ServicePort) [
 			continue
 		}
 		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-				continue
-			}
 			if local && (e.NodeName == nil || *e.NodeName != dc.Node) {
 				continue
 			}
+			ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+			term := e.Conditions.Terminating != nil && *e.Conditions.Terminating
+			srv := e.Conditions.Serving == nil && ready || e.Conditions.Serving != nil && *e.Conditions.Serving
 			for _, a := range e.Addresses {
-				want[netip.AddrPortFrom(netip.MustParseAddr(a), uint16(port))] = true
+				ap := netip.AddrPortFrom(netip.MustParseAddr(a), uint16(port))
+				if ready {
+					want[ap] = true
+				} else if srv && term {
+					serving[ap] = true
+				}
 			}
 		}
+	}
+	if len(want) == 0 {
+		want = serving
 	}
 	have := map[netip.AddrPort]bool{}
 	var shares []float64

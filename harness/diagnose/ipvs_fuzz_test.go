@@ -111,14 +111,26 @@ func ipvsSeedInputs() map[string]string {
 func TestIPVSSeedCorpus(t *testing.T) {
 	dir := filepath.Join("testdata", "fuzz", "FuzzReadIPVSAdm")
 	seeds := ipvsSeedInputs()
-	dumps, _ := filepath.Glob(filepath.Join("testdata", "dumps", "ipvs", "*", "*", "*", "node.ipvsadm"))
-	for _, p := range dumps {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
+	// And real ones: the first dumped check of each IPVS archive of make
+	// diagnose-dumps-ipvs, its after listings concatenated.
+	archives, _ := filepath.Glob(filepath.Join(dumpsDir, "ipvs-*.tar.gz"))
+	for _, a := range archives {
+		dir := extractDumps(t, a)
+		m, err := ReadManifest(dir)
+		if err != nil || len(m.Checks) == 0 {
+			t.Fatalf("%s: %v", a, err)
 		}
-		rel, _ := filepath.Rel(filepath.Join("testdata", "dumps", "ipvs"), filepath.Dir(p))
-		seeds["dump-"+filepath.Base(filepath.Dir(filepath.Dir(p)))+"-"+filepath.Base(rel)] = string(b)
+		dc := m.Checks[0]
+		var b []byte
+		for _, f := range []string{"ipvsadm", "ipvsadm-stats", "ipvsadm-conns"} {
+			x, err := os.ReadFile(filepath.Join(dir, dc.Dir, dc.After[f]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, x...)
+		}
+		_, c := caseOf(t, a)
+		seeds["dump-ipvs-"+c] = string(b)
 	}
 	for name, s := range seeds {
 		want := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
