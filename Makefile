@@ -38,13 +38,14 @@ VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X github.com/kpsim/kpsim/cmd/sim/app.Version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Debian packages the test tiers use: netfilter userland for the namespace
-# tier, iproute2 for inspection, gcc and libc6-dev for the race detector
+# tier, iproute2 for inspection, ipvsadm (copied into the microVM: the IPVS
+# dumps of sim conform --dump), gcc and libc6-dev for the race detector
 # (go test -race needs cgo).
-DEB_PACKAGES := iptables nftables ipset conntrack iproute2 gcc libc6-dev
+DEB_PACKAGES := iptables nftables ipset conntrack iproute2 ipvsadm gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: diagnose-testdata diagnose-testdata-nft import-fixtures sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: diagnose-dumps-ipvs diagnose-testdata diagnose-testdata-nft import-fixtures sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -207,15 +208,17 @@ DIAGNOSE_DUMPS = harness/diagnose/testdata/dumps
 DIAGNOSE_SCENARIOS = scenarios/testdata/diagnose
 DIAGNOSE_CONFIGS = iptables-nft:--mode=iptables,--iptables-backend=nft iptables-legacy:--mode=iptables,--iptables-backend=legacy \
 	nftables:--mode=nftables,--layout=kube-proxy
+DUMP_BIN ?= $(BIN)
+DUMP_TIMEOUT ?= 900
 DIAGNOSE_FAULTS = uniform-probability:fair skew-at-mde:fair drop-last-endpoint:fair keep-not-ready:flapping \
 	keep-deleted-endpoint:terminating ignore-local-policy:local affinity-no-timeout:affinity
 .PHONY: diagnose-dumps
 diagnose-dumps: sim
 	@if [ "$$(id -u)" != 0 ]; then echo "make diagnose-dumps: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; start=$$(date +%s); \
-	mkdir -p $(DIAGNOSE_DUMPS) && rm -f $(DIAGNOSE_DUMPS)/*.tar.gz || exit 1; \
+	mkdir -p $(DIAGNOSE_DUMPS) || exit 1; for cfg in $(DIAGNOSE_CONFIGS); do rm -f $(DIAGNOSE_DUMPS)/$${cfg%%:*}-*.tar.gz; done; \
 	one() { name=$$1; flags=$$2; case=$$3; shift 3; d=$$tmp/$$name-$$case; t0=$$(date +%s); \
-		timeout 900 $(BIN) conform "$$@" $$(echo $$flags | tr , ' ') --dump $$d >$$d.log 2>&1; rc=$$?; \
+		timeout $(DUMP_TIMEOUT) $(DUMP_BIN) conform "$$@" $$(echo $$flags | tr , ' ') --dump $$d >$$d.log 2>&1; rc=$$?; \
 		if [ $$rc -gt 1 ] || [ ! -f $$d/manifest.json ]; then echo "make diagnose-dumps: $$name $$case: sim conform exited $$rc"; tail -20 $$d.log; return 1; fi; \
 		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$d -cf - . | gzip -9n > $(DIAGNOSE_DUMPS)/$$name-$$case.tar.gz || return 1; \
 		echo "diagnose-dumps: $$name-$$case: exit $$rc, $$(( $$(date +%s) - t0 )) s, $$(wc -c < $(DIAGNOSE_DUMPS)/$$name-$$case.tar.gz) bytes"; }; \
@@ -226,6 +229,17 @@ diagnose-dumps: sim
 		done; \
 	done; \
 	echo "diagnose-dumps: $$(( $$(date +%s) - start )) s in all, $$(du -cb $(DIAGNOSE_DUMPS)/*.tar.gz | tail -1 | cut -f1) bytes in $(DIAGNOSE_DUMPS)"
+
+# diagnose-dumps-ipvs: the same for IPVS mode (ipvs-CASE.tar.gz: ipvsadm -Ln,
+# -Ln --stats --exact and -Lnc of the client node), in the microVM of
+# harness/vm when this kernel has no IPVS (vm-assets; the static sim boots
+# it, the guest's dump folder comes back over 9p). Each run is one boot:
+# slower than the namespaces (software emulation), hence the longer bound.
+# Root, under the heavy lock: flock /tmp/kpsim-heavy.lock make diagnose-dumps-ipvs
+diagnose-dumps-ipvs: vm-assets
+	@$(MAKE) --no-print-directory diagnose-dumps DIAGNOSE_CONFIGS=ipvs:--mode=ipvs DUMP_BIN=$(VM_BIN) DUMP_TIMEOUT=2400 \
+		DIAGNOSE_FAULTS="$(DIAGNOSE_FAULTS_IPVS)"
+DIAGNOSE_FAULTS_IPVS ?= $(DIAGNOSE_FAULTS)
 
 # harness-calibration checks the checker at length and writes
 # results/harness-calibration/: the whole suite on the simulated machine
@@ -340,7 +354,8 @@ FUZZ_TARGETS := \
 	dataplane/ipvs:FuzzParseStatsPerCPU:100000 dataplane/ipvs:FuzzCanonicalSets:8000 dataplane/ipvs:FuzzKubeRules:30000 \
 	harness/traffic:FuzzParseArrival:500000 harness/traffic:FuzzParseUnreachable:600000 \
 	harness/diagnose:FuzzAnalyze:20000 \
-	harness/diagnose:FuzzReadIPTablesSave:2800
+	harness/diagnose:FuzzReadIPTablesSave:2800 \
+	harness/diagnose:FuzzReadIPVSAdm:100000
 FUZZTIME       ?= 10m
 # Minimising a new input runs the target many times; Go's default (60 s per
 # input) would dwarf a short run.

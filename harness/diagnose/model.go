@@ -86,6 +86,10 @@ type ServicePort struct {
 	ClusterIP netip.Addr `json:"clusterIP"`
 	Port      int        `json:"port"`
 	Protocol  string     `json:"protocol"` // "tcp", "udp", "sctp"
+	// FWMark is an IPVS firewall-mark virtual server's mark ("FWM  5":
+	// ClusterIP, Port and Protocol are then zero), 0 elsewhere. kube-proxy
+	// writes none; another owner's may be in the dump.
+	FWMark uint32 `json:"fwmark,omitempty"`
 	// Chain is the rules' own handle for the port (KUBE-SVC-XXXX, the
 	// nftables service chain, the IPVS virtual server "TCP 10.96.0.10:53").
 	Chain string `json:"chain"`

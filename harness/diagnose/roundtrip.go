@@ -153,12 +153,14 @@ func roundTripFormats(mode string) []Format {
 }
 
 // readDumped reads one of a check's dumps in format f. For ipvsadm the
-// stats listing and the connection table are read as one input, as
-// ReadIPVSAdm takes them (ipvsadm -Ln --stats --exact; ipvsadm -Lnc).
+// listing, the stats and the connection table are read as one input, as a
+// user concatenates them and ReadIPVSAdm takes them (ipvsadm -Ln: the
+// scheduler, weights and persistence; -Ln --stats --exact: the counts;
+// -Lnc: the persistence templates).
 func readDumped(dir string, dc *DumpedCheck, files map[string]string, f Format) (*Dump, error) {
 	names := []string{files[string(f)]}
 	if f == FormatIPVSAdm {
-		names = []string{files["ipvsadm-stats"], files["ipvsadm-conns"]}
+		names = []string{files["ipvsadm"], files["ipvsadm-stats"], files["ipvsadm-conns"]}
 	}
 	var data []byte
 	for _, n := range names {

@@ -35,6 +35,80 @@ func NeedsVM(mode cluster.Mode) bool {
 // resultFile is where sim writes its JSON report in the guest.
 const resultFile = "run.json"
 
+// dumpDir is the guest's --dump folder under /results (the share), whose
+// tree comes back to the host's --dump folder.
+const dumpDir = "dump"
+
+// writeDump writes the guest's dump tree into dir on the host, the
+// manifest's scenario files mapped back to the host's names. The host
+// checked dir (absent or empty) before booting; a path that would leave
+// dir (the console's file names are the guest's word) is refused.
+func writeDump(dir string, out map[string][]byte, vmFiles, files []string) error {
+	prefix := dumpDir + "/"
+	n := 0
+	for name, b := range out {
+		rel, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		if !filepath.IsLocal(filepath.FromSlash(rel)) {
+			return fmt.Errorf("the VM's dump names %q, outside the dump folder", name)
+		}
+		if rel == "manifest.json" {
+			var err error
+			if b, err = mapFileNames(b, vmFiles, files); err != nil {
+				return fmt.Errorf("could not read the VM's dump manifest: %w", err)
+			}
+		}
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("could not create the dump folder: %w", err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return fmt.Errorf("could not write the dump: %w", err)
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("the VM wrote no dump into --dump")
+	}
+	return nil
+}
+
+// mapFileNames replaces, in a JSON document, every string that is a guest
+// scenario path by the host's name for it.
+func mapFileNames(b []byte, vmFiles, files []string) ([]byte, error) {
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, err
+	}
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		case string:
+			for i, vf := range vmFiles {
+				if x == vf {
+					return files[i]
+				}
+			}
+		}
+		return v
+	}
+	b, err := json.MarshalIndent(walk(doc), "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
 // Conform runs `sim conform` on the scenario files inside the VM and
 // returns the report as if it had run here: the kernel property is the
 // guest's, the file names are the host's. Bad input is caught on the host
@@ -77,6 +151,9 @@ func Conform(ctx context.Context, files []string, co conform.Options, o Options)
 	if co.Seed != nil {
 		args = append(args, "--seed", strconv.FormatUint(*co.Seed, 10))
 	}
+	if co.Dump != "" {
+		args = append(args, "--dump", "/results/"+dumpDir)
+	}
 	if co.IPTablesBackend != "" {
 		args = append(args, "--iptables-backend", co.IPTablesBackend)
 	}
@@ -103,6 +180,11 @@ func Conform(ctx context.Context, files []string, co conform.Options, o Options)
 			return nil, &conform.EnvironmentError{Err: fmt.Errorf("sim conform exited %d in the VM without a report; console:\n%s", res.ExitCode, strings.Join(res.Tail, "\n"))}
 		}
 		return nil, fmt.Errorf("sim conform exited %d in the VM without a report; console:\n%s", res.ExitCode, strings.Join(res.Tail, "\n"))
+	}
+	if co.Dump != "" {
+		if err := writeDump(co.Dump, out, vmFiles, files); err != nil {
+			return nil, err
+		}
 	}
 	var run report.Run
 	if err := json.Unmarshal(b, &run); err != nil {

@@ -77,9 +77,10 @@ scale=$(sed -n 's/.*kpsim.scale=\([0-9]*\).*/\1/p' /proc/cmdline)
 KPSIM_IN_VM=1 KPSIM_TIME_SCALE=${scale:-1} sim "$@"
 rc=$?
 if [ "$share" = no ]; then
-	for f in /results/*; do
-		[ -f "$f" ] || continue
-		echo "KPSIM-BEGIN $(basename "$f")"
+	# Every file, in folders too (sim conform --dump): named by its path
+	# under /results.
+	find /results -type f | while IFS= read -r f; do
+		echo "KPSIM-BEGIN ${f#/results/}"
 		base64 "$f"
 		echo "KPSIM-END"
 	done

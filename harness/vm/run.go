@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,8 @@ type Options struct {
 
 // Run boots the VM and runs `sim args...` in it, with files placed at
 // their (absolute) VM paths. It returns the VM's report and the result
-// files sim wrote to /results. A missing qemu, kernel or busybox is a
+// files sim wrote to /results, named by their slash-separated path under it
+// ("run.json", "dump/manifest.json"). A missing qemu, kernel or busybox is a
 // *MissingError.
 func Run(ctx context.Context, args []string, files map[string][]byte, o Options) (*Result, map[string][]byte, error) {
 	log := o.Log
@@ -97,12 +99,18 @@ func Run(ctx context.Context, args []string, files map[string][]byte, o Options)
 	for k, v := range res.Files {
 		out[k] = v
 	}
-	ents, _ := os.ReadDir(share)
-	for _, e := range ents {
-		if b, err := os.ReadFile(filepath.Join(share, e.Name())); err == nil && !e.IsDir() {
-			out[e.Name()] = b
+	// Result files by their slash-separated path under the share: sim
+	// conform --dump writes a folder tree.
+	_ = filepath.WalkDir(share, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return nil
 		}
-	}
+		rel, rerr := filepath.Rel(share, p)
+		if b, err := os.ReadFile(p); err == nil && rerr == nil {
+			out[filepath.ToSlash(rel)] = b
+		}
+		return nil
+	})
 	return res, out, nil
 }
 
