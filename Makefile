@@ -339,7 +339,7 @@ FUZZ_TARGETS := \
 	dataplane/nftables:FuzzParseCountersDump:50000 \
 	dataplane/ipvs:FuzzParseStatsPerCPU:100000 dataplane/ipvs:FuzzCanonicalSets:8000 dataplane/ipvs:FuzzKubeRules:30000 \
 	harness/traffic:FuzzParseArrival:500000 harness/traffic:FuzzParseUnreachable:600000 \
-	harness/diagnose:FuzzReadIPVSAdm:100000
+	harness/diagnose:FuzzReadIPVSAdm:20000
 FUZZTIME       ?= 10m
 # Minimising a new input runs the target many times; Go's default (60 s per
 # input) would dwarf a short run.
