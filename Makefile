@@ -355,7 +355,7 @@ FUZZ_TARGETS := \
 	harness/traffic:FuzzParseArrival:500000 harness/traffic:FuzzParseUnreachable:600000 \
 	harness/diagnose:FuzzAnalyze:20000 \
 	harness/diagnose:FuzzReadIPTablesSave:2800 \
-	harness/diagnose:FuzzReadIPVSAdm:100000
+	harness/diagnose:FuzzReadIPVSAdm:20000
 FUZZTIME       ?= 10m
 # Minimising a new input runs the target many times; Go's default (60 s per
 # input) would dwarf a short run.

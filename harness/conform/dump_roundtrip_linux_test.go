@@ -1,7 +1,3 @@
-//go:build diagnose_roundtrip
-
-// See harness/diagnose/roundtrip.go for the build tag.
-
 package conform
 
 import (

@@ -1,10 +1,3 @@
-//go:build diagnose_roundtrip
-
-// The build tag keeps this file out until the readers (i14-a, i14-b) and
-// the analysis (i14-d) are merged: it calls Analyze, LoadAPI and the
-// Finding kinds. Remove the tag line (here and in roundtrip_test.go,
-// harness/conform/dump_linux_test.go) when they are.
-
 package diagnose
 
 import (

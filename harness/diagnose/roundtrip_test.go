@@ -1,7 +1,3 @@
-//go:build diagnose_roundtrip
-
-// See roundtrip.go for the build tag.
-
 package diagnose
 
 import (
