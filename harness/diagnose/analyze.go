@@ -362,21 +362,36 @@ func intendedSplit(p *ServicePort) []float64 {
 		return out
 	}
 	if isIPVS(p) {
-		var sum float64
+		// kube-proxy writes weight 1 for every endpoint it uses and 0
+		// only while one drains: what it means is an even split over the
+		// real servers of positive weight, whatever weights the dump has.
+		active := 0
 		for _, e := range p.Endpoints {
-			sum += float64(max(e.Weight, 0))
-		}
-		if sum > 0 {
-			for i, e := range p.Endpoints {
-				out[i] = float64(max(e.Weight, 0)) / sum
+			if e.Weight > 0 {
+				active++
 			}
-			return out
 		}
+		for i, e := range p.Endpoints {
+			if e.Weight > 0 {
+				out[i] = 1 / float64(active)
+			}
+		}
+		return out
 	}
 	for i := range out {
 		out[i] = 1 / float64(k)
 	}
 	return out
+}
+
+// allQuiesced reports that no real server of the port has a positive weight.
+func allQuiesced(pr *PortReport) bool {
+	for _, e := range pr.Endpoints {
+		if e.Intended > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func isIPVS(p *ServicePort) bool { return p.Scheduler != "cascade" && p.Scheduler != "numgen" }
@@ -457,6 +472,10 @@ func (r *Report) rules(pr *PortReport) {
 	if !pr.port.Exact {
 		return
 	}
+	if isIPVS(pr.port) && allQuiesced(pr) {
+		r.add(LevelNote, KindGraceful, pr, "every real server has weight 0: kube-proxy's IPVS graceful termination keeps them for their open connections while no endpoint serves; a new connection finds no destination", endpointLines(pr)...)
+		return
+	}
 	var sum, worst float64
 	wi := 0
 	for i, e := range pr.Endpoints {
@@ -490,7 +509,7 @@ func (r *Report) rules(pr *PortReport) {
 
 func intendedWords(pr *PortReport) string {
 	if isIPVS(pr.port) {
-		return "by IPVS weight"
+		return "1/k over the real servers of positive weight: kube-proxy writes weight 1, and 0 only while a server drains"
 	}
 	return fmt.Sprintf("1/%d over the %d endpoints the rules list", len(pr.Endpoints), len(pr.Endpoints))
 }

@@ -447,15 +447,19 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 	if ext {
 		policy, local = "externalTrafficPolicy", ap.etpLocal
 	}
-	if local && !p.LocalOnly {
+	// IPVS has no chain that says "Local": kube-proxy's ipvs proxier
+	// gives the virtual server only the node's local endpoints, so the
+	// API's policy says how to read its real servers.
+	localOnly := p.LocalOnly || (mode == "ipvs" && local)
+	if local && !localOnly {
 		r.add(LevelFinding, KindLocalIgnored, pr, fmt.Sprintf("the Service has %s Local but the rules send this traffic to every node's endpoints", policy), append([]Line{ap.svcLine}, pr.Evidence...)...)
 	}
 	var want []apiEndpoint
 	hinted := false
 	switch {
-	case p.LocalOnly && node == "":
+	case localOnly && node == "":
 		return
-	case p.LocalOnly:
+	case localOnly:
 		want = localSet(ap.eps, node)
 		if len(want) == 0 && !ext {
 			r.add(LevelFinding, KindNoLocal, pr, fmt.Sprintf("internalTrafficPolicy Local and no serving endpoint on node %s: traffic from this node's pods to it is dropped", node), append([]Line{ap.svcLine}, pr.Evidence...)...)
@@ -490,7 +494,7 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 		switch {
 		case !inAPI:
 			r.add(LevelFinding, KindStale, pr, fmt.Sprintf("endpoint %s is in the rules but in no EndpointSlice of %s: stale (deleted)", e.Addr, ap.name), e.Evidence, ap.svcLine)
-		case p.LocalOnly && ae.node != node:
+		case localOnly && ae.node != node:
 			r.add(LevelFinding, KindLocalToRemote, pr, fmt.Sprintf("endpoint %s is on node %s, but %s Local allows only node %s's endpoints", e.Addr, orUnknown(ae.node), policy, node), e.Evidence, apiLine(ae, r))
 		case !ae.serving:
 			r.add(LevelFinding, KindStale, pr, fmt.Sprintf("endpoint %s is in the rules but not serving in the API (ready=%t, serving=false): stale", e.Addr, ae.ready), e.Evidence, apiLine(ae, r))
