@@ -91,6 +91,18 @@ func (n *Node) Engine(svc int) Engine {
 // that left the rules are flushed, as kube-proxy's conntrack cleanup does;
 // TCP entries stay.
 func (n *Node) Program(svc int, r Rules, now int64) {
+	n.program(svc, r, now, true)
+}
+
+// ProgramShared is Program for a caller whose r.Backends is never modified
+// afterwards (the simulator's rendered versions, shared by every node): the
+// node keeps the slice instead of a copy of it. At 30,000 Services × 100
+// nodes the copies were a third of a mode's allocations.
+func (n *Node) ProgramShared(svc int, r Rules, now int64) {
+	n.program(svc, r, now, false)
+}
+
+func (n *Node) program(svc int, r Rules, now int64, copyBackends bool) {
 	for svc >= len(n.engines) {
 		n.engines = append(n.engines, nil)
 		n.rules = append(n.rules, Rules{Verdict: Reject})
@@ -117,7 +129,9 @@ func (n *Node) Program(svc int, r Rules, now int64) {
 		}
 	}
 	e.Program(r, now)
-	r.Backends = append([]Backend(nil), r.Backends...)
+	if copyBackends {
+		r.Backends = append([]Backend(nil), r.Backends...)
+	}
 	n.rules[svc] = r
 }
 

@@ -248,7 +248,7 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 			continue
 		}
 		rules := md.rules[int(g)*nn+ni]
-		r.shards[k].node.Program(int(plan.local[s]), *rules, 0)
+		r.shards[k].node.ProgramShared(int(plan.local[s]), *rules, 0)
 		if rules.Verdict == engine.Accept {
 			r.svc[s].aff = int64(rules.AffinityTimeout)
 		}
@@ -429,7 +429,7 @@ func (r *nodeRun) program(node *engine.Node, sv, g int32, now int64) {
 			}
 		}
 	}
-	node.Program(int(r.plan.local[sv]), *rules, now)
+	node.ProgramShared(int(r.plan.local[sv]), *rules, now)
 	r.svc[sv].rule = g
 	r.svc[sv].aff = 0
 	if rules.Verdict == engine.Accept {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,9 @@ type runFlags struct {
 	mode        modeFlag
 	dir         string
 	calibration string
+	cpuprofile  string
+	memprofile  string
+	progress    string
 }
 
 func newRun(s Streams) *cobra.Command {
@@ -50,6 +54,11 @@ means the Service's only port; one that cannot be resolved is bad input
 			if err := f.out.check(); err != nil {
 				return err
 			}
+			switch f.progress {
+			case "auto", "always", "never":
+			default:
+				return fmt.Errorf("--progress %q: want auto, always or never", f.progress)
+			}
 			var modes []cluster.Mode
 			if f.mode.m != "" {
 				modes = []cluster.Mode{f.mode.m}
@@ -66,6 +75,11 @@ means the Service's only port; one that cannot be resolved is bad input
 	c.Flags().Var(&f.mode, "mode", "simulate only this mode (iptables, nftables or ipvs)")
 	c.Flags().StringVar(&f.dir, "out", "", "write report.json, report.md and plots into this folder (without it, no file is written)")
 	c.Flags().StringVar(&f.calibration, "calibration", filepath.Join("results", "calibration"), "folder of sync-time calibrations (sim/cost defaults complete it)")
+	c.Flags().StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
+	c.Flags().StringVar(&f.memprofile, "memprofile", "", "write a heap profile (at the end of the run) to this file")
+	c.Flags().StringVar(&f.progress, "progress", "auto", "progress on stderr: auto (only when stderr is a terminal), always or never")
+	_ = c.Flags().MarkHidden("cpuprofile")
+	_ = c.Flags().MarkHidden("memprofile")
 	return c
 }
 
@@ -73,6 +87,20 @@ func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()
+	if f.cpuprofile != "" {
+		pf, err := os.Create(f.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if f.memprofile != "" {
+		defer writeHeapProfile(f.memprofile)
+	}
 	m, err := apiserver.Open(ctx, file, seed)
 	if err != nil {
 		return err
@@ -83,7 +111,7 @@ func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f
 	if err != nil {
 		return err
 	}
-	prog := newProgress(s.Err, start)
+	prog := newProgress(s.Err, start, f.progress)
 	r, err := simulate.Run(ctx, m, simulate.Options{Modes: modes, Calibrations: cals, Progress: prog.update})
 	prog.done()
 	if err != nil {
@@ -141,8 +169,18 @@ type progress struct {
 	drawn bool
 }
 
-func newProgress(w io.Writer, start time.Time) *progress {
+// newProgress takes --progress: "auto" draws only on a terminal, "always"
+// and "never" force it on or off. It is written to be reused by any long
+// command (update(done, total) from any goroutine, done() at the end).
+func newProgress(w io.Writer, start time.Time, when string) *progress {
 	p := &progress{w: w, start: start}
+	switch when {
+	case "always":
+		p.tty = true
+		return p
+	case "never":
+		return p
+	}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			p.tty = true
@@ -169,4 +207,15 @@ func (p *progress) done() {
 	if p.drawn {
 		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 70))
 	}
+}
+
+// writeHeapProfile writes the heap profile (allocations since the start:
+// go tool pprof -sample_index=alloc_space) for the hidden --memprofile flag.
+func writeHeapProfile(path string) {
+	pf, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer pf.Close()
+	_ = pprof.Lookup("heap").WriteTo(pf, 0)
 }
