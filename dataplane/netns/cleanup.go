@@ -209,6 +209,11 @@ func (c *cleaner) namespaces(names []string, uncoverErr error) {
 func (c *cleaner) processes(names []string) error {
 	for _, name := range names {
 		id, _ := MatchPrefix(name, c.o.Prefix)
+		// A live run's processes are the run's own (its threads enter its
+		// namespaces): not leftovers; its namespaces are reported skipped.
+		if st, err := c.probe(id); err == nil && st.Alive && !c.o.Force {
+			continue
+		}
 		procs, err := ProcessesIn(filepath.Join(NetnsDir, name))
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
