@@ -75,9 +75,13 @@ func decodeDump(file string, docs []*yaml.Node) (*Loaded, error) {
 	return l, nil
 }
 
+// isList says whether n is kubectl's List (kind List, apiVersion v1 or
+// none): the one rule for a dump's top level and for an item of objects, so
+// that what sim import accepts loads again as a scenario.
 func isList(n *yaml.Node) bool {
 	kd, ok := scalarField(n, "kind")
-	return ok && kd.Value == "List"
+	av, avScalar := scalarField(n, "apiVersion")
+	return ok && kd.Value == "List" && (av == nil || avScalar && (av.Value == "v1" || av.Value == ""))
 }
 
 // NameFromFile makes a scenario name (a DNS subdomain) from a file name:

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -12,8 +11,9 @@ import (
 // Import turns a cluster dump (what kubectl get -o yaml prints) into the
 // text of a runnable scenario: the inferred cluster section, default proxy
 // settings, a traffic section and the default checks, then the dump's
-// documents embedded unchanged under objects (each document one item, its
-// lines indented). file names the dump in errors; out names the scenario
+// documents under objects (each document one item, written from its parsed
+// tree, so values, styles, anchors and comments survive and no text
+// re-indentation can change what a document means). file names the dump in errors; out names the scenario
 // being written, in the errors of the check that it loads again. Bad input
 // (not a dump, or a dump that does not load) is an ErrorList.
 func Import(file string, data []byte, out string) ([]byte, *Loaded, error) {
@@ -50,19 +50,10 @@ func Import(file string, data []byte, out string) ([]byte, *Loaded, error) {
 			return nil, nil, fmt.Errorf("could not write the scenario's %s section: %w", h.key, err)
 		}
 	}
-	b.WriteString("objects:\n")
-	for _, d := range splitDocuments(data) {
-		lines := strings.Split(strings.TrimRight(d, "\n"), "\n")
-		for i, ln := range lines {
-			switch {
-			case i == 0:
-				b.WriteString("  - " + ln)
-			case ln == "":
-			default:
-				b.WriteString("    " + ln)
-			}
-			b.WriteByte('\n')
-		}
+	objects := &yaml.Node{Kind: yaml.SequenceNode}
+	objects.Content = docs
+	if err := writeYAMLKey(&b, "objects", objects); err != nil {
+		return nil, nil, fmt.Errorf("could not write the scenario's objects: %w", err)
 	}
 	text := b.Bytes()
 	again, err := Load(out, text)
@@ -101,13 +92,15 @@ func importedChecks(cs []Check) []Check {
 // writeYAMLKey writes "key: value" as block YAML, the value converted
 // through its JSON form (the scenario types carry JSON tags).
 func writeYAMLKey(b *bytes.Buffer, key string, val any) error {
-	j, err := json.Marshal(val)
-	if err != nil {
-		return err
-	}
-	var v any
-	if err := json.Unmarshal(j, &v); err != nil {
-		return err
+	v := val
+	if _, node := val.(*yaml.Node); !node {
+		j, err := json.Marshal(val)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(j, &v); err != nil {
+			return err
+		}
 	}
 	enc := yaml.NewEncoder(b)
 	enc.SetIndent(2)
@@ -115,41 +108,4 @@ func writeYAMLKey(b *bytes.Buffer, key string, val any) error {
 		return err
 	}
 	return enc.Close()
-}
-
-// splitDocuments cuts YAML text at its document markers ("---" at the
-// start of a line; a "..." end marker is dropped) and returns the documents
-// that hold something other than blank lines and comments.
-func splitDocuments(data []byte) []string {
-	var out []string
-	var cur strings.Builder
-	content := false
-	flush := func() {
-		if content {
-			out = append(out, cur.String())
-		}
-		cur.Reset()
-		content = false
-	}
-	for _, ln := range strings.SplitAfter(string(data), "\n") {
-		trimmed := strings.TrimRight(ln, "\r\n")
-		if trimmed == "---" || strings.HasPrefix(trimmed, "--- ") || trimmed == "..." {
-			flush()
-			if rest := strings.TrimSpace(strings.TrimPrefix(trimmed, "---")); rest != "" && rest != "..." && !strings.HasPrefix(rest, "#") {
-				// "--- {a: b}": content on the marker's line
-				cur.WriteString(rest + "\n")
-				content = true
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "%") && !content {
-			continue // a directive (%YAML 1.2)
-		}
-		if t := strings.TrimSpace(trimmed); t != "" && !strings.HasPrefix(t, "#") {
-			content = true
-		}
-		cur.WriteString(strings.TrimRight(ln, "\r\n") + "\n")
-	}
-	flush()
-	return out
 }

@@ -649,7 +649,7 @@ func (w *walker) object(n *yaml.Node, path string) {
 		w.errAt(n, path, "a Kubernetes object needs apiVersion and kind")
 		return
 	}
-	if kd.Value == "List" && (av.Value == "v1" || av.Value == "") {
+	if isList(n) {
 		w.list(n, path)
 		return
 	}
