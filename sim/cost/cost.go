@@ -156,6 +156,8 @@ func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
 // Calibration is sync time against size for one mode and variant, as `sim
 // calibrate` writes it.
 type Calibration struct {
+	// Emulation is set when the points were measured in the microVM.
+	Emulation *Emulation `json:"emulation,omitempty"`
 	Mode    cluster.Mode `json:"mode"`
 	Variant string       `json:"variant"` // e.g. "nft", "legacy", "kube-proxy", "fast"
 	Kernel  string       `json:"kernel,omitempty"`
