@@ -157,12 +157,12 @@ func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
 // calibrate` writes it.
 type Calibration struct {
 	// Emulation is set when the points were measured in the microVM.
-	Emulation *Emulation `json:"emulation,omitempty"`
-	Mode    cluster.Mode `json:"mode"`
-	Variant string       `json:"variant"` // e.g. "nft", "legacy", "kube-proxy", "fast"
-	Kernel  string       `json:"kernel,omitempty"`
-	Source  string       `json:"source"`
-	Points  []Point      `json:"points"`
+	Emulation *Emulation   `json:"emulation,omitempty"`
+	Mode      cluster.Mode `json:"mode"`
+	Variant   string       `json:"variant"` // e.g. "nft", "legacy", "kube-proxy", "fast"
+	Kernel    string       `json:"kernel,omitempty"`
+	Source    string       `json:"source"`
+	Points    []Point      `json:"points"`
 }
 
 // Point is one measured size.
