@@ -181,6 +181,31 @@ func (k *nftKube) load() error {
 	}
 	f.Table = table
 	f.Tables = map[knftables.Family]map[string]*knftables.FakeTable{fam: {"kube-proxy": table}}
+	if err := k.loadChains(table); err != nil {
+		return err
+	}
+	lines := k.loadSets(table)
+	k.dropDanglingElements(table, lines)
+	k.loadRules(table)
+	client, err := k.clientAddr()
+	if err != nil {
+		return err
+	}
+	k.client = client
+	t, err := nftables.NewTracer(f)
+	if err != nil {
+		return &scenario.FieldError{File: k.tb.line.File, Pos: scenario.Pos{Line: k.tb.line.Line, Column: 1}, Field: "table ip kube-proxy",
+			Message: "expected rules the tracer reads: " + err.Error()}
+	}
+	k.tracer = t
+	return nil
+}
+
+// loadChains adds the dump's chains, without rules, to table (the second
+// of two chains of one name is left out); a base chain's priority that
+// knftables cannot read is the error.
+func (k *nftKube) loadChains(table *knftables.FakeTable) error {
+	fam := table.Family
 	for _, c := range k.tb.chains {
 		if k.chains[c.name] != nil {
 			k.d.Skipped = append(k.d.Skipped, Skipped{Line: c.line, Reason: "chain " + c.name + " is listed twice: the second is left out"})
@@ -199,6 +224,14 @@ func (k *nftKube) load() error {
 		}
 		table.Chains[c.name] = &knftables.FakeChain{Chain: ch}
 	}
+	return nil
+}
+
+// loadSets adds the dump's sets and maps with their elements to table
+// (the second of two sets of one name, and of two elements of one key, is
+// left out) and returns each element's line.
+func (k *nftKube) loadSets(table *knftables.FakeTable) map[*knftables.Element]Line {
+	fam := table.Family
 	lines := map[*knftables.Element]Line{}
 	for _, s := range k.tb.sets {
 		if k.sets[s.name] != nil {
@@ -235,7 +268,12 @@ func (k *nftKube) load() error {
 			table.Sets[s.name] = &knftables.FakeSet{Set: knftables.Set{Family: fam, Table: "kube-proxy", Name: s.name, Type: s.typ, Flags: flags, Timeout: s.timeout}, Elements: elems}
 		}
 	}
-	// Map elements that name a chain the dump does not define.
+	return lines
+}
+
+// dropDanglingElements leaves out (and reports) the map elements that
+// name a chain the dump does not define.
+func (k *nftKube) dropDanglingElements(table *knftables.FakeTable, lines map[*knftables.Element]Line) {
 	for _, s := range k.tb.sets {
 		m := table.Maps[s.name]
 		if m == nil || k.sets[s.name] != s {
@@ -254,6 +292,12 @@ func (k *nftKube) load() error {
 		}
 		m.Elements = kept
 	}
+}
+
+// loadRules adds each chain's rules to table, leaving out (and reporting)
+// the ones the reader or the tracer does not understand and the ones that
+// name what the dump does not define.
+func (k *nftKube) loadRules(table *knftables.FakeTable) {
 	for _, c := range k.tb.chains {
 		if k.chains[c.name] != c {
 			continue
@@ -273,21 +317,9 @@ func (k *nftKube) load() error {
 				k.skip(r, "the tracer does not understand this rule ("+err.Error()+"): left out")
 				continue
 			}
-			fc.Rules = append(fc.Rules, &knftables.Rule{Family: fam, Table: "kube-proxy", Chain: c.name, Rule: r.text})
+			fc.Rules = append(fc.Rules, &knftables.Rule{Family: table.Family, Table: "kube-proxy", Chain: c.name, Rule: r.text})
 		}
 	}
-	client, err := k.clientAddr()
-	if err != nil {
-		return err
-	}
-	k.client = client
-	t, err := nftables.NewTracer(f)
-	if err != nil {
-		return &scenario.FieldError{File: k.tb.line.File, Pos: scenario.Pos{Line: k.tb.line.Line, Column: 1}, Field: "table ip kube-proxy",
-			Message: "expected rules the tracer reads: " + err.Error()}
-	}
-	k.tracer = t
-	return nil
 }
 
 func (k *nftKube) skip(r *nftRule, why string) {

@@ -155,13 +155,13 @@ func jsonObject(file string, pos scenario.Pos, raw json.RawMessage, tables *[]*n
 	var body json.RawMessage
 	for kind, body = range obj {
 	}
+	if kind == "metainfo" {
+		return nil
+	}
 	var v jObj
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&v); err != nil {
-		if kind == "metainfo" {
-			return nil
-		}
 		return &scenario.FieldError{File: file, Pos: pos, Field: kind, Message: "expected an object"}
 	}
 	line := func(text string) Line { return Line{File: file, Line: pos.Line, Text: text} }
@@ -180,54 +180,18 @@ func jsonObject(file string, pos scenario.Pos, raw json.RawMessage, tables *[]*n
 	}
 	name, _ := v["name"].(string)
 	switch kind {
-	case "metainfo":
-		return nil
 	case "table":
 		tb := tableOf("family", "name")
 		tb.lines--
 		tb.comment, _ = v["comment"].(string)
 	case "chain":
 		tb := tableOf("family", "table")
-		c := &nftChain{name: name, line: line("chain " + name)}
-		c.typ, _ = v["type"].(string)
-		c.hook, _ = v["hook"].(string)
-		c.policy, _ = v["policy"].(string)
-		if p, ok := v["prio"]; ok {
-			c.prio = jsonScalar(p)
-		}
-		tb.chains = append(tb.chains, c)
+		tb.chains = append(tb.chains, jsonChain(v, name, line("chain "+name)))
 	case "set", "map":
 		tb := tableOf("family", "table")
-		s := &nftSet{name: name, isMap: kind == "map", line: line(kind + " " + name)}
-		s.typ = jsonType(v["type"])
-		if kind == "map" {
-			s.typ += " : " + jsonType(v["map"])
-		}
-		if fl, ok := v["flags"].([]any); ok {
-			for _, f := range fl {
-				if fs, ok := f.(string); ok {
-					s.flags = append(s.flags, fs)
-				}
-			}
-		} else if fs, ok := v["flags"].(string); ok {
-			s.flags = []string{fs}
-		}
-		if t, ok := jsonSeconds(v["timeout"]); ok {
-			s.timeout = &t
-		}
-		s.comment, _ = v["comment"].(string)
-		if el, ok := v["elem"].([]any); ok {
-			for _, e := range el {
-				ne, err := jsonElem(e, s.isMap)
-				if err != nil {
-					return &scenario.FieldError{File: file, Pos: pos, Field: kind + " " + name + " elem", Message: err.Error()}
-				}
-				ne.line = line(strings.Join(ne.key, " . "))
-				if s.isMap {
-					ne.line.Text += " : " + strings.Join(ne.value, " . ")
-				}
-				s.elems = append(s.elems, ne)
-			}
+		s, err := jsonSet(v, kind, name, line)
+		if err != nil {
+			return &scenario.FieldError{File: file, Pos: pos, Field: kind + " " + name + " elem", Message: err.Error()}
 		}
 		tb.sets = append(tb.sets, s)
 	case "rule":
@@ -243,26 +207,83 @@ func jsonObject(file string, pos scenario.Pos, raw json.RawMessage, tables *[]*n
 			return &scenario.FieldError{File: file, Pos: pos, Field: "rule",
 				Message: fmt.Sprintf("expected the chain %q of the rule to be listed before it", chain)}
 		}
-		r := nftRule{}
-		r.comment, _ = v["comment"].(string)
-		exprs, _ := v["expr"].([]any)
-		words, counter, err := jsonRule(exprs)
-		r.counter = counter
-		if err != nil {
-			r.bad = err.Error()
-		}
-		r.text = strings.Join(words, " ")
-		r.line = line(r.text)
-		if r.bad != "" {
-			r.line.Text = "rule in chain " + chain + ": " + string(body)
-		}
-		c.rules = append(c.rules, r)
+		c.rules = append(c.rules, jsonRuleObject(v, body, line, chain))
 	default:
 		tb := tableOf("family", "table")
 		tb.skipped = append(tb.skipped, Skipped{Line: line(kind + " " + name),
 			Reason: fmt.Sprintf("object %q is not one kube-proxy writes", kind+" "+name)})
 	}
 	return nil
+}
+
+// jsonChain reads a chain object: a base chain's type, hook, priority and
+// policy, nothing for a regular chain.
+func jsonChain(v jObj, name string, at Line) *nftChain {
+	c := &nftChain{name: name, line: at}
+	c.typ, _ = v["type"].(string)
+	c.hook, _ = v["hook"].(string)
+	c.policy, _ = v["policy"].(string)
+	if p, ok := v["prio"]; ok {
+		c.prio = jsonScalar(p)
+	}
+	return c
+}
+
+// jsonSet reads a set or map object (kind "set" or "map") with its
+// elements; an element it cannot read is the error.
+func jsonSet(v jObj, kind, name string, line func(string) Line) (*nftSet, error) {
+	s := &nftSet{name: name, isMap: kind == "map", line: line(kind + " " + name)}
+	s.typ = jsonType(v["type"])
+	if kind == "map" {
+		s.typ += " : " + jsonType(v["map"])
+	}
+	if fl, ok := v["flags"].([]any); ok {
+		for _, f := range fl {
+			if fs, ok := f.(string); ok {
+				s.flags = append(s.flags, fs)
+			}
+		}
+	} else if fs, ok := v["flags"].(string); ok {
+		s.flags = []string{fs}
+	}
+	if t, ok := jsonSeconds(v["timeout"]); ok {
+		s.timeout = &t
+	}
+	s.comment, _ = v["comment"].(string)
+	if el, ok := v["elem"].([]any); ok {
+		for _, e := range el {
+			ne, err := jsonElem(e, s.isMap)
+			if err != nil {
+				return nil, err
+			}
+			ne.line = line(strings.Join(ne.key, " . "))
+			if s.isMap {
+				ne.line.Text += " : " + strings.Join(ne.value, " . ")
+			}
+			s.elems = append(s.elems, ne)
+		}
+	}
+	return s, nil
+}
+
+// jsonRuleObject reads a rule object of chain. A rule whose expressions
+// the reader does not understand is kept, marked bad, with its JSON as the
+// evidence line.
+func jsonRuleObject(v jObj, body json.RawMessage, line func(string) Line, chain string) nftRule {
+	r := nftRule{}
+	r.comment, _ = v["comment"].(string)
+	exprs, _ := v["expr"].([]any)
+	words, counter, err := jsonRule(exprs)
+	r.counter = counter
+	if err != nil {
+		r.bad = err.Error()
+	}
+	r.text = strings.Join(words, " ")
+	r.line = line(r.text)
+	if r.bad != "" {
+		r.line.Text = "rule in chain " + chain + ": " + string(body)
+	}
+	return r
 }
 
 // jsonScalar prints a number or string as the text form does.
@@ -553,7 +574,8 @@ func jsonInlineMap(v any) (string, error) {
 	return "{ " + strings.Join(out, " , ") + " }", nil
 }
 
-// jsonRule turns a rule's expressions into the text form's words.
+// jsonRule turns a rule's expressions into the text form's words. On an
+// error the words are those of the statements before the one it names.
 func jsonRule(exprs []any) ([]string, *[2]uint64, error) {
 	var words []string
 	var counter *[2]uint64
@@ -567,142 +589,177 @@ func jsonRule(exprs []any) ([]string, *[2]uint64, error) {
 		for k, val = range o {
 		}
 		body, _ := val.(jObj)
-		switch k {
-		case "match":
-			left, err := jsonLeft(body["left"])
-			if err != nil {
-				return words, counter, err
-			}
-			right, err := jsonRight(body["right"])
-			if err != nil {
-				return words, counter, err
-			}
-			op, _ := body["op"].(string)
-			if r, ok := body["right"].(json.Number); ok && strings.Contains(left, " & ") {
-				// nft prints a masked mark's comparison in full:
-				// meta mark & 0x00004000 != 0x00000000.
-				right = jsonHex(r)
-				if op == "==" {
-					op = "=="
-					words = append(words, left, op, right)
-					continue
-				}
-			}
-			switch op {
-			case "==", "in":
-				words = append(words, left, right)
-			case "!=", "<", ">", "<=", ">=":
-				words = append(words, left, op, right)
-			default:
-				return words, counter, fmt.Errorf("unknown match operator %q", op)
-			}
-		case "vmap", "map":
-			key, err := jsonLeft(body["key"])
-			if err != nil {
-				return words, counter, err
-			}
-			data, err := jsonInlineMap(body["data"])
-			if err != nil {
-				return words, counter, err
-			}
-			words = append(words, key, k, data)
-		case "dnat", "snat":
-			fam, _ := body["family"].(string)
-			w := []string{k}
-			if fam != "" {
-				w = append(w, fam)
-			}
-			w = append(w, "to")
-			switch addr := body["addr"].(type) {
-			case string:
-				target := addr
-				if p, ok := body["port"]; ok {
-					target += ":" + jsonScalar(p)
-				}
-				w = append(w, target)
-			case jObj:
-				m, ok := addr["map"].(jObj)
-				if !ok {
-					return words, counter, fmt.Errorf("unknown %s target %s", k, compactJSON(addr))
-				}
-				key, err := jsonLeft(m["key"])
-				if err != nil {
-					return words, counter, err
-				}
-				data, err := jsonInlineMap(m["data"])
-				if err != nil {
-					return words, counter, err
-				}
-				w = append(w, key, "map", data)
-			default:
-				return words, counter, fmt.Errorf("unknown %s target %s", k, compactJSON(body["addr"]))
-			}
-			words = append(words, w...)
-		case "jump", "goto":
-			t, _ := body["target"].(string)
-			if t == "" {
-				return words, counter, fmt.Errorf("%s without a target", k)
-			}
-			words = append(words, k, t)
-		case "accept", "drop", "return", "continue":
-			words = append(words, k)
-		case "reject":
-			words = append(words, "reject")
-		case "masquerade":
-			words = append(words, "masquerade")
-			if body != nil {
-				switch fl := body["flags"].(type) {
-				case string:
-					words = append(words, fl)
-				case []any:
-					for _, f := range fl {
-						words = append(words, jsonScalar(f))
-					}
-				}
-			}
-		case "mangle":
-			key, err := jsonLeft(body["key"])
-			if err != nil {
-				return words, counter, err
-			}
-			value, err := jsonLeft(body["value"])
-			if err != nil {
-				return words, counter, err
-			}
-			words = append(words, key, "set", value)
-		case "set":
-			op, _ := body["op"].(string)
-			set, _ := body["set"].(string)
-			elem := body["elem"]
-			var timeout string
-			if eo, ok := elem.(jObj); ok {
-				if inner, ok := eo["elem"].(jObj); ok {
-					elem = inner["val"]
-					if t, ok := jsonSeconds(inner["timeout"]); ok {
-						timeout = " timeout " + strconv.FormatInt(int64(t/time.Second), 10) + "s"
-					}
-				}
-			}
-			el, err := jsonLeft(elem)
-			if err != nil {
-				return words, counter, err
-			}
-			words = append(words, op, set, "{ "+el+timeout+" }")
-		case "counter":
+		if k == "counter" {
 			words = append(words, "counter")
-			if body != nil {
-				pk, err1 := strconv.ParseUint(jsonScalar(body["packets"]), 10, 64)
-				by, err2 := strconv.ParseUint(jsonScalar(body["bytes"]), 10, 64)
-				if err1 == nil && err2 == nil {
-					counter = &[2]uint64{pk, by}
-					words = append(words, "packets", strconv.FormatUint(pk, 10), "bytes", strconv.FormatUint(by, 10))
-				}
+			if c, w := jsonCounter(body); c != nil {
+				counter = c
+				words = append(words, w...)
 			}
-		default:
-			return words, counter, fmt.Errorf("unknown statement %q", k)
+			continue
 		}
+		w, err := jsonStatement(k, body)
+		if err != nil {
+			return words, counter, err
+		}
+		words = append(words, w...)
 	}
 	return words, counter, nil
+}
+
+// jsonStatement gives the text form's words of one statement k (every
+// one but counter) with its body.
+func jsonStatement(k string, body jObj) ([]string, error) {
+	switch k {
+	case "match":
+		return jsonMatch(body)
+	case "vmap", "map":
+		key, err := jsonLeft(body["key"])
+		if err != nil {
+			return nil, err
+		}
+		data, err := jsonInlineMap(body["data"])
+		if err != nil {
+			return nil, err
+		}
+		return []string{key, k, data}, nil
+	case "dnat", "snat":
+		return jsonNAT(k, body)
+	case "jump", "goto":
+		t, _ := body["target"].(string)
+		if t == "" {
+			return nil, fmt.Errorf("%s without a target", k)
+		}
+		return []string{k, t}, nil
+	case "accept", "drop", "return", "continue":
+		return []string{k}, nil
+	case "reject":
+		return []string{"reject"}, nil
+	case "masquerade":
+		words := []string{"masquerade"}
+		if body != nil {
+			switch fl := body["flags"].(type) {
+			case string:
+				words = append(words, fl)
+			case []any:
+				for _, f := range fl {
+					words = append(words, jsonScalar(f))
+				}
+			}
+		}
+		return words, nil
+	case "mangle":
+		key, err := jsonLeft(body["key"])
+		if err != nil {
+			return nil, err
+		}
+		value, err := jsonLeft(body["value"])
+		if err != nil {
+			return nil, err
+		}
+		return []string{key, "set", value}, nil
+	case "set":
+		return jsonSetStatement(body)
+	}
+	return nil, fmt.Errorf("unknown statement %q", k)
+}
+
+// jsonMatch prints a match: "ip daddr 10.0.0.1", "meta mark & 0x00004000 != 0x00000000".
+func jsonMatch(body jObj) ([]string, error) {
+	left, err := jsonLeft(body["left"])
+	if err != nil {
+		return nil, err
+	}
+	right, err := jsonRight(body["right"])
+	if err != nil {
+		return nil, err
+	}
+	op, _ := body["op"].(string)
+	if r, ok := body["right"].(json.Number); ok && strings.Contains(left, " & ") {
+		// nft prints a masked mark's comparison in full:
+		// meta mark & 0x00004000 != 0x00000000.
+		right = jsonHex(r)
+		if op == "==" {
+			return []string{left, op, right}, nil
+		}
+	}
+	switch op {
+	case "==", "in":
+		return []string{left, right}, nil
+	case "!=", "<", ">", "<=", ">=":
+		return []string{left, op, right}, nil
+	}
+	return nil, fmt.Errorf("unknown match operator %q", op)
+}
+
+// jsonNAT prints a dnat or snat statement (k): to an address (and port)
+// or through a map.
+func jsonNAT(k string, body jObj) ([]string, error) {
+	fam, _ := body["family"].(string)
+	w := []string{k}
+	if fam != "" {
+		w = append(w, fam)
+	}
+	w = append(w, "to")
+	switch addr := body["addr"].(type) {
+	case string:
+		target := addr
+		if p, ok := body["port"]; ok {
+			target += ":" + jsonScalar(p)
+		}
+		w = append(w, target)
+	case jObj:
+		m, ok := addr["map"].(jObj)
+		if !ok {
+			return nil, fmt.Errorf("unknown %s target %s", k, compactJSON(addr))
+		}
+		key, err := jsonLeft(m["key"])
+		if err != nil {
+			return nil, err
+		}
+		data, err := jsonInlineMap(m["data"])
+		if err != nil {
+			return nil, err
+		}
+		w = append(w, key, "map", data)
+	default:
+		return nil, fmt.Errorf("unknown %s target %s", k, compactJSON(body["addr"]))
+	}
+	return w, nil
+}
+
+// jsonSetStatement prints a set statement: "update @affinity { ip saddr timeout 10800s }".
+func jsonSetStatement(body jObj) ([]string, error) {
+	op, _ := body["op"].(string)
+	set, _ := body["set"].(string)
+	elem := body["elem"]
+	var timeout string
+	if eo, ok := elem.(jObj); ok {
+		if inner, ok := eo["elem"].(jObj); ok {
+			elem = inner["val"]
+			if t, ok := jsonSeconds(inner["timeout"]); ok {
+				timeout = " timeout " + strconv.FormatInt(int64(t/time.Second), 10) + "s"
+			}
+		}
+	}
+	el, err := jsonLeft(elem)
+	if err != nil {
+		return nil, err
+	}
+	return []string{op, set, "{ " + el + timeout + " }"}, nil
+}
+
+// jsonCounter reads a counter's packets and bytes and their words; nil
+// when the counter has none (or they are not numbers).
+func jsonCounter(body jObj) (*[2]uint64, []string) {
+	if body == nil {
+		return nil, nil
+	}
+	pk, err1 := strconv.ParseUint(jsonScalar(body["packets"]), 10, 64)
+	by, err2 := strconv.ParseUint(jsonScalar(body["bytes"]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil, nil
+	}
+	return &[2]uint64{pk, by}, []string{"packets", strconv.FormatUint(pk, 10), "bytes", strconv.FormatUint(by, 10)}
 }
 
 func compactJSON(v any) string {
