@@ -116,43 +116,61 @@ type imported struct {
 	checks                             []Check
 }
 
+// dumpAddrs is what a dump's objects use of the IPv4 address space.
+type dumpAddrs struct {
+	svcIPs, podAddrs, nodeAddrs []netip.Addr
+	podBlocks                   []netip.Prefix          // the Nodes' pod blocks
+	nodeIP                      map[netip.Addr]bool     // the Nodes' InternalIPs
+	hasNodes                    bool                    // the dump holds a Node object
+	byNode                      map[string][]netip.Addr // pod and endpoint addresses per node name
+}
+
 // inferImport derives the cluster ranges that cover what the objects use,
 // the nodes when the dump holds no Node object, and the default checks.
 func inferImport(objs []Object) *imported {
-	var svcIPs, podAddrs, nodeAddrs []netip.Addr
-	var podBlocks []netip.Prefix
-	nodeIP := map[netip.Addr]bool{}
-	hasNodes := false
+	a := collectAddrs(objs)
+	imp := &imported{nClusterIPs: len(a.svcIPs), nPodAddrs: len(a.podAddrs), nNodeAddrs: len(a.nodeAddrs)}
+	if !a.hasNodes {
+		imp.nodes, a.podBlocks = nodesFromEndpoints(a.byNode, a.podBlocks)
+	}
+	imp.serviceCIDR, imp.podCIDR, imp.nodeNetwork = importRanges(a)
+	imp.checks = defaultChecks(objs, a.nodeIP, imp.podCIDR)
+	return imp
+}
+
+// collectAddrs reads the Nodes' addresses and pod blocks, then the
+// ClusterIPs and the pod and endpoint addresses that are not a Node's own.
+func collectAddrs(objs []Object) *dumpAddrs {
+	a := &dumpAddrs{nodeIP: map[netip.Addr]bool{}, byNode: map[string][]netip.Addr{}}
 	for _, o := range objs {
 		if n, ok := o.Object.(*corev1.Node); ok {
-			hasNodes = true
-			if a, ok := NodeIPv4(n); ok {
-				nodeAddrs = append(nodeAddrs, a)
-				nodeIP[a] = true
+			a.hasNodes = true
+			if ip, ok := NodeIPv4(n); ok {
+				a.nodeAddrs = append(a.nodeAddrs, ip)
+				a.nodeIP[ip] = true
 			}
 			if p, ok := nodePodCIDRv4(n); ok {
-				podBlocks = append(podBlocks, p)
+				a.podBlocks = append(a.podBlocks, p)
 			}
 		}
 	}
-	byNode := map[string][]netip.Addr{}
 	seenSvc := map[netip.Addr]bool{}
 	for _, o := range objs {
 		switch x := o.Object.(type) {
 		case *corev1.Service:
 			for _, s := range append([]string{x.Spec.ClusterIP}, x.Spec.ClusterIPs...) {
-				if a, err := netip.ParseAddr(s); err == nil && a.Is4() && !seenSvc[a] {
-					seenSvc[a] = true
-					svcIPs = append(svcIPs, a)
+				if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() && !seenSvc[ip] {
+					seenSvc[ip] = true
+					a.svcIPs = append(a.svcIPs, ip)
 				}
 			}
 		case *corev1.Pod:
 			if x.Spec.HostNetwork {
 				continue
 			}
-			if a, ok := PodIPv4(x); ok && !nodeIP[a] {
-				podAddrs = append(podAddrs, a)
-				byNode[x.Spec.NodeName] = append(byNode[x.Spec.NodeName], a)
+			if ip, ok := PodIPv4(x); ok && !a.nodeIP[ip] {
+				a.podAddrs = append(a.podAddrs, ip)
+				a.byNode[x.Spec.NodeName] = append(a.byNode[x.Spec.NodeName], ip)
 			}
 		case *discoveryv1.EndpointSlice:
 			if x.AddressType != discoveryv1.AddressTypeIPv4 {
@@ -162,46 +180,57 @@ func inferImport(objs []Object) *imported {
 				if e.NodeName == nil || *e.NodeName == "" || len(e.Addresses) == 0 {
 					continue // default/kubernetes: the API server's addresses
 				}
-				if a, err := netip.ParseAddr(e.Addresses[0]); err == nil && a.Is4() && !nodeIP[a] {
-					podAddrs = append(podAddrs, a)
-					byNode[*e.NodeName] = append(byNode[*e.NodeName], a)
+				if ip, err := netip.ParseAddr(e.Addresses[0]); err == nil && ip.Is4() && !a.nodeIP[ip] {
+					a.podAddrs = append(a.podAddrs, ip)
+					a.byNode[*e.NodeName] = append(a.byNode[*e.NodeName], ip)
 				}
 			}
 		}
 	}
-	imp := &imported{nClusterIPs: len(svcIPs), nPodAddrs: len(podAddrs), nNodeAddrs: len(nodeAddrs)}
-	if !hasNodes {
-		// kubectl get svc,endpointslices: the nodes are the ones the
-		// endpoints name, each with the smallest /24 or wider block that
-		// holds its endpoints.
-		names := make([]string, 0, len(byNode))
-		for n := range byNode {
-			if n != "" {
-				names = append(names, n)
-			}
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			ns := NodeSpec{Name: n}
-			if p, ok := cover(byNode[n], nil); ok {
-				if p.Bits() > 24 {
-					p = netip.PrefixFrom(p.Addr(), 24).Masked()
-				}
-				if !overlapsAny(p, podBlocks) {
-					podBlocks = append(podBlocks, p)
-					ns.PodCIDR = p.String()
-				}
-			}
-			imp.nodes = append(imp.nodes, ns)
-		}
-		if len(imp.nodes) == 0 {
-			// kubectl get svc: no node at all; one to run the clients on.
-			imp.nodes = []NodeSpec{{Name: "node-1"}}
+	return a
+}
+
+// nodesFromEndpoints makes the nodes of a dump without Node objects
+// (kubectl get svc,endpointslices): the ones the endpoints name, each with
+// the smallest /24 or wider block that holds its endpoints when that
+// overlaps no other block; node-1 when they name none. It returns the
+// blocks with the new ones added.
+func nodesFromEndpoints(byNode map[string][]netip.Addr, podBlocks []netip.Prefix) ([]NodeSpec, []netip.Prefix) {
+	names := make([]string, 0, len(byNode))
+	for n := range byNode {
+		if n != "" {
+			names = append(names, n)
 		}
 	}
-	svc, okS := cover(svcIPs, nil)
-	pod, okP := cover(podAddrs, podBlocks)
-	node, okN := cover(nodeAddrs, nil)
+	sort.Strings(names)
+	var nodes []NodeSpec
+	for _, n := range names {
+		ns := NodeSpec{Name: n}
+		if p, ok := cover(byNode[n], nil); ok {
+			if p.Bits() > 24 {
+				p = netip.PrefixFrom(p.Addr(), 24).Masked()
+			}
+			if !overlapsAny(p, podBlocks) {
+				podBlocks = append(podBlocks, p)
+				ns.PodCIDR = p.String()
+			}
+		}
+		nodes = append(nodes, ns)
+	}
+	if len(nodes) == 0 {
+		// kubectl get svc: no node at all; one to run the clients on.
+		nodes = []NodeSpec{{Name: "node-1"}}
+	}
+	return nodes, podBlocks
+}
+
+// importRanges are the service, pod and node ranges: each the smallest
+// prefix that covers what the dump uses (the default when it uses none),
+// widened towards importMinBits as far as it overlaps neither other.
+func importRanges(a *dumpAddrs) (svc, pod, node netip.Prefix) {
+	svc, okS := cover(a.svcIPs, nil)
+	pod, okP := cover(a.podAddrs, a.podBlocks)
+	node, okN := cover(a.nodeAddrs, nil)
 	if !okS {
 		svc = netip.MustParsePrefix(DefaultServiceCIDR)
 	}
@@ -221,9 +250,7 @@ func inferImport(objs []Object) *imported {
 		}
 		*r = widen(*r, importMinBits, others)
 	}
-	imp.serviceCIDR, imp.podCIDR, imp.nodeNetwork = svc, pod, node
-	imp.checks = defaultChecks(objs, nodeIP, pod)
-	return imp
+	return svc, pod, node
 }
 
 // apply writes the inferred sections into a scenario made from a dump.
@@ -357,6 +384,20 @@ func a4(v uint32) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
+// checkPort is one Service port as defaultChecks sees it.
+type checkPort struct {
+	name  string
+	ready int
+	bad   bool // SCTP, or a ready endpoint outside the pod networks
+}
+
+// checkService is one Service as defaultChecks sees it.
+type checkService struct {
+	key             string // namespace/name
+	affinity, local bool
+	ports           []*checkPort
+}
+
 // defaultChecks are the checks a scenario made from a dump runs: per
 // Service port that kube-proxy load-balances (an IPv4 ClusterIP, TCP or
 // UDP: the probes of sim conform are TCP and UDP) and whose ready
@@ -365,18 +406,36 @@ func a4(v uint32) netip.Addr {
 // for a ClientIP Service, an internal-traffic-local check for an
 // internalTrafficPolicy Local one, a distribution check otherwise.
 func defaultChecks(objs []Object, nodeIP map[netip.Addr]bool, pods netip.Prefix) []Check {
-	type portInfo struct {
-		name  string
-		ready int
-		bad   bool
+	order, svcs := checkServices(objs)
+	countReady(objs, svcs, nodeIP, pods)
+	var out []Check
+	for _, si := range order {
+		for _, p := range si.ports {
+			if p.bad || p.ready == 0 {
+				continue
+			}
+			c := Check{Type: CheckDistribution, Service: si.key}
+			switch {
+			case si.local:
+				c.Type = CheckInternalTrafficLocal
+			case si.affinity:
+				c.Type = CheckAffinity
+			}
+			if len(si.ports) > 1 {
+				c.Port = p.name
+			}
+			out = append(out, c)
+		}
 	}
-	type svcInfo struct {
-		key             string
-		affinity, local bool
-		ports           []*portInfo
-	}
-	var order []*svcInfo
-	svcs := map[string]*svcInfo{}
+	return out
+}
+
+// checkServices lists the Services with an IPv4 ClusterIP (not
+// ExternalName) in the dump's order, the first of two of one name, and
+// indexes them by namespace/name.
+func checkServices(objs []Object) ([]*checkService, map[string]*checkService) {
+	var order []*checkService
+	svcs := map[string]*checkService{}
 	for _, o := range objs {
 		s, ok := o.Object.(*corev1.Service)
 		if !ok || s.Spec.Type == corev1.ServiceTypeExternalName {
@@ -390,20 +449,23 @@ func defaultChecks(objs []Object, nodeIP map[netip.Addr]bool, pods netip.Prefix)
 		if ns == "" {
 			ns = "default"
 		}
-		si := &svcInfo{key: ns + "/" + s.Name, affinity: s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP,
+		si := &checkService{key: ns + "/" + s.Name, affinity: s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP,
 			local: s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal}
 		for _, p := range s.Spec.Ports {
-			pi := &portInfo{name: p.Name}
-			if p.Protocol == corev1.ProtocolSCTP {
-				pi.bad = true
-			}
-			si.ports = append(si.ports, pi)
+			si.ports = append(si.ports, &checkPort{name: p.Name, bad: p.Protocol == corev1.ProtocolSCTP})
 		}
 		if _, dup := svcs[si.key]; !dup {
 			svcs[si.key] = si
 			order = append(order, si)
 		}
 	}
+	return order, svcs
+}
+
+// countReady counts each Service port's ready endpoints in the IPv4
+// EndpointSlices and marks the port bad when one of them is not a pod
+// address (unparsable, a node's own address, or outside pods).
+func countReady(objs []Object, svcs map[string]*checkService, nodeIP map[netip.Addr]bool, pods netip.Prefix) {
 	for _, o := range objs {
 		sl, ok := o.Object.(*discoveryv1.EndpointSlice)
 		if !ok || sl.AddressType != discoveryv1.AddressTypeIPv4 {
@@ -422,7 +484,7 @@ func defaultChecks(objs []Object, nodeIP map[netip.Addr]bool, pods netip.Prefix)
 			if sp.Name != nil {
 				name = *sp.Name
 			}
-			var pi *portInfo
+			var pi *checkPort
 			for _, p := range si.ports {
 				if p.name == name {
 					pi = p
@@ -444,24 +506,4 @@ func defaultChecks(objs []Object, nodeIP map[netip.Addr]bool, pods netip.Prefix)
 			}
 		}
 	}
-	var out []Check
-	for _, si := range order {
-		for _, p := range si.ports {
-			if p.bad || p.ready == 0 {
-				continue
-			}
-			c := Check{Type: CheckDistribution, Service: si.key}
-			switch {
-			case si.local:
-				c.Type = CheckInternalTrafficLocal
-			case si.affinity:
-				c.Type = CheckAffinity
-			}
-			if len(si.ports) > 1 {
-				c.Port = p.name
-			}
-			out = append(out, c)
-		}
-	}
-	return out
 }

@@ -2,6 +2,8 @@ package scenario
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -390,5 +392,55 @@ func TestDumpShapes(t *testing.T) {
 				t.Errorf("scenario: %+v", l.Scenario.Metadata)
 			}
 		})
+	}
+}
+
+// TestNodesFromEndpoints: without Node objects, the nodes are the ones the
+// endpoints name, in name order, each with the /24 (or wider) block that
+// holds its endpoints unless that overlaps a block already taken; an
+// empty node name makes no node, and none named gives node-1.
+func TestNodesFromEndpoints(t *testing.T) {
+	addrs := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, x := range s {
+			out = append(out, netip.MustParseAddr(x))
+		}
+		return out
+	}
+	taken := []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24")}
+	nodes, blocks := nodesFromEndpoints(map[string][]netip.Addr{
+		"b": addrs("10.244.1.5", "10.244.2.7"), // 10.244.0.0/22: holds a's block
+		"a": addrs("10.244.0.9"),               // 10.244.0.0/24
+		"c": addrs("10.244.3.4"),               // in the block taken before
+		"":  addrs("10.244.9.9"),
+	}, taken)
+	want := []NodeSpec{{Name: "a", PodCIDR: "10.244.0.0/24"}, {Name: "b"}, {Name: "c"}}
+	if diff := cmp.Diff(want, nodes); diff != "" {
+		t.Errorf("nodes (-want +got):\n%s", diff)
+	}
+	if got := fmt.Sprint(blocks); got != "[10.244.3.0/24 10.244.0.0/24]" {
+		t.Errorf("blocks %s, want the taken one and a's", got)
+	}
+	nodes, _ = nodesFromEndpoints(map[string][]netip.Addr{"": addrs("10.244.9.9")}, nil)
+	if diff := cmp.Diff([]NodeSpec{{Name: "node-1"}}, nodes); diff != "" {
+		t.Errorf("no node named (-want +got):\n%s", diff)
+	}
+}
+
+// TestImportRanges: each range is the smallest prefix over what the dump
+// uses (the default when it uses none), widened towards /16 until the
+// next step would overlap another range.
+func TestImportRanges(t *testing.T) {
+	a := &dumpAddrs{
+		svcIPs:    []netip.Addr{netip.MustParseAddr("10.96.0.1")},
+		podBlocks: []netip.Prefix{netip.MustParsePrefix("10.96.128.0/24")},
+	}
+	svc, pod, node := importRanges(a)
+	if svc.String() != "10.96.0.0/17" || pod.String() != "10.96.128.0/17" || node.String() != DefaultNodeNetwork {
+		t.Errorf("ranges %s %s %s, want 10.96.0.0/17 10.96.128.0/17 %s", svc, pod, node, DefaultNodeNetwork)
+	}
+	a.podBlocks = nil
+	if _, pod, _ := importRanges(a); pod.String() != DefaultPodCIDR {
+		t.Errorf("no pod address: %s, want the default %s", pod, DefaultPodCIDR)
 	}
 }
