@@ -3,7 +3,7 @@ package conform
 import (
 	"testing"
 
-	"github.com/kpsim/kpsim/harness/diagnose"
+	"github.com/kpsim/kpsim/harness/internal/diagnosetest"
 	"github.com/kpsim/kpsim/harness/testenv"
 )
 
@@ -11,7 +11,7 @@ import (
 // committed dumps (harness/diagnose/testdata/dumps) cannot drift from what
 // the code produces unnoticed: per mode, the fair scenario on the correct
 // dataplane and with uniform-probability, then sim diagnose's analysis of
-// every dump must reach the run's verdict (diagnose.RoundTrip).
+// every dump must reach the run's verdict (diagnosetest.RoundTrip).
 func TestDiagnoseRoundTripFresh(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "nft", "conntrack", "iptables-nft", "iptables-nft-save")
@@ -28,7 +28,7 @@ func TestDiagnoseRoundTripFresh(t *testing.T) {
 			return o.Faults[0]
 		}(), func(t *testing.T) {
 			dir, _ := dumpRun(t, "fair.yaml", o)
-			res, err := diagnose.RoundTrip(dir)
+			res, err := diagnosetest.RoundTrip(dir)
 			if err != nil {
 				t.Fatal(err)
 			}

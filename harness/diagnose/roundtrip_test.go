@@ -1,18 +1,21 @@
-package diagnose
+package diagnose_test
 
 import (
 	"math"
 	"testing"
+
+	"github.com/kpsim/kpsim/harness/diagnose"
+	"github.com/kpsim/kpsim/harness/internal/diagnosetest"
 )
 
 // TestRoundTripCommitted: on every committed dump (make diagnose-dumps),
 // sim diagnose reaches the run's verdict for every check (RoundTrip).
 func TestRoundTripCommitted(t *testing.T) {
-	for _, archive := range dumpArchives(t) {
-		config, name := caseOf(t, archive)
+	for _, archive := range diagnose.DumpArchives(t) {
+		config, name := diagnose.CaseOf(t, archive)
 		t.Run(config+"/"+name, func(t *testing.T) {
-			dir := extractDumps(t, archive)
-			res, err := RoundTrip(dir)
+			dir := diagnose.ExtractDumps(t, archive)
+			res, err := diagnosetest.RoundTrip(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,10 +44,10 @@ func TestRoundTripCommitted(t *testing.T) {
 // affinity Service with a few clients raises no finding; keep-not-ready's
 // endpoint is stale against the API.
 func TestRoundTripMustShow(t *testing.T) {
-	find := func(t *testing.T, archive, port string) (*DumpedCheck, *Report) {
+	find := func(t *testing.T, archive, port string) (*diagnose.DumpedCheck, *diagnose.Report) {
 		t.Helper()
-		dir := extractDumps(t, dumpsDir+"/"+archive)
-		m, err := ReadManifest(dir)
+		dir := diagnose.ExtractDumps(t, diagnose.DumpsDir+"/"+archive)
+		m, err := diagnose.ReadManifest(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,24 +55,24 @@ func TestRoundTripMustShow(t *testing.T) {
 			if dc.ServicePort != port {
 				continue
 			}
-			after, err := readDumped(dir, dc, dc.After, FormatIPTablesSave)
+			after, err := diagnosetest.ReadDumped(dir, dc, dc.After, diagnose.FormatIPTablesSave)
 			if err != nil {
 				t.Fatal(err)
 			}
-			before, err := readDumped(dir, dc, dc.Before, FormatIPTablesSave)
+			before, err := diagnosetest.ReadDumped(dir, dc, dc.Before, diagnose.FormatIPTablesSave)
 			if err != nil {
 				t.Fatal(err)
 			}
-			api, err := LoadAPI(dir + "/" + dc.Dir + "/" + dc.API)
+			api, err := diagnose.LoadAPI(dir + "/" + dc.Dir + "/" + dc.API)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return dc, Analyze(after, Options{Before: before, API: api, Node: dc.Node})
+			return dc, diagnose.Analyze(after, diagnose.Options{Before: before, API: api, Node: dc.Node})
 		}
 		t.Fatalf("%s: no check of %s", archive, port)
 		return nil, nil
 	}
-	portOf := func(t *testing.T, r *Report, name string) *PortReport {
+	portOf := func(t *testing.T, r *diagnose.Report, name string) *diagnose.PortReport {
 		t.Helper()
 		for _, p := range r.Ports {
 			if p.Name == name {
@@ -90,8 +93,8 @@ func TestRoundTripMustShow(t *testing.T) {
 	t.Run("uniform-probability", func(t *testing.T) {
 		_, r := find(t, "iptables-nft-uniform-probability.tar.gz", "demo/web:http")
 		p := portOf(t, r, "demo/web:http")
-		if p.RulesFair || !hasKind(r, "demo/web:http", KindUnequalRules) {
-			t.Errorf("rules fair %v, findings %v: want %s", p.RulesFair, findingKinds(r), KindUnequalRules)
+		if p.RulesFair || !hasKind(r, "demo/web:http", diagnose.KindUnequalRules) {
+			t.Errorf("rules fair %v, findings %v: want %s", p.RulesFair, findingKinds(r), diagnose.KindUnequalRules)
 		}
 		if !p.P.Valid() || math.IsNaN(float64(p.P)) || p.P > 1e-4 {
 			t.Errorf("p %v (n %d), want about 0", p.P, p.N)
@@ -100,22 +103,22 @@ func TestRoundTripMustShow(t *testing.T) {
 	t.Run("affinity", func(t *testing.T) {
 		_, r := find(t, "iptables-nft-correct.tar.gz", "demo/sticky:http")
 		p := portOf(t, r, "demo/sticky:http")
-		if hasLevel(r, "demo/sticky:http", LevelFinding) || p.Verdict != "fair" && p.Verdict != "explained" {
+		if hasLevel(r, "demo/sticky:http", diagnose.LevelFinding) || p.Verdict != "fair" && p.Verdict != "explained" {
 			t.Errorf("verdict %q, findings %v: want fair or explained, no finding", p.Verdict, findingKinds(r))
 		}
 		t.Logf("affinity port: verdict %q, tested %q n %d", p.Verdict, p.Tested, p.TestN)
 	})
 	t.Run("stale", func(t *testing.T) {
 		for _, c := range []string{"iptables-nft-keep-not-ready.tar.gz", "iptables-nft-keep-deleted-endpoint.tar.gz"} {
-			dir := extractDumps(t, dumpsDir+"/"+c)
-			res, err := RoundTrip(dir)
+			dir := diagnose.ExtractDumps(t, diagnose.DumpsDir+"/"+c)
+			res, err := diagnosetest.RoundTrip(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			stale := false
 			for _, x := range res {
 				for _, f := range x.Findings {
-					stale = stale || x.Failed && f.Kind == KindStale
+					stale = stale || x.Failed && f.Kind == diagnose.KindStale
 				}
 			}
 			if !stale {
@@ -125,7 +128,7 @@ func TestRoundTripMustShow(t *testing.T) {
 	})
 }
 
-func hasKind(r *Report, port, kind string) bool {
+func hasKind(r *diagnose.Report, port, kind string) bool {
 	for _, f := range r.Findings {
 		if f.Port == port && f.Kind == kind {
 			return true
@@ -134,7 +137,7 @@ func hasKind(r *Report, port, kind string) bool {
 	return false
 }
 
-func hasLevel(r *Report, port string, l Level) bool {
+func hasLevel(r *diagnose.Report, port string, l diagnose.Level) bool {
 	for _, f := range r.Findings {
 		if f.Port == port && f.Level == l {
 			return true
@@ -143,7 +146,7 @@ func hasLevel(r *Report, port string, l Level) bool {
 	return false
 }
 
-func findingKinds(r *Report) []string {
+func findingKinds(r *diagnose.Report) []string {
 	var out []string
 	for _, f := range r.Findings {
 		out = append(out, string(f.Level)+" "+f.Kind+" "+f.Port)

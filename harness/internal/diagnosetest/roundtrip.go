@@ -1,4 +1,8 @@
-package diagnose
+// Package diagnosetest holds what tests of sim diagnose share: the round
+// trip from a sim conform --dump folder to diagnose.Analyze and back to the
+// run's verdict (harness/diagnose's tests on the committed dumps,
+// harness/conform's on a fresh run). It is test support, not part of sim.
+package diagnosetest
 
 import (
 	"fmt"
@@ -7,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/kpsim/kpsim/harness/diagnose"
 )
 
 // FaultFindings names, for each fault sim conform --fault injects, the
@@ -15,13 +21,13 @@ import (
 // split, the API comparison for the ones that keep or lose endpoints, the
 // traffic policy and the affinity timeout for theirs.
 var FaultFindings = map[string][]string{
-	"uniform-probability":   {KindUnequalRules},
-	"skew-at-mde":           {KindUnequalRules},
-	"drop-last-endpoint":    {KindMissing},
-	"keep-not-ready":        {KindStale},
-	"keep-deleted-endpoint": {KindStale},
-	"ignore-local-policy":   {KindLocalIgnored, KindLocalToRemote},
-	"affinity-no-timeout":   {KindAffinityForever, KindAffinityTimeout},
+	"uniform-probability":   {diagnose.KindUnequalRules},
+	"skew-at-mde":           {diagnose.KindUnequalRules},
+	"drop-last-endpoint":    {diagnose.KindMissing},
+	"keep-not-ready":        {diagnose.KindStale},
+	"keep-deleted-endpoint": {diagnose.KindStale},
+	"ignore-local-policy":   {diagnose.KindLocalIgnored, diagnose.KindLocalToRemote},
+	"affinity-no-timeout":   {diagnose.KindAffinityForever, diagnose.KindAffinityTimeout},
 }
 
 // PassFindings are the findings a check of a type may meet on its port and
@@ -30,18 +36,18 @@ var FaultFindings = map[string][]string{
 // check from a node without a local endpoint passes when every connection
 // is dropped; sim diagnose reports that node's pods reach nothing.
 var PassFindings = map[string][]string{
-	"internal-traffic-local": {KindNoLocal},
+	"internal-traffic-local": {diagnose.KindNoLocal},
 }
 
 // RoundTripResult is one dumped check's analysis against the run's verdict.
 type RoundTripResult struct {
-	Check  *DumpedCheck
-	Format Format
+	Check  *diagnose.DumpedCheck
+	Format diagnose.Format
 	// Failed is the run's verdict: one of the check's verdicts failed.
 	Failed bool
 	// Findings are the analysis' findings (level finding) on the check's
 	// port.
-	Findings []*Finding
+	Findings []*diagnose.Finding
 	// Mismatch says how the analysis and the run disagree, "" when they
 	// agree.
 	Mismatch string
@@ -54,7 +60,7 @@ type RoundTripResult struct {
 // FaultFindings there. Checks whose verdicts were errors or not run are
 // left out. nftables dumps are analysed in both formats (text and JSON).
 func RoundTrip(dir string) ([]RoundTripResult, error) {
-	m, err := ReadManifest(dir)
+	m, err := diagnose.ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -76,25 +82,25 @@ func RoundTrip(dir string) ([]RoundTripResult, error) {
 		if !decided {
 			continue
 		}
-		api, err := LoadAPI(filepath.Join(dir, dc.Dir, dc.API))
+		api, err := diagnose.LoadAPI(filepath.Join(dir, dc.Dir, dc.API))
 		if err != nil {
 			return nil, err
 		}
 		for _, f := range roundTripFormats(m.Mode) {
-			after, err := readDumped(dir, dc, dc.After, f)
+			after, err := ReadDumped(dir, dc, dc.After, f)
 			if err != nil {
 				return nil, err
 			}
-			before, err := readDumped(dir, dc, dc.Before, f)
+			before, err := ReadDumped(dir, dc, dc.Before, f)
 			if err != nil {
 				return nil, err
 			}
-			rep := Analyze(after, Options{Before: before, API: api, Node: dc.Node})
+			rep := diagnose.Analyze(after, diagnose.Options{Before: before, API: api, Node: dc.Node})
 			r := RoundTripResult{Check: dc, Format: f, Failed: failed}
 			vip, _ := netip.ParseAddr(dc.ClusterIP) // TestDumpManifests requires it
-			key := Key(vip, dc.Port, dc.Protocol)
+			key := diagnose.Key(vip, dc.Port, dc.Protocol)
 			for _, fd := range rep.Findings {
-				if fd.Level == LevelFinding && (fd.Port == dc.ServicePort || fd.Port == key) {
+				if fd.Level == diagnose.LevelFinding && (fd.Port == dc.ServicePort || fd.Port == key) {
 					r.Findings = append(r.Findings, fd)
 				}
 			}
@@ -105,7 +111,7 @@ func RoundTrip(dir string) ([]RoundTripResult, error) {
 	return out, nil
 }
 
-func judgeRoundTrip(m *Manifest, r RoundTripResult) string {
+func judgeRoundTrip(m *diagnose.Manifest, r RoundTripResult) string {
 	var kinds []string
 	for _, f := range r.Findings {
 		kinds = append(kinds, f.Kind)
@@ -133,26 +139,26 @@ func judgeRoundTrip(m *Manifest, r RoundTripResult) string {
 }
 
 // roundTripFormats are the formats a mode's dumps are analysed in.
-func roundTripFormats(mode string) []Format {
+func roundTripFormats(mode string) []diagnose.Format {
 	switch mode {
 	case "iptables":
-		return []Format{FormatIPTablesSave}
+		return []diagnose.Format{diagnose.FormatIPTablesSave}
 	case "nftables":
-		return []Format{FormatNFT, FormatNFTJSON}
+		return []diagnose.Format{diagnose.FormatNFT, diagnose.FormatNFTJSON}
 	case "ipvs":
-		return []Format{FormatIPVSAdm}
+		return []diagnose.Format{diagnose.FormatIPVSAdm}
 	}
 	return nil
 }
 
-// readDumped reads one of a check's dumps in format f. For ipvsadm the
+// ReadDumped reads one of a check's dumps in format f. For ipvsadm the
 // listing, the stats and the connection table are read as one input, as a
 // user concatenates them and ReadIPVSAdm takes them (ipvsadm -Ln: the
 // scheduler, weights and persistence; -Ln --stats --exact: the counts;
 // -Lnc: the persistence templates).
-func readDumped(dir string, dc *DumpedCheck, files map[string]string, f Format) (*Dump, error) {
+func ReadDumped(dir string, dc *diagnose.DumpedCheck, files map[string]string, f diagnose.Format) (*diagnose.Dump, error) {
 	names := []string{files[string(f)]}
-	if f == FormatIPVSAdm {
+	if f == diagnose.FormatIPVSAdm {
 		names = []string{files["ipvsadm"], files["ipvsadm-stats"], files["ipvsadm-conns"]}
 	}
 	var data []byte
@@ -166,5 +172,5 @@ func readDumped(dir string, dc *DumpedCheck, files map[string]string, f Format) 
 		}
 		data = append(data, b...)
 	}
-	return Read(f, filepath.Join(dir, dc.Dir, names[0]), data)
+	return diagnose.Read(f, filepath.Join(dir, dc.Dir, names[0]), data)
 }
