@@ -418,20 +418,8 @@ objects:
         conditions: {ready: false}
 `
 
-func writeAPI(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "api.yaml")
-	if err := os.WriteFile(path, []byte(apiScenario), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func TestAPIStaleMissingLocal(t *testing.T) {
-	api, err := LoadAPI(writeAPI(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := loadAPIText(t, apiScenario)
 	// The rules list 10.244.1.10 (ready), .11 (not ready) and .13 (deleted);
 	// 10.244.2.12 (ready) is missing. No comments: names come from the API.
 	web := port("", fairCascade(3), nil)
@@ -485,10 +473,7 @@ func TestAPIStaleMissingLocal(t *testing.T) {
 }
 
 func TestAPIAllGood(t *testing.T) {
-	api, err := LoadAPI(writeAPI(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := loadAPIText(t, apiScenario)
 	web := port("ns/web:http", fairCascade(2), nil)
 	web.ClusterIP = netip.MustParseAddr("10.96.0.50")
 	web.Endpoints[1].Addr = netip.MustParseAddrPort("10.244.2.12:8080")
@@ -636,7 +621,10 @@ func TestLocalNoEndpointWithoutAPI(t *testing.T) {
 	}
 }
 
-const termAPI = `apiVersion: kpsim.dev/v1alpha1
+// termAPI has two Services of one port on two nodes in zones a and b: t
+// with a serving and a not-serving terminating endpoint (none ready), z
+// with a ready endpoint per node, each hinted for its node's zone.
+var termAPI = `apiVersion: kpsim.dev/v1alpha1
 kind: Scenario
 metadata:
   name: term
@@ -652,63 +640,70 @@ cluster:
       zone: b
       podCIDR: 10.244.2.0/24
 objects:
-  - apiVersion: v1
-    kind: Service
-    metadata: {name: t, namespace: ns}
-    spec:
-      clusterIP: 10.96.0.70
-      ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
-  - apiVersion: discovery.k8s.io/v1
-    kind: EndpointSlice
-    metadata:
-      name: t-1
-      namespace: ns
-      labels: {kubernetes.io/service-name: t}
-    addressType: IPv4
-    ports: [{name: http, protocol: TCP, port: 8080}]
-    endpoints:
-      - addresses: ["10.244.1.10"]
-        nodeName: node-1
-        conditions: {ready: false, serving: true, terminating: true}
-      - addresses: ["10.244.2.10"]
-        nodeName: node-2
-        conditions: {ready: false, serving: false, terminating: true}
-  - apiVersion: v1
-    kind: Service
-    metadata: {name: z, namespace: ns}
-    spec:
-      clusterIP: 10.96.0.80
-      ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
-  - apiVersion: discovery.k8s.io/v1
-    kind: EndpointSlice
-    metadata:
-      name: z-1
-      namespace: ns
-      labels: {kubernetes.io/service-name: z}
-    addressType: IPv4
-    ports: [{name: http, protocol: TCP, port: 8080}]
-    endpoints:
-      - addresses: ["10.244.1.20"]
-        nodeName: node-1
-        conditions: {ready: true}
-        hints: {forZones: [{name: a}]}
-      - addresses: ["10.244.2.20"]
-        nodeName: node-2
-        conditions: {ready: true}
-        hints: {forZones: [{name: b}]}
-`
+` + apiObjects("ns", []apiService{
+	{"t", "10.96.0.70", []string{
+		`{addresses: ["10.244.1.10"], nodeName: node-1, conditions: {ready: false, serving: true, terminating: true}}`,
+		`{addresses: ["10.244.2.10"], nodeName: node-2, conditions: {ready: false, serving: false, terminating: true}}`,
+	}},
+	{"z", "10.96.0.80", []string{
+		`{addresses: ["10.244.1.20"], nodeName: node-1, conditions: {ready: true}, hints: {forZones: [{name: a}]}}`,
+		`{addresses: ["10.244.2.20"], nodeName: node-2, conditions: {ready: true}, hints: {forZones: [{name: b}]}}`,
+	}},
+})
 
-// TestTerminatingAndHints: serving-terminating endpoints are expected only
-// when none is ready; zone hints narrow the set to the node's zone.
-func TestTerminatingAndHints(t *testing.T) {
+// apiService is a Service of a test API with one TCP port http (80 to
+// 8080) and its EndpointSlice <name>-1; each endpoint is a YAML flow
+// mapping (addresses, nodeName, conditions, hints).
+type apiService struct {
+	name, clusterIP string
+	endpoints       []string
+}
+
+// apiObjects prints services as items of a scenario's objects section.
+func apiObjects(ns string, services []apiService) string {
+	var b strings.Builder
+	for _, s := range services {
+		fmt.Fprintf(&b, `  - apiVersion: v1
+    kind: Service
+    metadata: {name: %[1]s, namespace: %[2]s}
+    spec:
+      clusterIP: %[3]s
+      ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080}]
+  - apiVersion: discovery.k8s.io/v1
+    kind: EndpointSlice
+    metadata:
+      name: %[1]s-1
+      namespace: %[2]s
+      labels: {kubernetes.io/service-name: %[1]s}
+    addressType: IPv4
+    ports: [{name: http, protocol: TCP, port: 8080}]
+    endpoints:
+`, s.name, ns, s.clusterIP)
+		for _, e := range s.endpoints {
+			fmt.Fprintf(&b, "      - %s\n", e)
+		}
+	}
+	return b.String()
+}
+
+// loadAPIText loads a test API from its scenario text.
+func loadAPIText(t *testing.T, text string) *API {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "api.yaml")
-	if err := os.WriteFile(path, []byte(termAPI), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	api, err := LoadAPI(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return api
+}
+
+// TestTerminatingAndHints: serving-terminating endpoints are expected only
+// when none is ready; zone hints narrow the set to the node's zone.
+func TestTerminatingAndHints(t *testing.T) {
+	api := loadAPIText(t, termAPI)
 	term := port("", []float64{1}, nil)
 	term.ClusterIP = netip.MustParseAddr("10.96.0.70")
 	term.Endpoints[0].Addr = netip.MustParseAddrPort("10.244.1.10:8080")
@@ -747,14 +742,7 @@ func TestTerminatingAndHints(t *testing.T) {
 }
 
 func TestInferNodeFromPodCIDR(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "api.yaml")
-	if err := os.WriteFile(path, []byte(termAPI), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	api, err := LoadAPI(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := loadAPIText(t, termAPI)
 	loc := port("ns/z:http", []float64{1}, nil)
 	loc.ClusterIP, loc.LocalOnly = netip.MustParseAddr("10.96.0.80"), true
 	loc.Endpoints[0].Addr = netip.MustParseAddrPort("10.244.2.20:8080")
@@ -821,14 +809,7 @@ objects:
 // and NodePort; it is matched to its Service by NodePort, checked against
 // externalTrafficPolicy, and names the node.
 func TestNodePortVirtualServer(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "api.yaml")
-	if err := os.WriteFile(path, []byte(nodePortAPI), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	api, err := LoadAPI(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api := loadAPIText(t, nodePortAPI)
 	mk := func(ip string, port int, local bool, eps ...string) *ServicePort {
 		sp := &ServicePort{ClusterIP: netip.MustParseAddr(ip), Port: port, Protocol: "tcp", Scheduler: "rr", Exact: true, LocalOnly: local}
 		for _, e := range eps {
