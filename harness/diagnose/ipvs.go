@@ -406,35 +406,44 @@ var ipvsSchedFlags = map[string]bool{
 
 // flags reads what follows the scheduler on an -Ln line.
 func (r *ipvsReader) flags(n int, text string, p *ServicePort, f []ipvsField) {
+	// value is the word after the flag at i; without one, the error says
+	// that what was expected there.
+	value := func(i int, what string) (string, bool) {
+		if i+1 >= len(f) {
+			r.errorf(n, f[i].col+len(f[i].s), "virtual server "+p.Chain, "expected %s after %q", what, f[i].s)
+			return "", false
+		}
+		return f[i+1].s, true
+	}
 	for i := 0; i < len(f); i++ {
 		tok := f[i].s
 		switch tok {
 		case "persistent":
-			if i+1 >= len(f) {
-				r.errorf(n, f[i].col+len(tok), "virtual server "+p.Chain, "expected the persistence timeout (seconds) after \"persistent\"")
+			v, ok := value(i, "the persistence timeout (seconds)")
+			if !ok {
 				return
 			}
-			s, err := strconv.ParseUint(f[i+1].s, 10, 32)
+			s, err := strconv.ParseUint(v, 10, 32)
 			if err != nil {
-				r.errorf(n, f[i+1].col, "virtual server "+p.Chain, "expected the persistence timeout in seconds, not %q", f[i+1].s)
+				r.errorf(n, f[i+1].col, "virtual server "+p.Chain, "expected the persistence timeout in seconds, not %q", v)
 				return
 			}
 			i++
 			p.Affinity = &Affinity{Timeout: time.Duration(s) * time.Second, Mechanism: "persistence", Evidence: r.evidence(n, text)}
 		case "mask":
-			if i+1 >= len(f) {
-				r.errorf(n, f[i].col+len(tok), "virtual server "+p.Chain, "expected the persistence netmask after \"mask\"")
+			v, ok := value(i, "the persistence netmask")
+			if !ok {
 				return
 			}
 			i++
-			r.skip(n, text, "persistence granularity \"mask %s\": a template covers a whole client network, not one address (kube-proxy writes /32)", f[i].s)
+			r.skip(n, text, "persistence granularity \"mask %s\": a template covers a whole client network, not one address (kube-proxy writes /32)", v)
 		case "pe":
-			if i+1 >= len(f) {
-				r.errorf(n, f[i].col+len(tok), "virtual server "+p.Chain, "expected the persistence engine after \"pe\"")
+			v, ok := value(i, "the persistence engine")
+			if !ok {
 				return
 			}
 			i++
-			r.skip(n, text, "persistence engine %q: not kube-proxy's, templates are not read for it", f[i].s)
+			r.skip(n, text, "persistence engine %q: not kube-proxy's, templates are not read for it", v)
 		case "ops":
 			r.skip(n, text, "one-packet scheduling (ops): every UDP packet is scheduled on its own")
 		default:

@@ -215,15 +215,13 @@ func (p *nftTextParser) table() (*nftTable, error) {
 	}
 	tb := &nftTable{family: fam.text, name: name.text, line: p.lineAt(start.line)}
 	for {
-		p.skipSeparators()
-		t := p.peek()
+		t, closed, err := p.item(field, "table", start)
 		switch {
-		case t.kind == tokClose:
-			p.next()
+		case err != nil:
+			return nil, err
+		case closed:
 			tb.lines = t.line - start.line + 1
 			return tb, nil
-		case t.kind == tokEOF:
-			return nil, p.errAt(t, field, "expected \"}\" closing the table opened at line %d (unbalanced braces)", start.line)
 		case t.kind != tokWord:
 			return nil, p.errAt(t, field, "expected a set, map, chain or table property, found %s", t)
 		}
@@ -310,26 +308,53 @@ func firstWords(toks []nftTok, n int) []string {
 	return out
 }
 
+// open reads the start of a chain, set or map block inside the table
+// tfield: the keyword, the name and "{". field is what errors inside the
+// block name ("chain NAME", "set NAME").
+func (p *nftTextParser) open(tfield string) (start nftTok, name, field string, err error) {
+	start = p.next() // "chain", "set" or "map"
+	what := "a " + start.text + " name"
+	n, err := p.word(tfield+" "+start.text, what)
+	if err != nil {
+		return start, "", "", err
+	}
+	field = start.text + " " + n.text
+	if _, err := p.expect(tokOpen, field, "\"{\""); err != nil {
+		return start, "", "", err
+	}
+	return start, n.text, field, nil
+}
+
+// item skips separators and peeks at the next item of the block (a
+// kind, "table", "chain", ..., opened by start). At the block's "}" it
+// takes it and says closed; at the end of the input the braces are
+// unbalanced.
+func (p *nftTextParser) item(field, kind string, start nftTok) (t nftTok, closed bool, err error) {
+	p.skipSeparators()
+	t = p.peek()
+	switch t.kind {
+	case tokClose:
+		p.next()
+		return t, true, nil
+	case tokEOF:
+		return t, false, p.errAt(t, field, "expected \"}\" closing the %s opened at line %d (unbalanced braces)", kind, start.line)
+	}
+	return t, false, nil
+}
+
 func (p *nftTextParser) chain(tfield string) (*nftChain, error) {
-	start := p.next() // "chain"
-	name, err := p.word(tfield+" chain", "a chain name")
+	start, name, field, err := p.open(tfield)
 	if err != nil {
 		return nil, err
 	}
-	field := "chain " + name.text
-	if _, err := p.expect(tokOpen, field, "\"{\""); err != nil {
-		return nil, err
-	}
-	c := &nftChain{name: name.text, line: p.lineAt(start.line)}
+	c := &nftChain{name: name, line: p.lineAt(start.line)}
 	for {
-		p.skipSeparators()
-		t := p.peek()
+		t, closed, err := p.item(field, "chain", start)
 		switch {
-		case t.kind == tokClose:
-			p.next()
+		case err != nil:
+			return nil, err
+		case closed:
 			return c, nil
-		case t.kind == tokEOF:
-			return nil, p.errAt(t, field, "expected \"}\" closing the chain opened at line %d (unbalanced braces)", start.line)
 		case t.kind == tokWord && t.text == "type" && len(c.rules) == 0:
 			// type filter hook input [device X] priority P
 			words, err := p.header(field)
@@ -443,25 +468,18 @@ func ruleFromWords(words []nftTok, line Line) nftRule {
 }
 
 func (p *nftTextParser) set(tfield string) (*nftSet, error) {
-	start := p.next() // "set" or "map"
-	name, err := p.word(tfield+" "+start.text, "a "+start.text+" name")
+	start, name, field, err := p.open(tfield)
 	if err != nil {
 		return nil, err
 	}
-	field := start.text + " " + name.text
-	if _, err := p.expect(tokOpen, field, "\"{\""); err != nil {
-		return nil, err
-	}
-	s := &nftSet{name: name.text, isMap: start.text == "map", line: p.lineAt(start.line)}
+	s := &nftSet{name: name, isMap: start.text == "map", line: p.lineAt(start.line)}
 	for {
-		p.skipSeparators()
-		t := p.peek()
+		t, closed, err := p.item(field, start.text, start)
 		switch {
-		case t.kind == tokClose:
-			p.next()
+		case err != nil:
+			return nil, err
+		case closed:
 			return s, nil
-		case t.kind == tokEOF:
-			return nil, p.errAt(t, field, "expected \"}\" closing the %s opened at line %d (unbalanced braces)", start.text, start.line)
 		case t.kind != tokWord:
 			return nil, p.errAt(t, field, "expected a %s property (type, flags, timeout, elements, ...), found %s", start.text, t)
 		}
