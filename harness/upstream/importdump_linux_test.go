@@ -54,7 +54,6 @@ type importCluster struct {
 // With -update-import it writes the dumps to scenarios/testdata/import/.
 func TestImportDumps(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := FindForTest(t)
 	clusters := []importCluster{
 		{file: "kind.yaml", controlPlane: netip.MustParsePrefix("172.18.0.3/16"), serviceCIDR: netip.MustParsePrefix("10.96.0.0/16"), write: writeKind},
 		{file: "kubeadm.yaml", controlPlane: netip.MustParsePrefix("10.0.0.10/24"), serviceCIDR: netip.MustParsePrefix("10.96.0.0/12"),
@@ -68,7 +67,7 @@ func TestImportDumps(t *testing.T) {
 		t.Run(c.file, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			data := dumpCluster(ctx, t, bin, c)
+			data := dumpCluster(ctx, t, c)
 			l, err := scenario.Load(c.file, data)
 			if err != nil {
 				t.Fatalf("the dump does not load: %v", err)
@@ -92,47 +91,15 @@ func TestImportDumps(t *testing.T) {
 
 // dumpCluster runs one API server, lets c write its objects and returns
 // the List kubectl would print.
-func dumpCluster(ctx context.Context, t *testing.T, bin Binaries, c importCluster) []byte {
+func dumpCluster(ctx context.Context, t *testing.T, c importCluster) []byte {
 	t.Helper()
-	id, err := netns.NewRunID()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// One node namespace is the least a topology holds; the dumps' nodes
 	// are API objects only.
-	cfg := &netns.Config{RunID: id, ServiceCIDR: c.serviceCIDR, ControlPlane: c.controlPlane,
+	_, cp := StartForTest(t, ctx, TestControlPlane{SecondaryServiceCIDR: c.serviceCIDR6, Topology: netns.Config{
+		ServiceCIDR: c.serviceCIDR, ControlPlane: c.controlPlane,
 		Nodes: []netns.NodeConfig{{Name: "gen", Addr: netip.MustParsePrefix("198.19.0.1/16"),
-			PodCIDR: netip.MustParsePrefix("10.255.0.0/24"), Gateway: netip.MustParseAddr("10.255.0.1")}}}
-	topo, err := netns.Build(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := topo.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	dir := netns.RunDir(id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cp, err := StartControlPlane(ctx, ControlPlaneConfig{NS: topo.ControlPlane(), Addr: c.controlPlane.Addr(), Dir: dir,
-		ServiceCIDR: c.serviceCIDR, SecondaryServiceCIDR: c.serviceCIDR6, Bin: bin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Close(); err != nil {
-			t.Error(err)
-		}
-		os.RemoveAll(dir)
-	})
+			PodCIDR: netip.MustParsePrefix("10.255.0.0/24"), Gateway: netip.MustParseAddr("10.255.0.1")}}}})
 	cs := cp.Client()
-	// The API server writes default/kubernetes and its slice itself.
-	waitFor(ctx, t, "the kubernetes EndpointSlice", func() bool {
-		_, err := cs.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		return err == nil
-	})
 	c.write(ctx, t, cs)
 	var items []any
 	for _, p := range []string{"/api/v1/nodes", "/api/v1/pods", "/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"} {
@@ -168,17 +135,6 @@ func dumpCluster(ctx context.Context, t *testing.T, bin Binaries, c importCluste
 		t.Fatal(err)
 	}
 	return y
-}
-
-func waitFor(ctx context.Context, t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for !ok() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // dumpNode is a node as the kubelet registers it.

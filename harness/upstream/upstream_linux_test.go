@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -89,37 +88,7 @@ func hostState(t *testing.T) map[string]string {
 // nodes and returns them; everything is closed through t.Cleanup.
 func startRun(t *testing.T, ctx context.Context) (*netns.Topology, *ControlPlane) {
 	t.Helper()
-	bin := FindForTest(t)
-	id, err := netns.NewRunID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := netns.Build(ctx, testTopology(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := topo.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	dir := netns.RunDir(id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	cp, err := StartControlPlane(ctx, ControlPlaneConfig{
-		NS: topo.ControlPlane(), Addr: testCP.Addr(), Dir: dir, ServiceCIDR: testServiceCIDR, Bin: bin, Log: &log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("control plane: %s", strings.TrimSpace(log.String()))
-	t.Cleanup(func() {
-		if err := cp.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	topo, cp := StartForTest(t, ctx, TestControlPlane{Topology: *testTopology("")})
 	for _, n := range topo.Nodes() {
 		if _, err := RegisterNode(ctx, cp.Client(), n.Config.Name, n.Config.Addr.Addr(), n.Config.PodCIDR); err != nil {
 			t.Fatal(err)

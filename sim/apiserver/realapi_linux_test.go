@@ -1,19 +1,14 @@
 package apiserver
 
 import (
-	"bytes"
 	"context"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -29,68 +24,20 @@ var realServiceCIDR = netip.MustParsePrefix("10.96.0.0/16")
 
 // startRealAPI starts etcd and kube-apiserver in the control-plane
 // namespace of a run of its own (two node namespaces, unused here: the
-// topology builder wants nodes) and returns the admin client.
+// topology builder wants nodes) and returns the admin client, once the
+// API server has written its own EndpointSlice (upstream.StartForTest), so
+// that no write of the API server's lands among the tracker events the
+// test counts.
 func startRealAPI(t *testing.T, ctx context.Context) kubernetes.Interface {
 	t.Helper()
-	bin := upstream.FindForTest(t)
-	id, err := netns.NewRunID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := netip.MustParsePrefix("198.18.255.254/16")
-	topo, err := netns.Build(ctx, &netns.Config{
-		RunID: id, ServiceCIDR: realServiceCIDR, ControlPlane: cp,
+	_, cp := upstream.StartForTest(t, ctx, upstream.TestControlPlane{Topology: netns.Config{
+		ServiceCIDR: realServiceCIDR, ControlPlane: netip.MustParsePrefix("198.18.255.254/16"),
 		Nodes: []netns.NodeConfig{
 			{Name: "node-a", Addr: netip.MustParsePrefix("198.18.0.1/16"), PodCIDR: netip.MustParsePrefix("10.244.0.0/24"), Gateway: netip.MustParseAddr("10.244.0.1")},
 			{Name: "node-b", Addr: netip.MustParsePrefix("198.18.0.2/16"), PodCIDR: netip.MustParsePrefix("10.244.1.0/24"), Gateway: netip.MustParseAddr("10.244.1.1")},
 		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := topo.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	dir := netns.RunDir(id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	c, err := upstream.StartControlPlane(ctx, upstream.ControlPlaneConfig{
-		NS: topo.ControlPlane(), Addr: cp.Addr(), Dir: dir, ServiceCIDR: realServiceCIDR, Bin: bin, Log: &log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			if data, err := os.ReadFile(filepath.Join(dir, "kube-apiserver.log")); err == nil {
-				lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-				t.Logf("kube-apiserver.log, last lines:\n%s", strings.Join(lines[max(0, len(lines)-20):], "\n"))
-			}
-		}
-	})
-	cs := c.Client()
-	// The API server writes its own EndpointSlice default/kubernetes shortly
-	// after it is ready; wait (bounded) for it, so that no write of the API
-	// server's lands among the tracker events the test counts.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := cs.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API server wrote no EndpointSlice default/kubernetes within 30 s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return cs
+	}})
+	return cp.Client()
 }
 
 // TestRealAPIServer writes scenarios into a real kube-apiserver with the
