@@ -109,8 +109,12 @@ func findPort(t *testing.T, d *Dump, chain string) *ServicePort {
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
 
-func TestReadIPVSAdmAllSections(t *testing.T) {
-	in := lnHeader() +
+// allSections is an -Ln listing, its --stats --exact and its -Lnc
+// connections, concatenated: an rr Service on TCP and UDP (one real
+// server quiesced), a persistent one with templates, a wrr NodePort and
+// an sh SCTP Service listed without stats.
+func allSections() string {
+	return lnHeader() +
 		lnService("TCP", "10.96.0.10:53", "rr") +
 		lnDest("10.244.0.5:53", 1, 2, 30) +
 		lnDest("10.244.1.5:53", 1, 0, 27) +
@@ -142,7 +146,10 @@ func TestReadIPVSAdmAllSections(t *testing.T) {
 		conn("TCP", 10500, "NONE", "10.244.0.8:0", "10.96.0.11:80", "10.244.2.5:80") +
 		conn("TCP", 110, "TIME_WAIT", "10.244.0.7:41000", "10.96.0.11:80", "10.244.1.5:80") +
 		conn("TCP", 9000, "ASSURED", "10.244.0.9:0", "10.96.0.11:80", "10.244.1.5:80")
-	d := mustRead(t, in)
+}
+
+func TestReadIPVSAdmAllSections(t *testing.T) {
+	d := mustRead(t, allSections())
 	if d.Mode != "ipvs" || d.Format != FormatIPVSAdm || !d.Counters || d.CountersWhy != "" {
 		t.Errorf("dump: mode %q format %q counters %v (%q)", d.Mode, d.Format, d.Counters, d.CountersWhy)
 	}
