@@ -58,14 +58,12 @@ func FuzzReadNFTJSON(f *testing.F) {
 	})
 }
 
-// TestWriteNFTCorpus writes the fuzz seed corpora from the read-backs
-// (go test ./harness/diagnose/ -run TestWriteNFTCorpus -update-corpus):
-// each listing whole, each of its tables alone, and the kube-proxy table
-// without the large Services (quicker to mutate).
+// TestWriteNFTCorpus checks that the fuzz seed corpora are what the
+// read-backs give, and rewrites them with -update-corpus (go test
+// ./harness/diagnose/ -run TestWriteNFTCorpus -update-corpus): each listing
+// whole, each of its tables alone, and the kube-proxy table without the
+// large Services (quicker to mutate).
 func TestWriteNFTCorpus(t *testing.T) {
-	if !*updateCorpus {
-		t.Skip("writes the corpus only with -update-corpus")
-	}
 	var text, js [][]byte
 	for _, v := range []string{"fair", "uniform-probability", "skew-at-mde"} {
 		data, err := os.ReadFile(filepath.Join("testdata/nft", v+".nft"))
@@ -110,6 +108,16 @@ func TestWriteNFTCorpus(t *testing.T) {
 		js = append(js, b)
 	}
 	write := func(dir string, seeds [][]byte) {
+		if !*updateCorpus {
+			for i, s := range seeds {
+				p := filepath.Join(dir, fmt.Sprintf("readback-%02d", i))
+				got, err := os.ReadFile(p)
+				if err != nil || string(got) != fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s) {
+					t.Errorf("%s is not the seed the read-backs give (run with -update-corpus): %v", p, err)
+				}
+			}
+			return
+		}
 		// Only the read-back seeds are rewritten; inputs the fuzzer
 		// found stay.
 		old, err := filepath.Glob(filepath.Join(dir, "readback-*"))
