@@ -25,11 +25,18 @@ func (res *Result) WriteJSON(w io.Writer) error {
 	return enc.Encode(res)
 }
 
-// est prints an estimate, marked when extrapolated ("41 s (extrapolated,
-// 6.0x ...)"), as cost.Estimate.String does.
-func est(e cost.Estimate) string { return e.String() }
+// est prints an estimate, marked when extrapolated: in full as
+// cost.Estimate.String does ("41 s (extrapolated, 6.0x the largest
+// measured size; 28-60 s)"), or for a terminal's table in short ("41 s
+// (extrapolated 6x)", the band in JSON and Markdown).
+func est(e cost.Estimate, short bool) string {
+	if !short || !e.Extrapolated {
+		return e.String()
+	}
+	return fmt.Sprintf("%.3g s (extrapolated %.2gx)", e.Seconds, e.Factor)
+}
 
-func latencyText(l *Latency) (p50, p99 string) {
+func latencyText(l *Latency, short bool) (p50, p99 string) {
 	if l == nil {
 		return "-", "-"
 	}
@@ -37,19 +44,23 @@ func latencyText(l *Latency) (p50, p99 string) {
 	if l.Extrapolated {
 		mark = " (extrapolated)"
 	}
-	return fmt.Sprintf("%.3g s%s", l.P50, mark), fmt.Sprintf("%.3g s%s; %.3g-%.3g s", l.P99, mark, l.P99Low, l.P99High)
+	p50, p99 = fmt.Sprintf("%.3g s%s", l.P50, mark), fmt.Sprintf("%.3g s%s", l.P99, mark)
+	if !short || l.P99Low != l.P99 || l.P99High != l.P99 {
+		p99 += fmt.Sprintf("; %.3g-%.3g s", l.P99Low, l.P99High)
+	}
+	return p50, p99
 }
 
 var columns = []string{"Services", "Nodes", "Mode", "Objects/node", "Full sync", "Partial sync", "Prog. latency p50", "Prog. latency p99", "First packet rules p50/p99", "Conntrack", "Memory"}
 
-func (res *Result) cells() [][]string {
+func (res *Result) cells(short bool) [][]string {
 	var out [][]string
 	for _, sz := range res.Sizes {
 		for _, r := range sz.Rows {
-			p50, p99 := latencyText(r.Latency)
+			p50, p99 := latencyText(r.Latency, short)
 			out = append(out, []string{
 				strconv.Itoa(sz.Services), strconv.Itoa(sz.Shape.Nodes), r.Variant.String(), strconv.Itoa(r.Objects),
-				est(r.FullSync), est(r.PartialSync), p50, p99,
+				est(r.FullSync, short), est(r.PartialSync, short), p50, p99,
 				fmt.Sprintf("%.0f/%.0f", r.FirstPacket.RulesP50, r.FirstPacket.RulesP99),
 				strconv.FormatInt(r.ConntrackEntries, 10), mib(r.ConntrackBytes),
 			})
@@ -66,7 +77,7 @@ func (res *Result) WriteTable(w io.Writer) error {
 		res.Scenario, res.Base.Services, res.Base.ServicePorts, res.Base.Nodes, res.Base.MeanEndpoints, res.Seed)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(columns, "\t"))
-	for _, c := range res.cells() {
+	for _, c := range res.cells(true) {
 		fmt.Fprintln(tw, strings.Join(c, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
@@ -112,7 +123,7 @@ func (res *Result) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "Scaled from %d Services (%d service ports, %d nodes, %.2f endpoints per service port, %.1f %% ClientIP affinity, %.1f %% internalTrafficPolicy Local); seed %d.\n\n",
 		res.Base.Services, res.Base.ServicePorts, res.Base.Nodes, res.Base.MeanEndpoints, 100*res.Base.Affinity, 100*res.Base.InternalLocal, res.Seed)
 	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(columns, " | "), strings.Repeat("---|", len(columns)))
-	for _, c := range res.cells() {
+	for _, c := range res.cells(false) {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(c, " | "))
 	}
 	if len(res.SLOs) > 0 {
