@@ -240,10 +240,11 @@ func latencyOf(rate float64, seed uint64, p pacing, full, partial cost.Estimate)
 	if rate <= 0 {
 		return nil
 	}
-	l := &Latency{EventsPerSecond: rate, Events: LatencyEvents, Extrapolated: full.Extrapolated || partial.Extrapolated}
-	l.P50, l.P99 = programmingLatency(rate, LatencyEvents, seed, p, full.Seconds, partial.Seconds)
-	_, l.P99Low = programmingLatency(rate, LatencyEvents, seed, p, full.Low, partial.Low)
-	_, l.P99High = programmingLatency(rate, LatencyEvents, seed, p, full.High, partial.High)
+	n := latencyEvents(rate)
+	l := &Latency{EventsPerSecond: rate, Events: n, Extrapolated: full.Extrapolated || partial.Extrapolated}
+	l.P50, l.P99, l.SpanSeconds = programmingLatency(rate, n, seed, p, full.Seconds, partial.Seconds)
+	_, l.P99Low, _ = programmingLatency(rate, n, seed, p, full.Low, partial.Low)
+	_, l.P99High, _ = programmingLatency(rate, n, seed, p, full.High, partial.High)
 	return l
 }
 
@@ -327,7 +328,7 @@ func (res *Result) notes(ct conntrack) {
 	res.Notes = append(res.Notes,
 		"figures are the node with the most objects (medianObjectsPerNode is the median node's)",
 		fmt.Sprintf("nodes %s: %s", res.Nodes, nodesNote(res.Nodes)),
-		fmt.Sprintf("event rate %.3g/s at %d Services (%s), proportional to the Service count; programming latency over %d seeded Poisson events per size and variant, kube-proxy's sync runner (minSyncPeriod %.3g s, burst 2, one sync at a time)", res.EventRate, res.Base.Services, res.EventRateSource, LatencyEvents, res.MinSyncPeriod),
+		fmt.Sprintf("event rate %.3g/s at %d Services (%s), proportional to the Service count; programming latency over a seeded Poisson stream of %s (%d-%d events) per size and variant through kube-proxy's sync runner (minSyncPeriod %.3g s, burst 2, one sync at a time), syncs partial except the periodic ones and one per FullSyncPeriod (%s), which take the full time", res.EventRate, res.Base.Services, res.EventRateSource, LatencySpan, MinLatencyEvents, MaxLatencyEvents, res.MinSyncPeriod, FullSyncPeriod),
 		ct.note)
 	for _, m := range res.Models {
 		if m.Emulated {

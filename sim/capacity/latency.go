@@ -10,10 +10,26 @@ import (
 	"github.com/kpsim/kpsim/sim/engine"
 )
 
-// LatencyEvents is the length of the seeded Poisson stream each
-// programming-latency figure is computed over: enough for a p99 that 20
-// events decide, bounded so that a sweep stays fast.
-const LatencyEvents = 2000
+// The seeded Poisson stream each programming-latency figure is computed
+// over spans LatencySpan (two of kube-proxy's hourly full syncs, so that
+// their share of the changes is in the p99), with at least MinLatencyEvents
+// (a p99 that 20 events decide) and at most MaxLatencyEvents (a sweep stays
+// fast; the span is then shorter, and Latency.SpanSeconds says so).
+const (
+	LatencySpan      = 2 * FullSyncPeriod
+	MinLatencyEvents = 2000
+	MaxLatencyEvents = 200000
+)
+
+// FullSyncPeriod is kube-proxy's proxyutil.FullSyncPeriod: the iptables and
+// nftables proxiers make a sync full when the last full one is older
+// (reference kube-proxy.md §1.8).
+const FullSyncPeriod = time.Hour
+
+// latencyEvents is the stream's length at a rate.
+func latencyEvents(rate float64) int {
+	return int(min(MaxLatencyEvents, max(MinLatencyEvents, math.Ceil(rate*LatencySpan.Seconds()))))
+}
 
 // Latency is network programming latency (kube-proxy's
 // network_programming_duration_seconds: from an endpoint change to the end
@@ -25,9 +41,11 @@ type Latency struct {
 	// low and high ends.
 	P99Low  float64 `json:"p99LowSeconds"`
 	P99High float64 `json:"p99HighSeconds"`
-	// EventsPerSecond is the rate of the stream; Events its length.
+	// EventsPerSecond is the rate of the stream; Events its length and
+	// SpanSeconds its duration.
 	EventsPerSecond float64 `json:"eventsPerSecond"`
 	Events          int     `json:"events"`
+	SpanSeconds     float64 `json:"spanSeconds"`
 	// Extrapolated is set when a sync time it rests on is.
 	Extrapolated bool `json:"extrapolated"`
 }
@@ -39,18 +57,22 @@ type pacing struct {
 
 // programmingLatency drives kube-proxy's sync runner (engine.Syncer:
 // BoundedFrequencyRunner, burst 2, one run at a time) with a Poisson stream
-// of rate changes per second and returns the event-to-applied quantiles.
-// Syncs that serve changes take partial seconds, periodic ones full.
-func programmingLatency(rate float64, n int, seed uint64, p pacing, full, partial float64) (p50, p99 float64) {
+// of rate changes per second and returns the event-to-applied quantiles
+// and the stream's span. A sync takes full seconds when it is periodic or
+// when the last full sync (the start-up one at 0) is FullSyncPeriod old,
+// partial seconds otherwise.
+func programmingLatency(rate float64, n int, seed uint64, p pacing, full, partial float64) (p50, p99, span float64) {
 	if rate <= 0 || n <= 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
+	var lastFull int64
 	s := engine.NewSyncer(engine.SyncConfig{
 		MinSyncPeriod: p.minSync,
 		MaxInterval:   p.maxInterval,
 		Burst:         engine.DefaultBurstSyncs,
 		Duration: func(si engine.SyncInfo) time.Duration {
-			if si.Changes == 0 {
+			if si.Changes == 0 || si.Start-lastFull >= int64(FullSyncPeriod) {
+				lastFull = si.Start
 				return dur(full)
 			}
 			return dur(partial)
@@ -84,7 +106,7 @@ func programmingLatency(rate float64, n int, seed uint64, p pacing, full, partia
 		lat[i] = float64(syncs[k].End-at) / 1e9
 	}
 	slices.Sort(lat)
-	return quantile(lat, 0.5), quantile(lat, 0.99)
+	return quantile(lat, 0.5), quantile(lat, 0.99), float64(last) / 1e9
 }
 
 func dur(s float64) time.Duration {

@@ -89,7 +89,7 @@ func TestAnswerIsLargestPassing(t *testing.T) {
 // TestLatencyIdleIsSyncTime: with events far apart every change finds a
 // token and an idle runner, so its latency is exactly the partial sync.
 func TestLatencyIdleIsSyncTime(t *testing.T) {
-	p50, p99 := programmingLatency(0.001, 200, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 5, 0.25)
+	p50, p99, _ := programmingLatency(0.001, 200, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 0.25, 0.25)
 	if p50 != 0.25 || p99 != 0.25 {
 		t.Errorf("p50 %g p99 %g, want 0.25", p50, p99)
 	}
@@ -99,7 +99,7 @@ func TestLatencyIdleIsSyncTime(t *testing.T) {
 // syncs, the runner serves a change at most minSyncPeriod after it
 // arrives (burst 2 spent, one token per period), and most changes wait.
 func TestLatencyPacing(t *testing.T) {
-	p50, p99 := programmingLatency(100, 5000, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 0, 0)
+	p50, p99, _ := programmingLatency(100, 5000, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 0, 0)
 	if p99 > 1+1e-9 || p99 < 0.9 {
 		t.Errorf("p99 %g, want just under 1 s", p99)
 	}
@@ -112,8 +112,26 @@ func TestLatencyPacing(t *testing.T) {
 // TestLatencyBacklog: syncs slower than the events queue them; one at a
 // time, each change waits for the running sync and then its own.
 func TestLatencyBacklog(t *testing.T) {
-	_, p99 := programmingLatency(10, 2000, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 3, 3)
+	_, p99, _ := programmingLatency(10, 2000, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 3, 3)
 	if p99 < 3 || p99 > 6+1e-9 {
 		t.Errorf("p99 %g, want between one and two sync times (3-6 s)", p99)
+	}
+}
+
+// TestLatencyHourlyFullSync: one sync an hour is full (kube-proxy's
+// FullSyncPeriod); a 100 s full sync holds back the changes that arrive
+// while it runs, about 100/3600 of them, which is more than 1 %: the p99
+// waits for it while the median does not.
+func TestLatencyHourlyFullSync(t *testing.T) {
+	p50, p99, span := programmingLatency(1, 3*3600, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 100, 0.01)
+	if span < 2.5*3600 {
+		t.Fatalf("the stream spans %g s, want about 3 h", span)
+	}
+	if p50 > 1.1 || p99 < 10 {
+		t.Errorf("p50 %g (want at most minSyncPeriod plus a partial sync), p99 %g (want the full sync's wait, over 10 s)", p50, p99)
+	}
+	_, p99Partial, _ := programmingLatency(1, 3*3600, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 0.01, 0.01)
+	if p99Partial > 1.1 {
+		t.Errorf("with the full sync as fast as a partial one, p99 %g, want at most about 1 s", p99Partial)
 	}
 }
