@@ -96,9 +96,9 @@ type Size struct {
 	Services int   `json:"services"`
 	Shape    Shape `json:"shape"`
 	// EventRate is the changes per second at this size.
-	EventRate float64 `json:"eventRatePerSecond"`
-	Rows      []Row   `json:"rows"`
-	Notes     []string
+	EventRate float64  `json:"eventRatePerSecond"`
+	Rows      []Row    `json:"rows"`
+	Notes     []string `json:"notes,omitempty"`
 }
 
 // Row is one variant at one size, on the node with the most objects.
