@@ -51,7 +51,7 @@ func latencyText(l *Latency, short bool) (p50, p99 string) {
 	return p50, p99
 }
 
-var columns = []string{"Services", "Nodes", "Mode", "Objects/node", "Full sync", "Partial sync", "Prog. latency p50", "Prog. latency p99", "First packet rules p50/p99", "Conntrack", "Memory"}
+var columns = []string{"Services", "Nodes", "Mode", "Objects/node", "Full sync", "Partial sync", "Prog. latency p50", "Prog. latency p99", "First packet rules p50/p99", "Conntrack entries", "Conntrack memory"}
 
 func (res *Result) cells(short bool) [][]string {
 	var out [][]string

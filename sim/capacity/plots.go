@@ -94,7 +94,7 @@ func (res *Result) plot(mp metricPlot, w io.Writer) (err error) {
 		}
 	}()
 	p := plot.New()
-	p.Title.Text = mp.title
+	p.Title.Text = mp.title + " (dashed: extrapolated; shaded: calibrated Services)"
 	p.X.Label.Text, p.Y.Label.Text = "Services", mp.unit
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, true
@@ -152,7 +152,7 @@ func (res *Result) shadeRange(p *plot.Plot, vi int, m Model, ymin, ymax float64)
 	poly.Color = translucent(vi, 28)
 	poly.LineStyle.Width = 0
 	p.Add(poly)
-	p.Legend.Add(fmt.Sprintf("%s measured %d-%d Services", m.Variant, m.MinServices, m.MaxServices), poly)
+	p.Legend.Add(fmt.Sprintf("%s calibrated %d-%d", m.Variant, m.MinServices, m.MaxServices), poly)
 	return nil
 }
 
@@ -178,7 +178,6 @@ func drawSeries(p *plot.Plot, vi int, name string, s series) error {
 		poly.LineStyle.Width = 0
 		p.Add(poly)
 	}
-	legend := false
 	var first *plotter.Scatter
 	for i := range s.x {
 		seg := plotter.XYs{{X: s.x[i], Y: s.y[i]}}
@@ -207,13 +206,9 @@ func drawSeries(p *plot.Plot, vi int, name string, s series) error {
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		}
 		p.Add(l)
-		if !legend {
-			p.Legend.Add(name+" (dashed: extrapolated)", l)
-			legend = true
-		}
 	}
-	if !legend {
-		p.Legend.Add(name, first)
-	}
+	// The legend shows the variant's colour, not a line style: a variant's
+	// line is solid in one part and dashed in another.
+	p.Legend.Add(name, first)
 	return nil
 }

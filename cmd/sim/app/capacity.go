@@ -144,7 +144,7 @@ func runCapacity(s Streams, file string, o capacity.Options, f capacityFlags) er
 	}
 	o.Calibrations = cals
 	prog := newProgress(s.Err, start, f.progress)
-	prog.unit = "steps (a size's state, then each mode at it)"
+	prog.unit = "size and mode steps"
 	o.Progress = prog.update
 	res, err := capacity.Run(ctx, l, o)
 	prog.done()
