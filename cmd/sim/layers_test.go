@@ -29,8 +29,9 @@ var layers = map[string]int{
 	// L2: the dataplane's contract, the simulator's engines, upstream's
 	// processes (etcd, kube-apiserver, kube-proxy) in a run's namespaces.
 	"dataplane": 2, "sim/engine": 2, "harness/upstream": 2,
-	// L3: the calibration loop the backends feed.
-	"dataplane/calibrate": 3,
+	// L3: the calibration loop the backends feed; sim capacity's sweep
+	// (the engines' sync runner and the cost model, no traffic).
+	"dataplane/calibrate": 3, "sim/capacity": 3,
 	// L4: the backends.
 	"dataplane/iptables": 4, "dataplane/nftables": 4, "dataplane/ipvs": 4,
 	// L5: what builds on the backends or on the whole simulator.

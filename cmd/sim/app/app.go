@@ -98,6 +98,7 @@ func NewRoot(s Streams) *cobra.Command {
 		Short: "Model, program and check Kubernetes Service load balancing",
 		Long: `sim reads scenarios (Kubernetes objects, generators, traffic, events, checks)
 and either simulates kube-proxy's iptables, nftables and IPVS modes (sim run),
+or sweeps a scenario over Service counts for capacity planning (sim capacity),
 or programs them for real in network namespaces and checks them with traffic.
 
 Exit codes: 0 success; 1 a check failed; 2 bad input or usage;

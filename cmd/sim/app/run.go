@@ -167,6 +167,8 @@ type progress struct {
 	tty   bool
 	start time.Time
 	drawn bool
+	// unit names what is counted ("node runs" when empty).
+	unit string
 }
 
 // newProgress takes --progress: "auto" draws only on a terminal, "always"
@@ -197,7 +199,11 @@ func (p *progress) update(done, total int) {
 	defer p.mu.Unlock()
 	const width = 30
 	n := done * width / total
-	fmt.Fprintf(p.w, "\r[%s%s] %d/%d node runs, %.1f s", strings.Repeat("=", n), strings.Repeat(" ", width-n), done, total, time.Since(p.start).Seconds())
+	unit := p.unit
+	if unit == "" {
+		unit = "node runs"
+	}
+	fmt.Fprintf(p.w, "\r[%s%s] %d/%d %s, %.1f s", strings.Repeat("=", n), strings.Repeat(" ", width-n), done, total, unit, time.Since(p.start).Seconds())
 	p.drawn = true
 }
 
@@ -205,7 +211,7 @@ func (p *progress) done() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.drawn {
-		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 70))
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 90))
 	}
 }
 
