@@ -12,15 +12,16 @@
 package cost
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -200,43 +201,153 @@ func SyntheticObjects(mode cluster.Mode, services, endpoints int) int {
 	return Count(mode, in, true).Objects
 }
 
-// LoadCalibrations reads results/calibration/*.json under dir (a missing
-// folder is not an error) and adds the defaults for any mode and variant
-// not covered.
+// CalibrationError is a calibration file that cannot be used: its path,
+// the line and the field at fault.
+type CalibrationError struct {
+	File  string
+	Line  int // 0 when unknown
+	Field string
+	Err   error
+}
+
+func (e *CalibrationError) Error() string {
+	at := e.File
+	if e.Line > 0 {
+		at = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s: %v", at, e.Field, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", at, e.Err)
+}
+
+func (e *CalibrationError) Unwrap() error { return e.Err }
+
+// LoadCalibrations reads the calibrations (*.json, as `sim calibrate`
+// writes them) in dir and adds sim/cost's defaults for any mode and variant
+// not covered, saying so in their Source. It is strict: a folder that does
+// not exist or holds no calibration, a file that does not parse and a
+// calibration that cannot be fitted are errors (*CalibrationError) naming
+// the file, line and field. kube-proxy-*.json files, upstream kube-proxy's
+// own sync metrics (sim calibrate --subject kube-proxy), are a comparison,
+// not a model of this dataplane, and are skipped.
 func LoadCalibrations(dir string) ([]Calibration, error) {
-	var out []Calibration
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, &CalibrationError{File: dir, Err: fmt.Errorf("calibration folder: %w", err)}
+	}
+	if !st.IsDir() {
+		return nil, &CalibrationError{File: dir, Err: errors.New("not a folder: --calibration takes the folder sim calibrate --write wrote into")}
+	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		return nil, err
 	}
+	var out []Calibration
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("could not read calibration: %w", err)
+		if strings.HasPrefix(filepath.Base(f), "kube-proxy-") {
+			continue
 		}
-		var cs []Calibration
-		if err := json.Unmarshal(data, &cs); err != nil {
-			return nil, fmt.Errorf("could not parse calibration %s: %w", f, err)
-		}
-		for i := range cs {
-			if cs[i].Source == "" {
-				cs[i].Source = f
-			}
-			// Interpolate every calibration on the same size axis.
-			for j := range cs[i].Points {
-				if p := &cs[i].Points[j]; p.Services > 0 && p.EndpointsPerService > 0 {
-					p.Objects = SyntheticObjects(cs[i].Mode, p.Services, p.EndpointsPerService)
-				}
-			}
+		cs, err := readCalibrationFile(f)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, cs...)
 	}
+	if len(out) == 0 {
+		return nil, &CalibrationError{File: dir, Err: errors.New("holds no calibration (no *.json written by sim calibrate --write)")}
+	}
 	for _, d := range Defaults() {
 		if !slices.ContainsFunc(out, func(c Calibration) bool { return c.Mode == d.Mode && c.Variant == d.Variant }) {
+			d.Source = fmt.Sprintf("not in %s: %s", dir, d.Source)
 			out = append(out, d)
 		}
 	}
 	return out, nil
+}
+
+// readCalibrationFile parses one calibration file and checks that each
+// calibration can be fitted.
+func readCalibrationFile(f string) ([]Calibration, error) {
+	data, err := os.ReadFile(f)
+	if err != nil {
+		return nil, &CalibrationError{File: f, Err: err}
+	}
+	var cs []Calibration
+	if err := json.Unmarshal(data, &cs); err != nil {
+		ce := &CalibrationError{File: f, Err: err}
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			ce.Line = lineAt(data, se.Offset)
+		case errors.As(err, &te):
+			ce.Line, ce.Field = lineAt(data, te.Offset), te.Field
+			ce.Err = fmt.Errorf("want %s, got JSON %s", te.Type, te.Value)
+		}
+		return nil, ce
+	}
+	starts := elementLines(data)
+	for i := range cs {
+		c := &cs[i]
+		line := 0
+		if i < len(starts) {
+			line = starts[i]
+		}
+		bad := func(field string, err error) error {
+			return &CalibrationError{File: f, Line: line, Field: fmt.Sprintf("[%d].%s", i, field), Err: err}
+		}
+		switch c.Mode {
+		case cluster.ModeIPTables, cluster.ModeNFTables, cluster.ModeIPVS:
+		default:
+			return nil, bad("mode", fmt.Errorf("%q is not iptables, nftables or ipvs", c.Mode))
+		}
+		if len(c.Points) == 0 {
+			return nil, bad("points", errors.New("no points"))
+		}
+		for j := range c.Points {
+			p := &c.Points[j]
+			if p.Services <= 0 || p.EndpointsPerService <= 0 {
+				return nil, bad(fmt.Sprintf("points[%d].services", j), fmt.Errorf("services %d and endpointsPerService %d: want both > 0", p.Services, p.EndpointsPerService))
+			}
+			if !(p.FullSeconds > 0) {
+				return nil, bad(fmt.Sprintf("points[%d].fullSyncSeconds", j), fmt.Errorf("%g: want > 0", p.FullSeconds))
+			}
+			// Every calibration on the same size axis.
+			p.Objects = SyntheticObjects(c.Mode, p.Services, p.EndpointsPerService)
+		}
+		if c.Source == "" {
+			c.Source = f
+		}
+		if _, err := NewModel(*c); err != nil {
+			return nil, bad("points", err)
+		}
+	}
+	return cs, nil
+}
+
+// lineAt is the 1-based line of a byte offset.
+func lineAt(data []byte, off int64) int {
+	off = min(max(off, 0), int64(len(data)))
+	return 1 + bytes.Count(data[:off], []byte("\n"))
+}
+
+// elementLines are the lines where the top-level array's elements start.
+func elementLines(data []byte) []int {
+	d := json.NewDecoder(bytes.NewReader(data))
+	if t, err := d.Token(); err != nil || t != json.Delim('[') {
+		return nil
+	}
+	var out []int
+	for d.More() {
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return out
+		}
+		end := d.InputOffset()
+		out = append(out, lineAt(data, end-int64(len(raw))))
+	}
+	return out
 }
 
 // Find returns the calibration of a mode and variant.
