@@ -9,6 +9,54 @@
 // measures on a real kernel; without one, the defaults below (measured on
 // this project's reference machine, design.md) are used and the report says
 // so.
+//
+// # Sync time: a fitted form per mechanism
+//
+// A calibration's points are fitted (Model, NewModel) with the functional
+// form of the mechanism that spends the time, not interpolated. Size
+// features come from Count on the point's synthetic cluster (N Services x
+// E endpoints), the same axes a simulated node has:
+//
+//   - iptables, legacy backend (iptables-legacy-restore): a + b*lines.
+//     libiptc parses the text and replaces each table's blob with one
+//     setsockopt; both are linear in the restore's lines.
+//   - iptables, nft backend (iptables-nft-restore --noflush, 1.8.9 and
+//     1.8.11): a + b*lines + c*chains^k. The parse and the netlink batch are
+//     linear; cache_chain_list_insert (iptables/nft-cache.c) keeps the chains
+//     to fetch in a sorted linked list, one strcmp walk per parsed command,
+//     O(lines x chains), which is quadratic in Services
+//     (results/calibration/README.md, "Why iptables-nft --noflush is slow").
+//     k is fitted by a scan over [1, 4] in steps of 0.01 (the coefficients
+//     are linear at each k) when there are at least two points more than
+//     the coefficients, else fixed at 2, the strcmp count's exponent; Fitted
+//     says which.
+//   - nftables, both layouts (nft -f, one transaction): a + b*objects, a
+//     fixed kernel and userspace cost per chain, rule, set and element. No
+//     superlinear term: the points do not need one (README there).
+//   - IPVS: a + b*virtualServers + c*realServers, one netlink request per
+//     object as the ipvs proxier reconciles them. A calibration measured in
+//     the microVM (Calibration.Emulation) is divided by the emulated CPU's
+//     slowdown before the fit.
+//   - Partial syncs have their own points and fit: iptables a + b*lines (a
+//     partial restore still rewrites KUBE-SERVICES whole, one rule per
+//     Service), nftables a + b*objects (the transaction changes one
+//     Service's objects, but nft first loads its cache of the table, linear
+//     in the table). IPVS has none: every sync reconciles everything, so
+//     Partial is Full.
+//
+// The fit is weighted least squares on relative error, sum of
+// ((f(x)-y)/y)^2, with non-negative coefficients (an exact NNLS over the
+// subsets of at most three coefficients); FitError is the RMS relative
+// residual. The band is a 95 % prediction interval: the relative scatter s
+// (residual standard error) and the parameters' covariance s^2 (J'J)^-1
+// (J the relative Jacobian, k included when fitted) propagated to the
+// size, times Student's t for the residual degrees of freedom; it grows
+// away from the points, and is never narrower than FitError. It is applied
+// multiplicatively, y/(1+r) to y*(1+r), and widened by an emulation ratio's
+// range. A fit with as many points as free parameters (the two-point
+// defaults) has no scatter to estimate: 50 % is assumed and Model.Note says
+// so. Outside the measured range an Estimate is Extrapolated with the
+// Factor over the largest (or smallest) measured size.
 package cost
 
 import (
@@ -16,7 +64,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -358,59 +405,6 @@ func Find(cs []Calibration, mode cluster.Mode, variant string) (Calibration, boo
 		}
 	}
 	return Calibration{}, false
-}
-
-// FullSync estimates the full sync time at a size by interpolating the
-// calibration in log-log space (a power law between neighbouring points, which
-// fits both the linear iptables growth and the superlinear nftables one), and
-// extrapolating with the slope of the last two points.
-func (c Calibration) FullSync(objects int) float64 {
-	return interp(c.Points, objects, func(p Point) float64 { return p.FullSeconds })
-}
-
-// PartialSync estimates a partial sync; without partial points it is the full
-// sync time (iptables rewrites KUBE-SERVICES in full on every sync).
-func (c Calibration) PartialSync(objects int) float64 {
-	var pts []Point
-	for _, p := range c.Points {
-		if p.PartialSeconds > 0 {
-			pts = append(pts, p)
-		}
-	}
-	if len(pts) == 0 {
-		return c.FullSync(objects)
-	}
-	return interp(pts, objects, func(p Point) float64 { return p.PartialSeconds })
-}
-
-func interp(pts []Point, objects int, y func(Point) float64) float64 {
-	if len(pts) == 0 || objects <= 0 {
-		return 0
-	}
-	pts = slices.Clone(pts)
-	sort.Slice(pts, func(i, j int) bool { return pts[i].Objects < pts[j].Objects })
-	if len(pts) == 1 {
-		return y(pts[0]) * float64(objects) / float64(pts[0].Objects)
-	}
-	x := math.Log(float64(objects))
-	i := sort.Search(len(pts), func(i int) bool { return pts[i].Objects >= objects })
-	switch {
-	case i == 0:
-		i = 1
-	case i == len(pts):
-		i = len(pts) - 1
-	}
-	a, b := pts[i-1], pts[i]
-	x0, x1 := math.Log(float64(a.Objects)), math.Log(float64(b.Objects))
-	y0, y1 := math.Log(y(a)), math.Log(y(b))
-	if x1 == x0 {
-		return y(a)
-	}
-	slope := (y1 - y0) / (x1 - x0)
-	if i == 1 && objects < a.Objects {
-		slope = math.Max(slope, 1) // below the smallest point, no faster than linear decrease
-	}
-	return math.Exp(y0 + slope*(x-x0))
 }
 
 // FirstPacket is the work the first packet of a new connection does.
