@@ -54,8 +54,8 @@
 // away from the points, and is never narrower than FitError. It is applied
 // multiplicatively, y/(1+r) to y*(1+r), and widened by an emulation ratio's
 // range. A fit with as many points as free parameters (the two-point
-// defaults) has no scatter to estimate: 50 % is assumed and Model.Note says
-// so. Outside the measured range an Estimate is Extrapolated with the
+// defaults) has no scatter to estimate: 50 % is assumed, Model.Note says
+// so, and outside the range it is multiplied by 1 + |ln(size ratio)|. Outside the measured range an Estimate is Extrapolated with the
 // Factor over the largest (or smallest) measured size.
 package cost
 

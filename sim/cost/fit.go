@@ -93,8 +93,9 @@ type fit struct {
 }
 
 // assumedScatter is the relative scatter assumed when a fit has no
-// residual degrees of freedom (as many points as free parameters), e.g.
-// the two-point defaults: there is nothing to estimate it from.
+// residual degrees of freedom (as many points as free parameters) or
+// fewer than three points, e.g. the two-point defaults: there is nothing
+// (or too little) to estimate it from.
 const assumedScatter = 0.5
 
 func (f form) value(theta []float64, c Counts) float64 {
@@ -252,7 +253,7 @@ func finish(f form, theta []float64, kFitted bool, rss float64, pts []sample) fi
 		ft.free = append(ft.free, len(f.terms))
 	}
 	dof := len(pts) - len(ft.free)
-	if dof < 1 {
+	if dof < 1 || len(pts) < 3 {
 		ft.s, ft.assumed, ft.t = assumedScatter, true, 2
 		return ft
 	}

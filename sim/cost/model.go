@@ -123,7 +123,7 @@ func NewModel(c Calibration) (Model, error) {
 	}
 	m.Form, m.Params, m.Fitted, m.FitError = ff.name, m.full.theta, m.full.describe(), m.full.rms
 	if m.full.assumed {
-		m.Note = join(m.Note, fmt.Sprintf("%d points for %d parameters: no scatter to estimate, +-%.0f %% assumed", len(full), len(m.full.free), 100*assumedScatter))
+		m.Note = join(m.Note, fmt.Sprintf("%d points, %d free parameters: too few to estimate the scatter, %.0f %% assumed", len(full), len(m.full.free), 100*assumedScatter))
 	}
 	if pf != nil && len(part) > 0 {
 		p, err := fitForm(*pf, part)
@@ -161,7 +161,23 @@ func pointCounts(mode cluster.Mode, p Point) Counts {
 // Full is the full sync time of a node programming c.
 func (m Model) Full(c Counts) Estimate {
 	y, rel := m.full.predict(c)
-	return m.estimate(c, y, rel)
+	return m.estimate(c, y, m.widen(m.full, c, rel))
+}
+
+// widen grows an assumed scatter (a fit without a covariance, whose band
+// would otherwise not widen) with the distance from the measured range:
+// times 1 + |ln(size / nearest measured size)|.
+func (m Model) widen(f fit, c Counts, rel float64) float64 {
+	if !f.assumed || m.MaxObjects <= 0 || c.Objects <= 0 {
+		return rel
+	}
+	switch {
+	case c.Objects > m.MaxObjects:
+		rel *= 1 + math.Log(float64(c.Objects)/float64(m.MaxObjects))
+	case c.Objects < m.MinObjects:
+		rel *= 1 + math.Log(float64(m.MinObjects)/float64(c.Objects))
+	}
+	return rel
 }
 
 // Partial is a partial sync's time on a node programming c: the partial
@@ -172,7 +188,7 @@ func (m Model) Partial(c Counts) Estimate {
 		return m.Full(c)
 	}
 	y, rel := m.partial.predict(c)
-	return m.estimate(c, y, rel)
+	return m.estimate(c, y, m.widen(*m.partial, c, rel))
 }
 
 // estimate builds the band, y/(1+rel) to y*(1+rel) (rel is a 95 %
