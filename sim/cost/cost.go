@@ -299,7 +299,11 @@ func LoadCalibrations(dir string) ([]Calibration, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, cs...)
+		for _, c := range cs {
+			if out, err = mergeCalibration(out, c); err != nil {
+				return nil, &CalibrationError{File: f, Field: "points", Err: err}
+			}
+		}
 	}
 	if len(out) == 0 {
 		return nil, &CalibrationError{File: dir, Err: errors.New("holds no calibration (no *.json written by sim calibrate --write)")}
@@ -311,6 +315,32 @@ func LoadCalibrations(dir string) ([]Calibration, error) {
 		}
 	}
 	return out, nil
+}
+
+// mergeCalibration adds c to cs: its points join those of the same mode
+// and variant from another file (a ladder measured in pieces, e.g. the
+// largest size with fewer runs), sorted by size; a size measured twice is
+// an error, not an average.
+func mergeCalibration(cs []Calibration, c Calibration) ([]Calibration, error) {
+	i := slices.IndexFunc(cs, func(o Calibration) bool { return o.Mode == c.Mode && o.Variant == c.Variant })
+	if i < 0 {
+		return append(cs, c), nil
+	}
+	m := &cs[i]
+	if (m.Emulation == nil) != (c.Emulation == nil) {
+		return nil, fmt.Errorf("%s/%s: measured with and without emulation in different files", c.Mode, c.Variant)
+	}
+	for _, p := range c.Points {
+		if slices.ContainsFunc(m.Points, func(o Point) bool { return o.Services == p.Services && o.EndpointsPerService == p.EndpointsPerService }) {
+			return nil, fmt.Errorf("%s/%s: %d x %d measured in two files", c.Mode, c.Variant, p.Services, p.EndpointsPerService)
+		}
+	}
+	m.Points = append(m.Points, c.Points...)
+	sort.SliceStable(m.Points, func(a, b int) bool { return m.Points[a].Services < m.Points[b].Services })
+	if c.Source != m.Source {
+		m.Source += "; " + c.Source
+	}
+	return cs, nil
 }
 
 // readCalibrationFile parses one calibration file and checks that each

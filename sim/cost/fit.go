@@ -85,6 +85,7 @@ type fit struct {
 	theta   []float64 // coefficients, then k if the form has a power term
 	kFitted bool
 	rms     float64 // RMS relative residual
+	loo     float64 // largest leave-one-out miss, as a ratio minus 1
 	s       float64 // residual standard error (relative), or assumed
 	assumed bool    // s is assumed: too few points to estimate it
 	t       float64 // Student t quantile for a 95 % two-sided interval
@@ -134,6 +135,31 @@ func (f form) grad(theta []float64, c Counts) []float64 {
 // error, coefficients non-negative; a power term's k is found by a scan
 // (the inner problem is linear) when the points can tell it, else fixed.
 func fitForm(f form, pts []sample) (fit, error) {
+	ft, err := fitOnce(f, pts)
+	if err != nil {
+		return ft, err
+	}
+	// The leave-one-out error: refit without each point in turn and take
+	// the largest relative miss at the point left out. It measures what
+	// the covariance cannot when the scatter is not the model's (a point
+	// taken under a different load); the band is never narrower.
+	if len(pts) > len(ft.free)+1 {
+		for i := range pts {
+			rest := append(append([]sample{}, pts[:i]...), pts[i+1:]...)
+			o, err := fitOnce(f, rest)
+			if err != nil {
+				continue
+			}
+			y := f.value(o.theta, pts[i].c)
+			if y > 0 {
+				ft.loo = math.Max(ft.loo, math.Max(y/pts[i].y, pts[i].y/y)-1)
+			}
+		}
+	}
+	return ft, nil
+}
+
+func fitOnce(f form, pts []sample) (fit, error) {
 	if len(pts) == 0 {
 		return fit{}, fmt.Errorf("no points")
 	}
@@ -302,7 +328,7 @@ func (ft fit) predict(c Counts) (y, rel float64) {
 		}
 		v += mat.Inner(gv, ft.cov, gv) / (y * y)
 	}
-	rel = math.Max(ft.t*math.Sqrt(v), ft.rms)
+	rel = max(ft.t*math.Sqrt(v), ft.rms, ft.loo)
 	return y, rel
 }
 
