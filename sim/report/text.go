@@ -37,7 +37,7 @@ func (r *Report) rows() []row {
 			}
 			return s
 		}},
-		{"full sync (largest node)", func(m *Mode) string { return syncCell(m.Sync.FullSeconds, m.Sync.FullEstimate) }},
+		{"full sync (largest node)", func(m *Mode) string { return syncCell(m.Sync.FullSeconds, m.Sync.FullEstimate, m.Sync.Calibration) }},
 		{"syncs: full / partial / periodic", func(m *Mode) string {
 			return fmt.Sprintf("%d / %d / %d", m.Sync.Full, m.Sync.Partial, m.Sync.Periodic)
 		}},
@@ -425,18 +425,26 @@ func num(x float64) string {
 // syncCell prints a modelled sync time with its mark when the model
 // extrapolates, and its band ("11.2 s (model, 9.1-14 s)") when it does
 // not, so that no modelled figure reads as a measurement.
-func syncCell(s float64, e *cost.Estimate) string {
+func syncCell(s float64, e *cost.Estimate, basis string) string {
 	if e == nil {
 		return dur(s)
 	}
-	if e.Extrapolated {
-		where := "largest"
-		if e.Factor < 1 {
-			where = "smallest"
-		}
-		return fmt.Sprintf("%s (extrapolated, %.2gx the %s measured size; %s-%s)", dur(s), e.Factor, where, dur(e.Low), dur(e.High))
+	kind := "model"
+	if strings.Contains(basis, "not measured") {
+		// A default that no calibration here measured (IPVS today).
+		kind = "estimate, not measured"
 	}
-	return fmt.Sprintf("%s (model, %s-%s)", dur(s), dur(e.Low), dur(e.High))
+	if e.Extrapolated {
+		return fmt.Sprintf("%s (%s, extrapolated, %.2gx the %s measured size; %s-%s)", dur(s), kind, e.Factor, where(e), dur(e.Low), dur(e.High))
+	}
+	return fmt.Sprintf("%s (%s, %s-%s)", dur(s), kind, dur(e.Low), dur(e.High))
+}
+
+func where(e *cost.Estimate) string {
+	if e.Factor < 1 {
+		return "smallest"
+	}
+	return "largest"
 }
 
 func dur(s float64) string {
