@@ -88,9 +88,12 @@ type fit struct {
 	loo     float64 // largest leave-one-out miss, as a ratio minus 1
 	s       float64 // residual standard error (relative), or assumed
 	assumed bool    // s is assumed: too few points to estimate it
-	t       float64 // Student t quantile for a 95 % two-sided interval
-	free    []int   // indices of theta that were free (not at a bound)
-	cov     *mat.SymDense
+	// degenerate: the points cannot separate the free parameters (no
+	// covariance); s is then at least assumedScatter.
+	degenerate bool
+	t          float64 // Student t quantile for a 95 % two-sided interval
+	free       []int   // indices of theta that were free (not at a bound)
+	cov        *mat.SymDense
 }
 
 // assumedScatter is the relative scatter assumed when a fit has no
@@ -285,11 +288,24 @@ func finish(f form, theta []float64, kFitted bool, rss float64, pts []sample) fi
 	}
 	ft.s = math.Sqrt(rss / float64(dof))
 	ft.t = distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(dof)}.Quantile(0.975)
-	J := mat.NewDense(len(pts), len(ft.free), nil)
+	// The columns differ by many orders of magnitude (1, lines,
+	// chains^k): scale each to unit norm before inverting, then back.
+	nf := len(ft.free)
+	J := mat.NewDense(len(pts), nf, nil)
 	for i, p := range pts {
 		g := f.grad(theta, p.c)
 		for c, j := range ft.free {
 			J.Set(i, c, g[j]/p.y)
+		}
+	}
+	scale := make([]float64, nf)
+	for c := range nf {
+		scale[c] = mat.Norm(J.ColView(c), 2)
+		if scale[c] == 0 {
+			scale[c] = 1
+		}
+		for i := range pts {
+			J.Set(i, c, J.At(i, c)/scale[c])
 		}
 	}
 	var jtj mat.SymDense
@@ -298,14 +314,13 @@ func finish(f form, theta []float64, kFitted bool, rss float64, pts []sample) fi
 	if err := inv.Inverse(&jtj); err != nil {
 		// Degenerate geometry: fall back to the scatter alone, widened.
 		ft.s = math.Max(ft.s, assumedScatter)
-		ft.assumed = true
+		ft.assumed, ft.degenerate = true, true
 		return ft
 	}
-	nf := len(ft.free)
 	ft.cov = mat.NewSymDense(nf, nil)
 	for a := range nf {
 		for b := a; b < nf; b++ {
-			ft.cov.SetSym(a, b, ft.s*ft.s*inv.At(a, b))
+			ft.cov.SetSym(a, b, ft.s*ft.s*inv.At(a, b)/(scale[a]*scale[b]))
 		}
 	}
 	return ft

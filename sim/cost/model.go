@@ -122,7 +122,9 @@ func NewModel(c Calibration) (Model, error) {
 		return Model{}, fmt.Errorf("calibration %s/%s: %w", c.Mode, c.Variant, err)
 	}
 	m.Form, m.Params, m.Fitted, m.FitError = ff.name, m.full.theta, m.full.describe(), m.full.rms
-	if m.full.assumed {
+	if m.full.degenerate {
+		m.Note = join(m.Note, fmt.Sprintf("the %d points cannot separate the %d free parameters: band from the scatter alone, at least %.0f %%", len(full), len(m.full.free), 100*assumedScatter))
+	} else if m.full.assumed {
 		m.Note = join(m.Note, fmt.Sprintf("%d points, %d free parameters: too few to estimate the scatter, %.0f %% assumed", len(full), len(m.full.free), 100*assumedScatter))
 	}
 	if pf != nil && len(part) > 0 {
