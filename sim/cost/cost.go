@@ -28,8 +28,9 @@
 //     (results/calibration/README.md, "Why iptables-nft --noflush is slow").
 //     k is fitted by a scan over [1, 4] in steps of 0.01 (the coefficients
 //     are linear at each k) when there are at least two points more than
-//     the coefficients, else fixed at 2, the strcmp count's exponent; Fitted
-//     says which.
+//     the coefficients, else fixed at 2, the strcmp count's exponent, with
+//     the band spanning the fit at k = 3 too (the measured slopes reach 2.0
+//     to 3.1); Fitted says which.
 //   - nftables, both layouts (nft -f, one transaction): a + b*objects, a
 //     fixed kernel and userspace cost per chain, rule, set and element. No
 //     superlinear term: the points do not need one (README there).
@@ -51,7 +52,8 @@
 // (residual standard error) and the parameters' covariance s^2 (J'J)^-1
 // (J the relative Jacobian, k included when fitted) propagated to the
 // size, times Student's t for the residual degrees of freedom; it grows
-// away from the points, and is never narrower than FitError. It is applied
+// away from the points, and is never narrower than FitError or the fit's
+// largest leave-one-out miss (refit without each point). It is applied
 // multiplicatively, y/(1+r) to y*(1+r), and widened by an emulation ratio's
 // range. A fit with as many points as free parameters (the two-point
 // defaults) has no scatter to estimate: 50 % is assumed, Model.Note says

@@ -22,7 +22,10 @@ type form struct {
 	// kMin, kMax bound the fitted exponent; kFixed is used when the
 	// points cannot tell k (too few of them).
 	kMin, kMax, kFixed float64
-	why                string
+	// kAlt is the other end of k's plausible range when k is fixed: the
+	// band spans the fit at kAlt too.
+	kAlt float64
+	why  string
 }
 
 type feature struct {
@@ -43,7 +46,7 @@ var (
 var (
 	formRestore = form{name: "a + b*lines", terms: []feature{fOne, fLines}, pow: -1,
 		why: "libiptc parses the restore text and replaces each table's blob in one setsockopt: linear in lines"}
-	formNoflush = form{name: "a + b*lines + c*chains^k", terms: []feature{fOne, fLines, fChains}, pow: 2, kMin: 1, kMax: 4, kFixed: 2,
+	formNoflush = form{name: "a + b*lines + c*chains^k", terms: []feature{fOne, fLines, fChains}, pow: 2, kMin: 1, kMax: 4, kFixed: 2, kAlt: 3,
 		why: "iptables-nft --noflush: linear parse and netlink batch, plus cache_chain_list_insert's sorted list of chain names (O(commands x chains))"}
 	formNFT = form{name: "a + b*objects", terms: []feature{fOne, fObjects}, pow: -1,
 		why: "nft -f: one kernel transaction, a fixed cost per object (chain, rule, element)"}
@@ -84,10 +87,11 @@ type fit struct {
 	f       form
 	theta   []float64 // coefficients, then k if the form has a power term
 	kFitted bool
-	rms     float64 // RMS relative residual
-	loo     float64 // largest leave-one-out miss, as a ratio minus 1
-	s       float64 // residual standard error (relative), or assumed
-	assumed bool    // s is assumed: too few points to estimate it
+	rms     float64   // RMS relative residual
+	loo     float64   // largest leave-one-out miss, as a ratio minus 1
+	alt     []float64 // with k fixed: the coefficients fitted at kAlt
+	s       float64   // residual standard error (relative), or assumed
+	assumed bool      // s is assumed: too few points to estimate it
 	// degenerate: the points cannot separate the free parameters (no
 	// covariance); s is then at least assumedScatter.
 	degenerate bool
@@ -179,7 +183,13 @@ func fitOnce(f form, pts []sample) (fit, error) {
 		if err != nil {
 			return fit{}, err
 		}
-		return finish(f, theta, false, rss, pts), nil
+		ft := finish(f, theta, false, rss, pts)
+		// k is fixed, not known: the band also spans the fit with k at
+		// the other end of its plausible range (kAlt).
+		if alt, _, err := nnlsRelative(f, []float64{f.kAlt}, pts); err == nil && theta[f.pow] > 0 {
+			ft.alt = alt
+		}
+		return ft, nil
 	}
 	var best []float64
 	bestRSS := math.Inf(1)
@@ -344,6 +354,11 @@ func (ft fit) predict(c Counts) (y, rel float64) {
 		v += mat.Inner(gv, ft.cov, gv) / (y * y)
 	}
 	rel = max(ft.t*math.Sqrt(v), ft.rms, ft.loo)
+	if ft.alt != nil {
+		if ya := ft.f.value(ft.alt, c); ya > 0 {
+			rel = max(rel, math.Max(ya/y, y/ya)-1)
+		}
+	}
 	return y, rel
 }
 
