@@ -68,6 +68,10 @@ type Target struct {
 	Text func(b dataplane.Backend, st *cluster.State) (string, error)
 	// Raw returns the command that loads text raw (it reads stdin).
 	Raw func(ctx context.Context) *exec.Cmd
+	// PrepareRaw, when set, readies the raw load's fresh namespace with
+	// what the backend creates before its first sync outside the text
+	// (iptables: kube-proxy's nfacct counters, which the text matches).
+	PrepareRaw func(ns *netns.Namespace) error
 	// Synthetic builds n Services of k ready endpoints on node "node-1".
 	Synthetic func(n, k int) *cluster.State
 }
@@ -163,6 +167,11 @@ func measureOnce(ctx context.Context, t Target, st *cluster.State) (measurement,
 		return m, err
 	}
 	defer topo2.Close()
+	if t.PrepareRaw != nil {
+		if err := t.PrepareRaw(ns2); err != nil {
+			return m, fmt.Errorf("raw load: could not prepare its namespace: %w", err)
+		}
+	}
 	cmd := t.Raw(ctx)
 	cmd.Stdin = strings.NewReader(text)
 	var stderr bytes.Buffer

@@ -35,5 +35,16 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 		Raw: func(ctx context.Context) *exec.Cmd {
 			return exec.CommandContext(ctx, Tool(o.Variant, "restore"), "--noflush", "--counters")
 		},
+		// The text's INVALID drop rule matches an nfacct counter, which
+		// the backend creates before its full sync; a fresh namespace
+		// has none and the restore would fail on that rule.
+		PrepareRaw: func(ns *netns.Namespace) error {
+			for _, name := range NFAcctCounters {
+				if err := NFAcctEnsure(ns, name); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 	}, o.Sizes, o.Endpoints, o.Runs, o.Log)
 }

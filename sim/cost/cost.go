@@ -9,18 +9,68 @@
 // measures on a real kernel; without one, the defaults below (measured on
 // this project's reference machine, design.md) are used and the report says
 // so.
+//
+// # Sync time: a fitted form per mechanism
+//
+// A calibration's points are fitted (Model, NewModel) with the functional
+// form of the mechanism that spends the time, not interpolated. Size
+// features come from Count on the point's synthetic cluster (N Services x
+// E endpoints), the same axes a simulated node has:
+//
+//   - iptables, legacy backend (iptables-legacy-restore): a + b*lines.
+//     libiptc parses the text and replaces each table's blob with one
+//     setsockopt; both are linear in the restore's lines.
+//   - iptables, nft backend (iptables-nft-restore --noflush, 1.8.9 and
+//     1.8.11): a + b*lines + c*chains^k. The parse and the netlink batch are
+//     linear; cache_chain_list_insert (iptables/nft-cache.c) keeps the chains
+//     to fetch in a sorted linked list, one strcmp walk per parsed command,
+//     O(lines x chains), which is quadratic in Services
+//     (results/calibration/README.md, "Why iptables-nft --noflush is slow").
+//     k is fitted by a scan over [1, 4] in steps of 0.01 (the coefficients
+//     are linear at each k) when there are at least two points more than
+//     the coefficients, else fixed at 2, the strcmp count's exponent, with
+//     the band spanning the fit at k = 3 too (the measured slopes reach 2.0
+//     to 3.1); Fitted says which.
+//   - nftables, both layouts (nft -f, one transaction): a + b*objects, a
+//     fixed kernel and userspace cost per chain, rule, set and element. No
+//     superlinear term: the points do not need one (README there).
+//   - IPVS: a + b*virtualServers + c*realServers, one netlink request per
+//     object as the ipvs proxier reconciles them. A calibration measured in
+//     the microVM (Calibration.Emulation) is divided by the emulated CPU's
+//     slowdown before the fit.
+//   - Partial syncs have their own points and fit: iptables a + b*lines (a
+//     partial restore still rewrites KUBE-SERVICES whole, one rule per
+//     Service), nftables a + b*objects (the transaction changes one
+//     Service's objects, but nft first loads its cache of the table, linear
+//     in the table). IPVS has none: every sync reconciles everything, so
+//     Partial is Full.
+//
+// The fit is weighted least squares on relative error, sum of
+// ((f(x)-y)/y)^2, with non-negative coefficients (an exact NNLS over the
+// subsets of at most three coefficients); FitError is the RMS relative
+// residual. The band is a 95 % prediction interval: the relative scatter s
+// (residual standard error) and the parameters' covariance s^2 (J'J)^-1
+// (J the relative Jacobian, k included when fitted) propagated to the
+// size, times Student's t for the residual degrees of freedom; it grows
+// away from the points, and is never narrower than FitError or the fit's
+// largest leave-one-out miss (refit without each point). It is applied
+// multiplicatively, y/(1+r) to y*(1+r), and widened by an emulation ratio's
+// range. A fit with as many points as free parameters (the two-point
+// defaults) has no scatter to estimate: 50 % is assumed, Model.Note says
+// so, and outside the range it is multiplied by 1 + |ln(size ratio)|. Outside the measured range an Estimate is Extrapolated with the
+// Factor over the largest (or smallest) measured size.
 package cost
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -200,43 +250,183 @@ func SyntheticObjects(mode cluster.Mode, services, endpoints int) int {
 	return Count(mode, in, true).Objects
 }
 
-// LoadCalibrations reads results/calibration/*.json under dir (a missing
-// folder is not an error) and adds the defaults for any mode and variant
-// not covered.
+// CalibrationError is a calibration file that cannot be used: its path,
+// the line and the field at fault.
+type CalibrationError struct {
+	File  string
+	Line  int // 0 when unknown
+	Field string
+	Err   error
+}
+
+func (e *CalibrationError) Error() string {
+	at := e.File
+	if e.Line > 0 {
+		at = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s: %v", at, e.Field, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", at, e.Err)
+}
+
+func (e *CalibrationError) Unwrap() error { return e.Err }
+
+// LoadCalibrations reads the calibrations (*.json, as `sim calibrate`
+// writes them) in dir and adds sim/cost's defaults for any mode and variant
+// not covered, saying so in their Source. It is strict: a folder that does
+// not exist or holds no calibration, a file that does not parse and a
+// calibration that cannot be fitted are errors (*CalibrationError) naming
+// the file, line and field. kube-proxy-*.json files, upstream kube-proxy's
+// own sync metrics (sim calibrate --subject kube-proxy), are a comparison,
+// not a model of this dataplane, and are skipped.
 func LoadCalibrations(dir string) ([]Calibration, error) {
-	var out []Calibration
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, &CalibrationError{File: dir, Err: fmt.Errorf("calibration folder: %w", err)}
+	}
+	if !st.IsDir() {
+		return nil, &CalibrationError{File: dir, Err: errors.New("not a folder: --calibration takes the folder sim calibrate --write wrote into")}
+	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		return nil, err
 	}
+	var out []Calibration
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("could not read calibration: %w", err)
+		if strings.HasPrefix(filepath.Base(f), "kube-proxy-") {
+			continue
 		}
-		var cs []Calibration
-		if err := json.Unmarshal(data, &cs); err != nil {
-			return nil, fmt.Errorf("could not parse calibration %s: %w", f, err)
+		cs, err := readCalibrationFile(f)
+		if err != nil {
+			return nil, err
 		}
-		for i := range cs {
-			if cs[i].Source == "" {
-				cs[i].Source = f
-			}
-			// Interpolate every calibration on the same size axis.
-			for j := range cs[i].Points {
-				if p := &cs[i].Points[j]; p.Services > 0 && p.EndpointsPerService > 0 {
-					p.Objects = SyntheticObjects(cs[i].Mode, p.Services, p.EndpointsPerService)
-				}
+		for _, c := range cs {
+			if out, err = mergeCalibration(out, c); err != nil {
+				return nil, &CalibrationError{File: f, Field: "points", Err: err}
 			}
 		}
-		out = append(out, cs...)
+	}
+	if len(out) == 0 {
+		return nil, &CalibrationError{File: dir, Err: errors.New("holds no calibration (no *.json written by sim calibrate --write)")}
 	}
 	for _, d := range Defaults() {
 		if !slices.ContainsFunc(out, func(c Calibration) bool { return c.Mode == d.Mode && c.Variant == d.Variant }) {
+			d.Source = fmt.Sprintf("not in %s: %s", dir, d.Source)
 			out = append(out, d)
 		}
 	}
 	return out, nil
+}
+
+// mergeCalibration adds c to cs: its points join those of the same mode
+// and variant from another file (a ladder measured in pieces, e.g. the
+// largest size with fewer runs), sorted by size; a size measured twice is
+// an error, not an average.
+func mergeCalibration(cs []Calibration, c Calibration) ([]Calibration, error) {
+	i := slices.IndexFunc(cs, func(o Calibration) bool { return o.Mode == c.Mode && o.Variant == c.Variant })
+	if i < 0 {
+		return append(cs, c), nil
+	}
+	m := &cs[i]
+	if (m.Emulation == nil) != (c.Emulation == nil) {
+		return nil, fmt.Errorf("%s/%s: measured with and without emulation in different files", c.Mode, c.Variant)
+	}
+	for _, p := range c.Points {
+		if slices.ContainsFunc(m.Points, func(o Point) bool { return o.Services == p.Services && o.EndpointsPerService == p.EndpointsPerService }) {
+			return nil, fmt.Errorf("%s/%s: %d x %d measured in two files", c.Mode, c.Variant, p.Services, p.EndpointsPerService)
+		}
+	}
+	m.Points = append(m.Points, c.Points...)
+	sort.SliceStable(m.Points, func(a, b int) bool { return m.Points[a].Services < m.Points[b].Services })
+	if c.Source != m.Source {
+		m.Source += "; " + c.Source
+	}
+	return cs, nil
+}
+
+// readCalibrationFile parses one calibration file and checks that each
+// calibration can be fitted.
+func readCalibrationFile(f string) ([]Calibration, error) {
+	data, err := os.ReadFile(f)
+	if err != nil {
+		return nil, &CalibrationError{File: f, Err: err}
+	}
+	var cs []Calibration
+	if err := json.Unmarshal(data, &cs); err != nil {
+		ce := &CalibrationError{File: f, Err: err}
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			ce.Line = lineAt(data, se.Offset)
+		case errors.As(err, &te):
+			ce.Line, ce.Field = lineAt(data, te.Offset), te.Field
+			ce.Err = fmt.Errorf("want %s, got JSON %s", te.Type, te.Value)
+		}
+		return nil, ce
+	}
+	starts := elementLines(data)
+	for i := range cs {
+		c := &cs[i]
+		line := 0
+		if i < len(starts) {
+			line = starts[i]
+		}
+		bad := func(field string, err error) error {
+			return &CalibrationError{File: f, Line: line, Field: fmt.Sprintf("[%d].%s", i, field), Err: err}
+		}
+		switch c.Mode {
+		case cluster.ModeIPTables, cluster.ModeNFTables, cluster.ModeIPVS:
+		default:
+			return nil, bad("mode", fmt.Errorf("%q is not iptables, nftables or ipvs", c.Mode))
+		}
+		if len(c.Points) == 0 {
+			return nil, bad("points", errors.New("no points"))
+		}
+		for j := range c.Points {
+			p := &c.Points[j]
+			if p.Services <= 0 || p.EndpointsPerService <= 0 {
+				return nil, bad(fmt.Sprintf("points[%d].services", j), fmt.Errorf("services %d and endpointsPerService %d: want both > 0", p.Services, p.EndpointsPerService))
+			}
+			if !(p.FullSeconds > 0) {
+				return nil, bad(fmt.Sprintf("points[%d].fullSyncSeconds", j), fmt.Errorf("%g: want > 0", p.FullSeconds))
+			}
+			// Every calibration on the same size axis.
+			p.Objects = SyntheticObjects(c.Mode, p.Services, p.EndpointsPerService)
+		}
+		if c.Source == "" {
+			c.Source = f
+		}
+		if _, err := NewModel(*c); err != nil {
+			return nil, bad("points", err)
+		}
+	}
+	return cs, nil
+}
+
+// lineAt is the 1-based line of a byte offset.
+func lineAt(data []byte, off int64) int {
+	off = min(max(off, 0), int64(len(data)))
+	return 1 + bytes.Count(data[:off], []byte("\n"))
+}
+
+// elementLines are the lines where the top-level array's elements start.
+func elementLines(data []byte) []int {
+	d := json.NewDecoder(bytes.NewReader(data))
+	if t, err := d.Token(); err != nil || t != json.Delim('[') {
+		return nil
+	}
+	var out []int
+	for d.More() {
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return out
+		}
+		end := d.InputOffset()
+		out = append(out, lineAt(data, end-int64(len(raw))))
+	}
+	return out
 }
 
 // Find returns the calibration of a mode and variant.
@@ -247,59 +437,6 @@ func Find(cs []Calibration, mode cluster.Mode, variant string) (Calibration, boo
 		}
 	}
 	return Calibration{}, false
-}
-
-// FullSync estimates the full sync time at a size by interpolating the
-// calibration in log-log space (a power law between neighbouring points, which
-// fits both the linear iptables growth and the superlinear nftables one), and
-// extrapolating with the slope of the last two points.
-func (c Calibration) FullSync(objects int) float64 {
-	return interp(c.Points, objects, func(p Point) float64 { return p.FullSeconds })
-}
-
-// PartialSync estimates a partial sync; without partial points it is the full
-// sync time (iptables rewrites KUBE-SERVICES in full on every sync).
-func (c Calibration) PartialSync(objects int) float64 {
-	var pts []Point
-	for _, p := range c.Points {
-		if p.PartialSeconds > 0 {
-			pts = append(pts, p)
-		}
-	}
-	if len(pts) == 0 {
-		return c.FullSync(objects)
-	}
-	return interp(pts, objects, func(p Point) float64 { return p.PartialSeconds })
-}
-
-func interp(pts []Point, objects int, y func(Point) float64) float64 {
-	if len(pts) == 0 || objects <= 0 {
-		return 0
-	}
-	pts = slices.Clone(pts)
-	sort.Slice(pts, func(i, j int) bool { return pts[i].Objects < pts[j].Objects })
-	if len(pts) == 1 {
-		return y(pts[0]) * float64(objects) / float64(pts[0].Objects)
-	}
-	x := math.Log(float64(objects))
-	i := sort.Search(len(pts), func(i int) bool { return pts[i].Objects >= objects })
-	switch {
-	case i == 0:
-		i = 1
-	case i == len(pts):
-		i = len(pts) - 1
-	}
-	a, b := pts[i-1], pts[i]
-	x0, x1 := math.Log(float64(a.Objects)), math.Log(float64(b.Objects))
-	y0, y1 := math.Log(y(a)), math.Log(y(b))
-	if x1 == x0 {
-		return y(a)
-	}
-	slope := (y1 - y0) / (x1 - x0)
-	if i == 1 && objects < a.Objects {
-		slope = math.Max(slope, 1) // below the smallest point, no faster than linear decrease
-	}
-	return math.Exp(y0 + slope*(x-x0))
 }
 
 // FirstPacket is the work the first packet of a new connection does.

@@ -3,6 +3,8 @@ package cost
 import (
 	"fmt"
 	"math"
+
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Emulation says that a calibration was measured on an emulated CPU (the
@@ -51,47 +53,155 @@ type Model struct {
 	Variant string `json:"variant"`
 	// Form is the functional form in words and symbols, e.g.
 	// "a + b*lines + c*chains^k".
-	Form   string    `json:"form"`
+	Form string `json:"form"`
+	// Params are the fitted coefficients in the form's order (then k if
+	// the form has an exponent); Fitted prints them in the form.
 	Params []float64 `json:"params"`
+	Fitted string    `json:"fitted"`
 	// FitError is the fit's RMS relative error over the calibration points.
 	FitError float64 `json:"fitError"`
+	// PartialForm, PartialParams, PartialFitted and PartialFitError are
+	// the same for partial syncs (empty: the mode has none, or the
+	// calibration has no partial points and a partial sync costs a full
+	// one).
+	PartialForm     string    `json:"partialForm,omitempty"`
+	PartialParams   []float64 `json:"partialParams,omitempty"`
+	PartialFitted   string    `json:"partialFitted,omitempty"`
+	PartialFitError float64   `json:"partialFitError,omitempty"`
 	// MinObjects and MaxObjects are the measured range on the Objects axis;
 	// MinServices and MaxServices the same in Services.
 	MinObjects  int    `json:"minObjects"`
 	MaxObjects  int    `json:"maxObjects"`
 	MinServices int    `json:"minServices"`
 	MaxServices int    `json:"maxServices"`
+	Points      int    `json:"points"`
 	Source      string `json:"source"`
-	cal         Calibration
+	// Note says what the band rests on when it is not the fit alone (an
+	// assumed scatter, an emulation ratio).
+	Note    string `json:"note,omitempty"`
+	full    fit
+	partial *fit
+	emul    *Emulation
 }
 
-// NewModel fits a calibration's points.
+// NewModel fits a calibration's points: the form of its mode and variant
+// (package doc), by weighted least squares on relative error with
+// non-negative coefficients. Points measured under emulation are divided by
+// the emulation ratio first.
 func NewModel(c Calibration) (Model, error) {
 	if len(c.Points) == 0 {
 		return Model{}, fmt.Errorf("calibration %s/%s has no points", c.Mode, c.Variant)
 	}
-	m := Model{Mode: string(c.Mode), Variant: c.Variant, Form: "log-log interpolation", Source: c.Source, cal: c}
+	m := Model{Mode: string(c.Mode), Variant: c.Variant, Source: c.Source, Points: len(c.Points), emul: c.Emulation}
 	m.MinObjects, m.MaxObjects = math.MaxInt, 0
 	m.MinServices, m.MaxServices = math.MaxInt, 0
+	ratio := 1.0
+	if e := c.Emulation; e != nil {
+		if !(e.Ratio > 0) || e.Low > e.Ratio || e.High < e.Ratio || !(e.Low > 0) {
+			return Model{}, fmt.Errorf("calibration %s/%s: emulation ratio %g with range %g-%g: want 0 < low <= ratio <= high", c.Mode, c.Variant, e.Ratio, e.Low, e.High)
+		}
+		ratio = e.Ratio
+		m.Note = fmt.Sprintf("measured under emulation, divided by %.3g (range %.3g-%.3g, %s)", e.Ratio, e.Low, e.High, e.Method)
+	}
+	var full, part []sample
 	for _, p := range c.Points {
-		m.MinObjects, m.MaxObjects = min(m.MinObjects, p.Objects), max(m.MaxObjects, p.Objects)
+		cs := pointCounts(c.Mode, p)
+		m.MinObjects, m.MaxObjects = min(m.MinObjects, cs.Objects), max(m.MaxObjects, cs.Objects)
 		m.MinServices, m.MaxServices = min(m.MinServices, p.Services), max(m.MaxServices, p.Services)
+		if !(p.FullSeconds > 0) {
+			return Model{}, fmt.Errorf("calibration %s/%s: point at %d Services has fullSyncSeconds %g, want > 0", c.Mode, c.Variant, p.Services, p.FullSeconds)
+		}
+		full = append(full, sample{cs, p.FullSeconds / ratio})
+		if p.PartialSeconds > 0 {
+			part = append(part, sample{cs, p.PartialSeconds / ratio})
+		}
+	}
+	ff, pf := formsFor(c.Mode, c.Variant)
+	var err error
+	if m.full, err = fitForm(ff, full); err != nil {
+		return Model{}, fmt.Errorf("calibration %s/%s: %w", c.Mode, c.Variant, err)
+	}
+	m.Form, m.Params, m.Fitted, m.FitError = ff.name, m.full.theta, m.full.describe(), m.full.rms
+	if m.full.degenerate {
+		m.Note = join(m.Note, fmt.Sprintf("the %d points cannot separate the %d free parameters: band from the scatter alone, at least %.0f %%", len(full), len(m.full.free), 100*assumedScatter))
+	} else if m.full.assumed {
+		m.Note = join(m.Note, fmt.Sprintf("%d points, %d free parameters: too few to estimate the scatter, %.0f %% assumed", len(full), len(m.full.free), 100*assumedScatter))
+	}
+	if pf != nil && len(part) > 0 {
+		p, err := fitForm(*pf, part)
+		if err != nil {
+			return Model{}, fmt.Errorf("calibration %s/%s partial syncs: %w", c.Mode, c.Variant, err)
+		}
+		m.partial = &p
+		m.PartialForm, m.PartialParams, m.PartialFitted, m.PartialFitError = pf.name, p.theta, p.describe(), p.rms
 	}
 	return m, nil
 }
 
+func join(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// pointCounts are the Counts of a calibration point's synthetic cluster
+// (services x endpoints ClusterIP Services, calibrate.Synthetic), on the
+// same axes as a simulated node's.
+func pointCounts(mode cluster.Mode, p Point) Counts {
+	if p.Services <= 0 || p.EndpointsPerService <= 0 {
+		// Only a size is known: put it on every axis.
+		return Counts{Mode: mode, Objects: p.Objects, Chains: p.Objects, VirtualServers: p.Objects, RealServers: p.Objects}
+	}
+	in := make([]ServicePortInput, p.Services)
+	for i := range in {
+		in[i] = ServicePortInput{Endpoints: p.EndpointsPerService, Reachable: p.EndpointsPerService}
+	}
+	return Count(mode, in, true)
+}
+
 // Full is the full sync time of a node programming c.
 func (m Model) Full(c Counts) Estimate {
-	return m.estimate(c, m.cal.FullSync(c.Objects))
+	y, rel := m.full.predict(c)
+	return m.estimate(c, y, m.widen(m.full, c, rel))
 }
 
-// Partial is a partial sync's time on a node programming c.
+// widen grows an assumed scatter (a fit without a covariance, whose band
+// would otherwise not widen) with the distance from the measured range:
+// times 1 + |ln(size / nearest measured size)|.
+func (m Model) widen(f fit, c Counts, rel float64) float64 {
+	if !f.assumed || m.MaxObjects <= 0 || c.Objects <= 0 {
+		return rel
+	}
+	switch {
+	case c.Objects > m.MaxObjects:
+		rel *= 1 + math.Log(float64(c.Objects)/float64(m.MaxObjects))
+	case c.Objects < m.MinObjects:
+		rel *= 1 + math.Log(float64(m.MinObjects)/float64(c.Objects))
+	}
+	return rel
+}
+
+// Partial is a partial sync's time on a node programming c: the partial
+// fit, or a full sync where the mode has none (IPVS reconciles everything)
+// or the calibration measured none.
 func (m Model) Partial(c Counts) Estimate {
-	return m.estimate(c, m.cal.PartialSync(c.Objects))
+	if m.partial == nil {
+		return m.Full(c)
+	}
+	y, rel := m.partial.predict(c)
+	return m.estimate(c, y, m.widen(*m.partial, c, rel))
 }
 
-func (m Model) estimate(c Counts, s float64) Estimate {
-	e := Estimate{Seconds: s, Low: s, High: s}
+// estimate builds the band, y/(1+rel) to y*(1+rel) (rel is a 95 %
+// half-width, multiplicative so that it stays positive), widened by an
+// emulation ratio's range, and marks sizes outside the measured range.
+func (m Model) estimate(c Counts, y, rel float64) Estimate {
+	e := Estimate{Seconds: y, Low: y / (1 + rel), High: y * (1 + rel)}
+	if em := m.emul; em != nil {
+		e.Low /= em.High / em.Ratio
+		e.High *= em.Ratio / em.Low
+	}
 	switch {
 	case c.Objects > m.MaxObjects:
 		e.Extrapolated, e.Factor = true, float64(c.Objects)/float64(m.MaxObjects)
@@ -99,4 +209,10 @@ func (m Model) estimate(c Counts, s float64) Estimate {
 		e.Extrapolated, e.Factor = true, float64(c.Objects)/float64(m.MinObjects)
 	}
 	return e
+}
+
+// SyntheticCounts are the Counts of services x endpoints ClusterIP
+// Services (calibrate.Synthetic's cluster) on one node.
+func SyntheticCounts(mode cluster.Mode, services, endpoints int) Counts {
+	return pointCounts(mode, Point{Services: services, EndpointsPerService: endpoints})
 }

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 	"math"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -104,12 +105,16 @@ func save(p *plot.Plot, w io.Writer) (err error) {
 }
 
 func addLine(p *plot.Plot, i int, name string, xys plotter.XYs, dashed bool) error {
+	return addLineW(p, i, name, xys, dashed, vg.Points(1.5))
+}
+
+func addLineW(p *plot.Plot, i int, name string, xys plotter.XYs, dashed bool, width vg.Length) error {
 	l, err := plotter.NewLine(xys)
 	if err != nil {
 		return fmt.Errorf("could not plot %s: %w", name, err)
 	}
 	l.Color = plotutil.Color(i)
-	l.Width = vg.Points(1.5)
+	l.Width = width
 	if dashed {
 		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 	}
@@ -157,53 +162,29 @@ func (r *Report) rulesPlot(w io.Writer) error {
 }
 
 // syncPlot: full sync time against the Service count from each mode's
-// calibration (log-log interpolation, as sim/cost computes it), the
-// calibration's own points, and this run's sync times.
+// fitted cost model (sim/cost Model): the curve solid inside the measured
+// range and dashed outside it, its 95 % band shaded, the calibration's
+// points as markers, the mode's other variants as thin lines, and this
+// run's sync times.
 func (r *Report) syncPlot(w io.Writer) error {
 	eps := r.endpointsPerService()
-	p := newPlot(fmt.Sprintf("Sync time per mode (%d endpoints per Service)", eps), "Services", "seconds")
+	p := newPlot(fmt.Sprintf("Sync time per mode (%d endpoints per Service): model, band shaded, dashed = extrapolated", eps), "Services", "seconds")
 	logAxes(p)
 	for i, m := range r.Modes {
 		cal, ok := r.calibration(&m)
 		if !ok {
 			continue
 		}
-		var xys, pts plotter.XYs
-		for _, s := range curveServices {
-			if y := cal.FullSync(cost.SyntheticObjects(m.Mode, s, eps)); y > 0 {
-				xys = append(xys, plotter.XY{X: float64(s), Y: y})
-			}
+		if err := modelCurve(p, i, fmt.Sprintf("%s/%s", m.Mode, cal.Variant), cal, eps, true); err != nil {
+			return err
 		}
-		for _, pt := range cal.Points {
-			if pt.FullSeconds > 0 {
-				pts = append(pts, plotter.XY{X: float64(pt.Services), Y: pt.FullSeconds})
-			}
-		}
-		if len(xys) > 0 {
-			if err := addLine(p, i, fmt.Sprintf("%s/%s (cost model)", m.Mode, cal.Variant), xys, false); err != nil {
-				return err
-			}
-		}
-		if len(pts) > 0 {
-			if err := addPoints(p, i, "", pts, draw.PlusGlyph{}); err != nil {
-				return err
-			}
-		}
-		// The mode's other variants (iptables legacy, nftables fast), dashed.
+		// The mode's other variants (iptables legacy, nftables fast).
 		for _, c := range r.Calibrations {
 			if c.Mode != m.Mode || c.Variant == cal.Variant {
 				continue
 			}
-			var alt plotter.XYs
-			for _, s := range curveServices {
-				if y := c.FullSync(cost.SyntheticObjects(m.Mode, s, eps)); y > 0 {
-					alt = append(alt, plotter.XY{X: float64(s), Y: y})
-				}
-			}
-			if len(alt) > 0 {
-				if err := addLine(p, i, fmt.Sprintf("%s/%s", m.Mode, c.Variant), alt, true); err != nil {
-					return err
-				}
+			if err := modelCurve(p, i, fmt.Sprintf("%s/%s", m.Mode, c.Variant), c, eps, false); err != nil {
+				return err
 			}
 		}
 		if m.Sync.FullSeconds > 0 {
@@ -213,6 +194,108 @@ func (r *Report) syncPlot(w io.Writer) error {
 		}
 	}
 	return save(p, w)
+}
+
+// curveGrid are the Service counts a model curve is drawn at: log-spaced
+// over the plot's span plus the measured range's ends.
+func curveGrid(m cost.Model) []float64 {
+	lo, hi := float64(curveServices[0]), float64(curveServices[len(curveServices)-1])
+	lo = math.Min(lo, float64(m.MinServices))
+	var xs []float64
+	for x := lo; x < hi*1.0001; x *= math.Pow(10, 0.05) {
+		xs = append(xs, x)
+	}
+	xs = append(xs, float64(m.MinServices), float64(m.MaxServices))
+	slices.Sort(xs)
+	return slices.Compact(xs)
+}
+
+// modelCurve draws one calibration's fitted full sync curve: solid inside
+// its measured range, dashed outside, with the band shaded and the points
+// marked when main is set (thin, unshaded, and without points otherwise).
+func modelCurve(p *plot.Plot, i int, name string, cal cost.Calibration, eps int, main bool) error {
+	m, err := cost.NewModel(cal)
+	if err != nil {
+		return err
+	}
+	var in, below, above, lo, hi plotter.XYs
+	for _, s := range curveGrid(m) {
+		e := m.Full(cost.SyntheticCounts(cal.Mode, int(math.Round(s)), eps))
+		if !(e.Seconds > 0) {
+			continue
+		}
+		xy := plotter.XY{X: s, Y: e.Seconds}
+		switch {
+		case s < float64(m.MinServices):
+			below = append(below, xy)
+		case s > float64(m.MaxServices):
+			above = append(above, xy)
+		default:
+			in = append(in, xy)
+		}
+		// The ends of the measured range join the dashed parts.
+		if s == float64(m.MinServices) {
+			below = append(below, xy)
+		}
+		if s == float64(m.MaxServices) {
+			above = append(above, xy)
+		}
+		lo, hi = append(lo, plotter.XY{X: s, Y: e.Low}), append(hi, plotter.XY{X: s, Y: e.High})
+	}
+	if main && len(lo) > 1 {
+		poly := append(slices.Clone(hi), reversed(lo)...)
+		g, err := plotter.NewPolygon(poly)
+		if err != nil {
+			return fmt.Errorf("could not plot the band of %s: %w", name, err)
+		}
+		c := color.NRGBAModel.Convert(plotutil.Color(i)).(color.NRGBA)
+		c.A = 50
+		g.Color, g.LineStyle.Width = c, 0
+		p.Add(g)
+	}
+	label := name + " (model, measured range)"
+	if !main {
+		label = name + " (model)"
+	}
+	for _, part := range []struct {
+		xys    plotter.XYs
+		name   string
+		dashed bool
+	}{{in, label, false}, {below, "", true}, {above, "", true}} {
+		if len(part.xys) < 2 {
+			continue
+		}
+		width := vg.Points(1.5)
+		if !main {
+			width = vg.Points(0.7)
+		}
+		if err := addLineW(p, i, part.name, part.xys, part.dashed, width); err != nil {
+			return err
+		}
+	}
+	if !main {
+		return nil
+	}
+	ratio := 1.0
+	if cal.Emulation != nil && cal.Emulation.Ratio > 0 {
+		ratio = cal.Emulation.Ratio
+	}
+	var pts plotter.XYs
+	for _, pt := range cal.Points {
+		if pt.FullSeconds > 0 {
+			pts = append(pts, plotter.XY{X: float64(pt.Services), Y: pt.FullSeconds / ratio})
+		}
+	}
+	if len(pts) == 0 {
+		return nil
+	}
+	return addPoints(p, i, name+" (measured)", pts, draw.PlusGlyph{})
+}
+
+func reversed(xys plotter.XYs) plotter.XYs {
+	out := slices.Clone(xys)
+	slices.Reverse(out)
+	return out
 }
 
 // deviationPlot: the histogram of each tested service port's largest

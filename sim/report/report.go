@@ -133,6 +133,18 @@ type Sync struct {
 	MaxSeconds float64 `json:"maxSeconds"`
 	// FullSeconds is the largest node's full sync time.
 	FullSeconds float64 `json:"fullSeconds"`
+	// FullEstimate and PartialEstimate are the cost model's figures for
+	// that node, with their band and whether they are extrapolated (nil
+	// when the sync times did not come from a cost model). When one is
+	// extrapolated the quantiles above rest on extrapolated figures too.
+	FullEstimate    *cost.Estimate `json:"fullEstimate,omitempty"`
+	PartialEstimate *cost.Estimate `json:"partialEstimate,omitempty"`
+}
+
+// Extrapolated says whether the sync figures rest on the cost model
+// outside its measured range.
+func (s Sync) Extrapolated() bool {
+	return (s.FullEstimate != nil && s.FullEstimate.Extrapolated) || (s.PartialEstimate != nil && s.PartialEstimate.Extrapolated)
 }
 
 // FirstPacket is the rule-walking work of a new connection's first packet.

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/cost"
 )
 
 // row is one line of the per-mode summary: a label and one cell per mode.
@@ -30,9 +31,13 @@ func (r *Report) rows() []row {
 			return fmt.Sprintf("%s / %s", count(int64(m.Rules.ObjectsMax)), count(int64(m.Rules.ObjectsTotal)))
 		}},
 		{"sync time p50 / p99", func(m *Mode) string {
-			return fmt.Sprintf("%s / %s", dur(m.Sync.P50Seconds), dur(m.Sync.P99Seconds))
+			s := fmt.Sprintf("%s / %s", dur(m.Sync.P50Seconds), dur(m.Sync.P99Seconds))
+			if m.Sync.Extrapolated() {
+				s += " (cost model extrapolated)"
+			}
+			return s
 		}},
-		{"full sync (largest node)", func(m *Mode) string { return dur(m.Sync.FullSeconds) }},
+		{"full sync (largest node)", func(m *Mode) string { return syncCell(m.Sync.FullSeconds, m.Sync.FullEstimate, m.Sync.Calibration) }},
 		{"syncs: full / partial / periodic", func(m *Mode) string {
 			return fmt.Sprintf("%d / %d / %d", m.Sync.Full, m.Sync.Partial, m.Sync.Periodic)
 		}},
@@ -415,6 +420,31 @@ func num(x float64) string {
 		return count(int64(x))
 	}
 	return strconv.FormatFloat(x, 'f', 1, 64)
+}
+
+// syncCell prints a modelled sync time with its mark when the model
+// extrapolates, and its band ("11.2 s (model, 9.1-14 s)") when it does
+// not, so that no modelled figure reads as a measurement.
+func syncCell(s float64, e *cost.Estimate, basis string) string {
+	if e == nil {
+		return dur(s)
+	}
+	kind := "model"
+	if strings.Contains(basis, "not measured") {
+		// A default that no calibration here measured (IPVS today).
+		kind = "estimate, not measured"
+	}
+	if e.Extrapolated {
+		return fmt.Sprintf("%s (%s, extrapolated, %.2gx the %s measured size; %s-%s)", dur(s), kind, e.Factor, where(e), dur(e.Low), dur(e.High))
+	}
+	return fmt.Sprintf("%s (%s, %s-%s)", dur(s), kind, dur(e.Low), dur(e.High))
+}
+
+func where(e *cost.Estimate) string {
+	if e.Factor < 1 {
+		return "smallest"
+	}
+	return "largest"
 }
 
 func dur(s float64) string {

@@ -87,7 +87,7 @@ func Calibrations(dir string) ([]cost.Calibration, error) {
 	} else {
 		var err error
 		if cs, err = cost.LoadCalibrations(dir); err != nil {
-			return nil, fmt.Errorf("could not load calibrations: %w", err)
+			return nil, err
 		}
 	}
 	hasIPVS := false

@@ -147,7 +147,7 @@ func (w *world) ruleFigures(md *modeData) report.Rules {
 // what ran, and takes the quantiles of their durations.
 func syncFigures(md *modeData, res []*nodeResult) report.Sync {
 	var durs []int64
-	sy := report.Sync{Calibration: md.cal, Variant: md.variant}
+	sy := report.Sync{Calibration: md.cal, Variant: md.variant, FullEstimate: md.fullEst, PartialEstimate: md.partEst}
 	for ni, nr := range res {
 		durs = append(durs, md.fullSync[ni])
 		sy.Full++

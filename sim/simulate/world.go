@@ -122,6 +122,9 @@ type modeData struct {
 	method string
 	// fault is the engine fault injected into this mode (Options.Fault).
 	fault engine.Fault
+	// fullEst and partEst are the cost model's estimates for the node
+	// with the longest full sync (nil without a model).
+	fullEst, partEst *cost.Estimate
 }
 
 // apiTimeout bounds the wait for the informers after an API write.
@@ -419,6 +422,12 @@ func (w *world) calibration(md *modeData, o Options) (cal cost.Calibration, ok b
 		md.cal = "fixed by the caller (test)"
 	case ok:
 		md.cal = fmt.Sprintf("%s/%s: %s", cal.Mode, cal.Variant, cal.Source)
+		if m, err := cost.NewModel(cal); err == nil {
+			md.cal += fmt.Sprintf("; fitted %s (RMS error %.0f %%) to %d points at %d-%d Services", m.Fitted, 100*m.FitError, m.Points, m.MinServices, m.MaxServices)
+			if m.Note != "" {
+				md.cal += "; " + m.Note
+			}
+		}
 	default:
 		md.cal = "none: syncs are instant"
 	}
@@ -433,6 +442,15 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 	md.counts = make([]cost.Counts, nn)
 	md.fullSync = make([]int64, nn)
 	md.partSync = make([]int64, nn)
+	var model cost.Model
+	if ok && o.SyncTime == nil {
+		var err error
+		// Calibrations() has fitted every calibration once already.
+		if model, err = cost.NewModel(cal); err != nil {
+			ok = false
+			md.cal = "none: " + err.Error()
+		}
+	}
 	for ni := range w.nodes {
 		in := make([]cost.ServicePortInput, len(w.svcs))
 		for s := range w.svcs {
@@ -446,12 +464,12 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 			md.fullSync[ni] = int64(o.SyncTime(md.name, c.Objects, true))
 			md.partSync[ni] = int64(o.SyncTime(md.name, c.Objects, false))
 		case ok:
-			md.fullSync[ni] = seconds(cal.FullSync(c.Objects))
-			md.partSync[ni] = seconds(cal.PartialSync(c.Objects))
-			if md.mode == engine.IPVS {
-				// The ipvs proxier has no partial sync: every run
-				// reconciles every virtual server.
-				md.partSync[ni] = md.fullSync[ni]
+			// The ipvs proxier has no partial sync: its Partial is a
+			// full sync (cost.Model).
+			full, part := model.Full(c), model.Partial(c)
+			md.fullSync[ni], md.partSync[ni] = seconds(full.Seconds), seconds(part.Seconds)
+			if md.fullEst == nil || full.Seconds > md.fullEst.Seconds {
+				md.fullEst, md.partEst = &full, &part
 			}
 		}
 	}

@@ -31,6 +31,7 @@ type calibrateFlags struct {
 	file      string
 	subject   string
 	kubeProxy string
+	fit       string
 }
 
 func newCalibrate(s Streams) *cobra.Command {
@@ -47,6 +48,9 @@ reads it (results/calibration/<mode>.json).`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := f.out.check(); err != nil {
 				return err
+			}
+			if f.fit != "" {
+				return writeFits(s.Out, f.fit, f.endpoints)
 			}
 			if f.mode.m == cluster.ModeIPVS {
 				return &EnvError{Err: fmt.Errorf("calibration of ipvs mode is not available in this build (available: iptables, nftables)")}
@@ -118,6 +122,11 @@ reads it (results/calibration/<mode>.json).`,
 		},
 	}
 	f.out.add(c)
+	f.addFlags(c)
+	return c
+}
+
+func (f *calibrateFlags) addFlags(c *cobra.Command) {
 	c.Flags().Var(&f.mode, "mode", "mode to calibrate (iptables)")
 	c.Flags().StringSliceVar(&f.backends, "backend", []string{"nft", "legacy"}, "iptables backends to measure")
 	c.Flags().StringSliceVar(&f.layouts, "layout", []string{"kube-proxy", "fast"}, "nftables layouts to measure")
@@ -127,7 +136,7 @@ reads it (results/calibration/<mode>.json).`,
 	c.Flags().StringVar(&f.subject, "subject", conform.SubjectKPSim, "what to measure: kpsim (this repository's dataplane) or kube-proxy (the upstream binary's own sync metrics, against a real kube-apiserver; beside ours in results/calibration/README.md)")
 	c.Flags().StringVar(&f.kubeProxy, "kube-proxy", "", "with --subject kube-proxy: the kube-proxy binary (default: bin/kube-proxy beside sim)")
 	c.Flags().StringVar(&f.file, "write", "results/calibration/<mode>.json", "file to write ('' to only print)")
-	return c
+	c.Flags().StringVar(&f.fit, "fit", "", "measure nothing: print the cost model fitted to the calibrations in this folder (Markdown; no root needed)")
 }
 
 func kernelRelease() string { return conform.KernelRelease() }

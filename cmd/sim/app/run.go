@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/cost"
 	"github.com/kpsim/kpsim/sim/simulate"
 )
 
@@ -25,9 +28,11 @@ type runFlags struct {
 	mode        modeFlag
 	dir         string
 	calibration string
-	cpuprofile  string
-	memprofile  string
-	progress    string
+	// calibrationSet: --calibration was given (strict: it must exist).
+	calibrationSet bool
+	cpuprofile     string
+	memprofile     string
+	progress       string
 }
 
 func newRun(s Streams) *cobra.Command {
@@ -67,6 +72,7 @@ means the Service's only port; one that cannot be resolved is bad input
 			if c.Flags().Changed("seed") {
 				seed = &f.seed
 			}
+			f.calibrationSet = c.Flags().Changed("calibration")
 			return runSimulation(s, args[0], seed, modes, f)
 		},
 	}
@@ -74,13 +80,31 @@ means the Service's only port; one that cannot be resolved is bad input
 	c.Flags().Uint64Var(&f.seed, "seed", 0, "override the scenario's seed")
 	c.Flags().Var(&f.mode, "mode", "simulate only this mode (iptables, nftables or ipvs)")
 	c.Flags().StringVar(&f.dir, "out", "", "write report.json, report.md and plots into this folder (without it, no file is written)")
-	c.Flags().StringVar(&f.calibration, "calibration", filepath.Join("results", "calibration"), "folder of sync-time calibrations (sim/cost defaults complete it)")
+	c.Flags().StringVar(&f.calibration, "calibration", filepath.Join("results", "calibration"), "folder of sync-time calibrations written by sim calibrate --write DIR/<mode>.json (must exist and hold one when given; sim/cost defaults complete the modes it lacks)")
 	c.Flags().StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
 	c.Flags().StringVar(&f.memprofile, "memprofile", "", "write a heap profile (at the end of the run) to this file")
 	c.Flags().StringVar(&f.progress, "progress", "auto", "progress on stderr: auto (only when stderr is a terminal), always or never")
 	_ = c.Flags().MarkHidden("cpuprofile")
 	_ = c.Flags().MarkHidden("memprofile")
 	return c
+}
+
+// loadCalibrations reads a --calibration folder strictly (sim/cost
+// LoadCalibrations: a missing or empty folder and a malformed file are bad
+// input, exit 2, naming the file and field). Only the project's own folder,
+// the flag's default, may be absent: sim/cost's defaults stand in for it.
+func loadCalibrations(dir string, set bool) ([]cost.Calibration, error) {
+	if !set {
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			dir = ""
+		}
+	}
+	cals, err := simulate.Calibrations(dir)
+	var ce *cost.CalibrationError
+	if errors.As(err, &ce) {
+		return nil, &UsageError{Err: fmt.Errorf("--calibration: %w", err)}
+	}
+	return cals, err
 }
 
 func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f runFlags) error {
@@ -107,7 +131,7 @@ func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f
 	}
 	defer m.Close()
 	printWarnings(s.Err, m.Loaded.Warnings)
-	cals, err := simulate.Calibrations(f.calibration)
+	cals, err := loadCalibrations(f.calibration, f.calibrationSet)
 	if err != nil {
 		return err
 	}
