@@ -14,7 +14,6 @@ import (
 
 	"github.com/kpsim/kpsim/sim/capacity"
 	"github.com/kpsim/kpsim/sim/scenario"
-	"github.com/kpsim/kpsim/sim/simulate"
 )
 
 func init() { extraCommands = append(extraCommands, newCapacity) }
@@ -23,13 +22,15 @@ type capacityFlags struct {
 	sizes       string
 	slos        []string
 	calibration string
-	output      string
-	dir         string
-	progress    string
-	nodes       string
-	eventRate   float64
-	seed        uint64
-	cpuprofile  string
+	// calibrationSet: --calibration was given (strict: it must exist).
+	calibrationSet bool
+	output         string
+	dir            string
+	progress       string
+	nodes          string
+	eventRate      float64
+	seed           uint64
+	cpuprofile     string
 }
 
 func newCapacity(s Streams) *cobra.Command {
@@ -64,6 +65,7 @@ Bad --sizes, --slo or scenario: exit 2.`,
 			if c.Flags().Changed("seed") {
 				o.Seed = &f.seed
 			}
+			f.calibrationSet = c.Flags().Changed("calibration")
 			return runCapacity(s, args[0], o, f)
 		},
 	}
@@ -138,7 +140,7 @@ func runCapacity(s Streams, file string, o capacity.Options, f capacityFlags) er
 		return err
 	}
 	printWarnings(s.Err, l.Warnings)
-	cals, err := simulate.Calibrations(f.calibration)
+	cals, err := loadCalibrations(f.calibration, f.calibrationSet)
 	if err != nil {
 		return err
 	}
