@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,6 +32,8 @@ type calibrateFlags struct {
 	file      string
 	subject   string
 	kubeProxy string
+	// nftTimeout bounds each nft transaction (0: the size-derived bound).
+	nftTimeout time.Duration
 }
 
 func newCalibrate(s Streams) *cobra.Command {
@@ -46,6 +49,9 @@ Medians of --runs runs. The result is written where the simulator's cost model
 reads it (results/calibration/<mode>.json).`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := f.out.check(); err != nil {
+				return err
+			}
+			if err := checkNFTTimeout(f.nftTimeout); err != nil {
 				return err
 			}
 			if f.mode.m == cluster.ModeIPVS {
@@ -89,7 +95,7 @@ reads it (results/calibration/<mode>.json).`,
 				case f.mode.m == cluster.ModeIPTables && (v == "nft" || v == "legacy"):
 					cal, err = iptables.Calibrate(ctx, iptables.CalibrateOptions{Variant: v, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
 				case f.mode.m == cluster.ModeNFTables && (v == "kube-proxy" || v == "fast"):
-					cal, err = nftables.Calibrate(ctx, nftables.CalibrateOptions{Layout: nftables.Layout(v), Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
+					cal, err = nftables.Calibrate(ctx, nftables.CalibrateOptions{Layout: nftables.Layout(v), Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Timeout: f.nftTimeout, Log: logf})
 				default:
 					return &UsageError{Err: fmt.Errorf("unknown %s variant %q (iptables: --backend nft|legacy; nftables: --layout kube-proxy|fast)", f.mode.m, v)}
 				}
@@ -126,6 +132,7 @@ reads it (results/calibration/<mode>.json).`,
 	c.Flags().IntVar(&f.runs, "runs", 5, "runs per size (the median is kept)")
 	c.Flags().StringVar(&f.subject, "subject", conform.SubjectKPSim, "what to measure: kpsim (this repository's dataplane) or kube-proxy (the upstream binary's own sync metrics, against a real kube-apiserver; beside ours in results/calibration/README.md)")
 	c.Flags().StringVar(&f.kubeProxy, "kube-proxy", "", "with --subject kube-proxy: the kube-proxy binary (default: bin/kube-proxy beside sim)")
+	nftTimeoutFlag(c, &f.nftTimeout)
 	c.Flags().StringVar(&f.file, "write", "results/calibration/<mode>.json", "file to write ('' to only print)")
 	return c
 }
