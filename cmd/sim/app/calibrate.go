@@ -51,9 +51,6 @@ reads it (results/calibration/<mode>.json).`,
 			if err := f.out.check(); err != nil {
 				return err
 			}
-			if err := checkNFTTimeout(f.nftTimeout); err != nil {
-				return err
-			}
 			if f.mode.m == cluster.ModeIPVS {
 				return &EnvError{Err: fmt.Errorf("calibration of ipvs mode is not available in this build (available: iptables, nftables)")}
 			}

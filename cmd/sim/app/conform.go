@@ -195,9 +195,6 @@ func (f *conformFlags) check() error {
 	if err := f.out.check(); err != nil {
 		return err
 	}
-	if err := checkNFTTimeout(f.nftTimeout); err != nil {
-		return err
-	}
 	if _, err := proxy.ParseFaults(f.faults); err != nil {
 		return &UsageError{Err: err}
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 // TestNFTTimeoutFlag: the commands that program nftables take --nft-timeout,
-// and a negative one is bad input (exit 2, before any root check), named in
+// and a negative one is bad input (exit 2, while the flags are parsed), named in
 // the message.
 func TestNFTTimeoutFlag(t *testing.T) {
 	const sc = "../../../scenarios/1000-services.yaml"
@@ -16,7 +16,7 @@ func TestNFTTimeoutFlag(t *testing.T) {
 		{"rules", sc, "--mode", "nftables", "--listed", "--nft-timeout", "-1s"},
 	} {
 		code, _, errs := run(args...)
-		if code != ExitBadInput || !strings.Contains(errs, "--nft-timeout -1s") {
+		if code != ExitBadInput || !strings.Contains(errs, `"--nft-timeout" flag: -1s: must be 0`) {
 			t.Errorf("sim %v: exit %d, stderr %q; want %d naming --nft-timeout", args, code, errs, ExitBadInput)
 		}
 	}

@@ -165,9 +165,6 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 // checkRulesFlags refuses contradictory flags (exit 2) and, for the views
 // that read a kernel back, a non-root user (exit 3).
 func checkRulesFlags(c *cobra.Command, f *rulesFlags) error {
-	if err := checkNFTTimeout(f.nftTimeout); err != nil {
-		return err
-	}
 	if f.mode.m == cluster.ModeIPVS {
 		return &UsageError{Err: fmt.Errorf("ipvs rendering is not available in sim rules: %w (see sim conform --mode ipvs)", backends.ErrNoRuleset)}
 	}
