@@ -45,7 +45,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 ipvsadm gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: diagnose-dumps-ipvs diagnose-testdata diagnose-testdata-nft import-fixtures sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: diagnose-dumps-ipvs diagnose-testdata diagnose-testdata-nft import-fixtures sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results capacity-results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -399,6 +399,15 @@ bench:
 lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+# capacity-results regenerates the model side of results/capacity/README.md's
+# comparison with published figures: sim capacity's JSON over the published
+# sizes, and results/capacity/model.md from it (model-columns.sh, jq).
+# SCENARIO picks another shape (the README says which rows need one).
+SCENARIO ?= scenarios/1000-services.yaml
+capacity-results: sim
+	$(BIN) capacity $(SCENARIO) --sizes 100,1000,5000,10000,30000 -o json > results/capacity/capacity.json
+	sh results/capacity/model-columns.sh results/capacity/capacity.json > results/capacity/model.md
 
 # results regenerates results/1000-services/ with the tool: report.json (the
 # same seed gives the same bytes), report.md and the PNG plots. Never edit

@@ -36,6 +36,9 @@ type Options struct {
 	StaleChainPeriod time.Duration
 	// Layout is the nftables table layout (default nftables.LayoutKubeProxy).
 	Layout nftables.Layout
+	// NFTTimeout bounds each nft transaction (--nft-timeout; 0: the bound
+	// nftables.CallBound derives from the transaction's size).
+	NFTTimeout time.Duration
 	// Scheduler is the IPVS scheduler of every virtual server (default rr).
 	Scheduler string
 	// NodeIPs are the node's addresses, one IPVS virtual server each per
@@ -72,7 +75,7 @@ func New(mode cluster.Mode, ns *netns.Namespace, node dataplane.NodeConfig, o Op
 	case cluster.ModeIPTables:
 		b, err = nonNil(iptables.NewBackend(ns, o.iptables(node), o.variant()))
 	case cluster.ModeNFTables:
-		b, err = nonNil(nftables.NewNamespaceBackend(ns, o.nftables(node)))
+		b, err = nonNil(nftables.NewNamespaceBackend(ns, o.nftables(node), o.NFTTimeout))
 	case cluster.ModeIPVS:
 		b, err = nonNil(ipvs.NewBackend(ns, o.ipvs(node)))
 	default:

@@ -36,6 +36,10 @@ type Backend struct {
 	opt BackendOptions
 	// failed reports a failed sync since the last successful one.
 	failed bool
+	// size is the table's size in operations, for the bound of a listing
+	// or a deletion: the last full sync's operations plus those of the
+	// partial syncs since (an upper bound).
+	size int
 }
 
 // BackendOptions are the Backend's hooks to read the kernel's table back;
@@ -48,7 +52,8 @@ type BackendOptions struct {
 	// with a Fake, the counters of the Fake's dump (all zero); with a real
 	// Interface, an error.
 	ListJSON func(ctx context.Context) ([]byte, error)
-	// Timeout bounds each nft call (0: 30 s).
+	// Timeout bounds each nft call (TimeoutFlag); 0: the size-derived
+	// bound, CallBound.
 	Timeout time.Duration
 }
 
@@ -68,9 +73,6 @@ func NewBackend(cfg Config, nft knftables.Interface, opt BackendOptions) (*Backe
 		return nil, fmt.Errorf("could not create the nftables backend: no knftables interface")
 	}
 	r.txs = nft
-	if opt.Timeout == 0 {
-		opt.Timeout = 30 * time.Second
-	}
 	return &Backend{r: r, nft: nft, opt: opt}, nil
 }
 
@@ -87,7 +89,8 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 	if err != nil {
 		return dataplane.SyncResult{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
+	bound := CallBound(stats.Operations, b.opt.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), bound.Limit)
 	defer cancel()
 	if err := b.nft.Run(ctx, tx); err != nil {
 		killed := ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
@@ -97,10 +100,19 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 			b.r.Abort()
 		}
 		b.failed = true
+		b.size = max(b.size, stats.Operations) // the kernel may hold it
+		if err := timedOut(ctx, "transaction", bound, err); err != nil {
+			return dataplane.SyncResult{}, err
+		}
 		return dataplane.SyncResult{}, fmt.Errorf("could not run the nftables transaction (%d operations): %w", stats.Operations, err)
 	}
 	b.r.Commit()
 	b.failed = false
+	if stats.Full {
+		b.size = stats.Operations
+	} else {
+		b.size += stats.Operations
+	}
 	return dataplane.SyncResult{
 		Full:             stats.Full,
 		Duration:         time.Since(start),
@@ -114,10 +126,16 @@ func (b *Backend) Sync(st *cluster.State, changed []cluster.ServicePortName, ful
 // ListText's output.
 func (b *Backend) Dump() (string, error) {
 	if b.opt.ListText != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
+		b.mu.Lock()
+		bound := CallBound(b.size, b.opt.Timeout)
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), bound.Limit)
 		defer cancel()
 		s, err := b.opt.ListText(ctx)
 		if err != nil {
+			if err := timedOut(ctx, "listing of the table", bound, err); err != nil {
+				return "", err
+			}
 			return "", fmt.Errorf("could not list the nftables table: %w", err)
 		}
 		return s, nil
@@ -139,10 +157,14 @@ func (b *Backend) Counters() ([]dataplane.Counter, error) {
 	}
 	refs := b.r.Refs()
 	if b.opt.ListJSON != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
+		bound := CallBound(b.size, b.opt.Timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), bound.Limit)
 		defer cancel()
 		data, err := b.opt.ListJSON(ctx)
 		if err != nil {
+			if err := timedOut(ctx, "listing of the table", bound, err); err != nil {
+				return nil, err
+			}
 			return nil, fmt.Errorf("could not list the nftables table: %w", err)
 		}
 		return ParseCountersJSON(data, refs)
@@ -159,12 +181,26 @@ func (b *Backend) Cleanup() error {
 	defer b.mu.Unlock()
 	tx := b.nft.NewTransaction()
 	tx.Delete(&knftables.Table{})
-	ctx, cancel := context.WithTimeout(context.Background(), b.opt.Timeout)
+	bound := CallBound(b.size, b.opt.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), bound.Limit)
 	defer cancel()
 	err := b.nft.Run(ctx, tx)
 	b.r.Reset()
 	if err != nil && !knftables.IsNotFound(err) {
+		if err := timedOut(ctx, "deletion of the table", bound, err); err != nil {
+			return err
+		}
 		return fmt.Errorf("could not delete the nftables table: %w", err)
+	}
+	b.size = 0
+	return nil
+}
+
+// timedOut returns a TimeoutError if the call failed with err because ctx
+// reached its bound, else nil.
+func timedOut(ctx context.Context, call string, bound Bound, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return &TimeoutError{Call: call, Bound: bound, Err: err}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/calibrate"
@@ -18,7 +19,9 @@ type CalibrateOptions struct {
 	Sizes     []int
 	Endpoints int
 	Runs      int
-	Log       func(format string, args ...any)
+	// Timeout bounds each nft transaction (TimeoutFlag; 0: CallBound).
+	Timeout time.Duration
+	Log     func(format string, args ...any)
 }
 
 // Calibrate measures full and partial syncs of a layout against `nft -f`
@@ -30,7 +33,7 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 	cfg := Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}, Layout: o.Layout}
 	return calibrate.Run(ctx, calibrate.Target{
 		Mode: cluster.ModeNFTables, Variant: string(o.Layout), Synthetic: calibrate.Synthetic,
-		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) { return NewNamespaceBackend(ns, cfg) },
+		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) { return NewNamespaceBackend(ns, cfg, o.Timeout) },
 		// The exact text of the full sync, rendered apart (rendering is
 		// deterministic).
 		Text: func(_ dataplane.Backend, st *cluster.State) (string, error) {

@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -69,7 +70,9 @@ func (n *nsNFT) ListCounters(ctx context.Context) (out []*knftables.Counter, err
 
 // NewNamespaceBackend returns a Backend that programs cfg's table (family
 // ip) inside ns with the system's nft, and reads it back with `nft list`.
-func NewNamespaceBackend(ns *netns.Namespace, cfg Config) (*Backend, error) {
+// timeout bounds each nft transaction (TimeoutFlag; 0: CallBound's
+// size-derived bound); the listings are not bounded.
+func NewNamespaceBackend(ns *netns.Namespace, cfg Config, timeout time.Duration) (*Backend, error) {
 	table := cfg.Table
 	if table == "" {
 		table = "kube-proxy"
@@ -88,5 +91,6 @@ func NewNamespaceBackend(ns *netns.Namespace, cfg Config) (*Backend, error) {
 	return NewBackend(cfg, nft, BackendOptions{
 		ListText: func(context.Context) (string, error) { b, err := list(); return string(b), err },
 		ListJSON: func(context.Context) ([]byte, error) { return list("-j") },
+		Timeout:  timeout,
 	})
 }

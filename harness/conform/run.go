@@ -60,6 +60,10 @@ type Options struct {
 	// NFTablesLayout ("kube-proxy" or "fast") overrides the scenarios'
 	// proxy.nftablesLayout when set.
 	NFTablesLayout string
+	// NFTTimeout bounds each nft transaction of our nftables dataplane
+	// (sim conform --nft-timeout; 0: nftables.CallBound's size-derived
+	// bound).
+	NFTTimeout time.Duration
 	// FamilyAlpha is the family-wise error rate of the whole run (default
 	// stats.DefaultFamilyAlpha).
 	FamilyAlpha float64

@@ -109,7 +109,7 @@ func (k *kpsimProxies) newBackend(n *netns.Node) (dataplane.Backend, error) {
 		dataplane.NodeConfig{NodeName: n.Config.Name, ClusterCIDR: k.podCIDR, ServiceCIDRs: serviceCIDRs,
 			NodeIPs: []netip.Addr{n.Config.Addr.Addr()}, MasqueradeAll: px.MasqueradeAll, Faults: k.faults},
 		backends.Options{IPTablesVariant: k.variant, Affinity: iptables.AffinityMode(affinity), Layout: nftables.Layout(s.layout),
-			Scheduler: px.IPVSScheduler, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}})
+			NFTTimeout: s.o.NFTTimeout, Scheduler: px.IPVSScheduler, NodeIPs: []netip.Addr{n.Config.Addr.Addr()}})
 }
 
 func (k *kpsimProxies) node(name string) *node {

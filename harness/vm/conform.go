@@ -163,6 +163,9 @@ func Conform(ctx context.Context, files []string, co conform.Options, o Options)
 	if co.NFTablesLayout != "" {
 		args = append(args, "--layout", co.NFTablesLayout)
 	}
+	if co.NFTTimeout > 0 {
+		args = append(args, "--nft-timeout", co.NFTTimeout.String())
+	}
 	if o.Log == nil {
 		o.Log = co.Log
 	}

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -32,6 +33,8 @@ type calibrateFlags struct {
 	subject   string
 	kubeProxy string
 	fit       string
+	// nftTimeout bounds each nft transaction (0: the size-derived bound).
+	nftTimeout time.Duration
 }
 
 func newCalibrate(s Streams) *cobra.Command {
@@ -93,7 +96,7 @@ reads it (results/calibration/<mode>.json).`,
 				case f.mode.m == cluster.ModeIPTables && (v == "nft" || v == "legacy"):
 					cal, err = iptables.Calibrate(ctx, iptables.CalibrateOptions{Variant: v, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
 				case f.mode.m == cluster.ModeNFTables && (v == "kube-proxy" || v == "fast"):
-					cal, err = nftables.Calibrate(ctx, nftables.CalibrateOptions{Layout: nftables.Layout(v), Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
+					cal, err = nftables.Calibrate(ctx, nftables.CalibrateOptions{Layout: nftables.Layout(v), Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Timeout: f.nftTimeout, Log: logf})
 				default:
 					return &UsageError{Err: fmt.Errorf("unknown %s variant %q (iptables: --backend nft|legacy; nftables: --layout kube-proxy|fast)", f.mode.m, v)}
 				}
@@ -135,6 +138,7 @@ func (f *calibrateFlags) addFlags(c *cobra.Command) {
 	c.Flags().IntVar(&f.runs, "runs", 5, "runs per size (the median is kept)")
 	c.Flags().StringVar(&f.subject, "subject", conform.SubjectKPSim, "what to measure: kpsim (this repository's dataplane) or kube-proxy (the upstream binary's own sync metrics, against a real kube-apiserver; beside ours in results/calibration/README.md)")
 	c.Flags().StringVar(&f.kubeProxy, "kube-proxy", "", "with --subject kube-proxy: the kube-proxy binary (default: bin/kube-proxy beside sim)")
+	nftTimeoutFlag(c, &f.nftTimeout)
 	c.Flags().StringVar(&f.file, "write", "results/calibration/<mode>.json", "file to write ('' to only print)")
 	c.Flags().StringVar(&f.fit, "fit", "", "measure nothing: print the cost model fitted to the calibrations in this folder (Markdown; no root needed)")
 }

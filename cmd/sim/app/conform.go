@@ -30,6 +30,7 @@ type conformFlags struct {
 	backend         string
 	affinity        string
 	layout          string
+	nftTimeout      time.Duration
 	vm              bool
 	vmTimeout       time.Duration
 	plots           string
@@ -77,6 +78,7 @@ the reason, and is neither a pass nor a failure.`,
 	c.Flags().StringVar(&f.backend, "iptables-backend", "", "override the scenarios' iptables backend: nft or legacy")
 	c.Flags().StringVar(&f.affinity, "affinity", "", "override the iptables affinity layout: recent (kube-proxy) or ipset (ours)")
 	c.Flags().StringVar(&f.layout, "layout", "", "override the nftables layout: kube-proxy or fast (ours)")
+	nftTimeoutFlag(c, &f.nftTimeout)
 	c.Flags().BoolVar(&f.vm, "vm", false, "run in the qemu microVM (Debian kernel) for any mode; ipvs mode uses it by itself when this kernel has no IPVS")
 	c.Flags().DurationVar(&f.vmTimeout, "vm-timeout", 30*time.Minute, "bound on the whole microVM run")
 	c.Flags().StringVar(&f.subject, "subject", conform.SubjectKPSim, "the proxy under test: kpsim (this repository's dataplane) or kube-proxy (the upstream binary, against a real kube-apiserver in the run's namespaces; iptables and nftables modes)")
@@ -105,7 +107,7 @@ func runConform(c *cobra.Command, s Streams, f *conformFlags, ck *checkerFlags, 
 	if f.dump != "" && (ck.calibrate > 0 || ck.repeat > 0) {
 		return &UsageError{Err: fmt.Errorf("--dump writes one run's node dumps: not with --calibrate (no kernel) or --repeat (many runs)")}
 	}
-	o := conform.Options{Mode: f.mode.m, Subject: f.subject, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, Dump: f.dump, Log: s.Err}
+	o := conform.Options{Mode: f.mode.m, Subject: f.subject, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, NFTTimeout: f.nftTimeout, Dump: f.dump, Log: s.Err}
 	if c.Flags().Changed("seed") {
 		o.Seed = &f.seed
 	}

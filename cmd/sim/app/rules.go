@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -37,6 +38,8 @@ type rulesFlags struct {
 	listed    bool
 	diff      bool
 	kubeProxy string
+	// nftTimeout bounds each nft transaction of --listed (0: derived).
+	nftTimeout time.Duration
 }
 
 // Subjects of sim rules --subject.
@@ -83,6 +86,7 @@ every IPv4 table; nftables mode: nft list table ip kube-proxy):
 	c.Flags().Uint64Var(&f.seed, "seed", 0, "override the scenario's seed")
 	c.Flags().StringVar(&f.subject, "subject", subjectKpsim, "whose rules: kpsim (ours) or kube-proxy (upstream's, read back; root)")
 	c.Flags().BoolVar(&f.listed, "listed", false, "load ours into a scratch namespace and print what the kernel lists (root)")
+	nftTimeoutFlag(c, &f.nftTimeout)
 	c.Flags().BoolVar(&f.diff, "diff", false, "with --subject kube-proxy: print the normalized diff of upstream's and ours (exit 1 when they differ)")
 	c.Flags().StringVar(&f.kubeProxy, "kube-proxy", "", "kube-proxy binary for --subject kube-proxy (default: bin/kube-proxy beside sim)")
 	return c
@@ -134,6 +138,7 @@ func runRules(c *cobra.Command, out io.Writer, file string, f *rulesFlags) error
 	if f.layout != "" {
 		o.Layout = nftables.Layout(f.layout)
 	}
+	o.NFTTimeout = f.nftTimeout
 	switch {
 	case f.subject == subjectKubeProxy:
 		return rulesUpstream(out, m, node, seed, f)
