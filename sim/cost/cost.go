@@ -31,9 +31,11 @@
 //     the coefficients, else fixed at 2, the strcmp count's exponent, with
 //     the band spanning the fit at k = 3 too (the measured slopes reach 2.0
 //     to 3.1); Fitted says which.
-//   - nftables, both layouts (nft -f, one transaction): a + b*objects, a
-//     fixed kernel and userspace cost per chain, rule, set and element. No
-//     superlinear term: the points do not need one (README there).
+//   - nftables, both layouts (nft -f, one transaction): a + b*objects +
+//     c*objects^k, a fixed kernel and userspace cost per chain, rule, set
+//     and element, plus a superlinear term (k scanned over [1.5, 3]) that
+//     the 10,000 and 30,000-Service points of the kube-proxy layout demand;
+//     its kernel-side mechanism is not profiled (README there).
 //   - IPVS: a + b*virtualServers + c*realServers, one netlink request per
 //     object as the ipvs proxier reconciles them. A calibration measured in
 //     the microVM (Calibration.Emulation) is divided by the emulated CPU's
