@@ -247,8 +247,9 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 		sv.index = make(map[string]int32, len(sv.eps))
 		for i, ap := range sv.eps {
 			sv.ids.ID(ap)
-			sv.names = append(sv.names, ap.String())
-			sv.index[ap.String()] = int32(i)
+			name := ap.String()
+			sv.names = append(sv.names, name)
+			sv.index[name] = int32(i)
 		}
 		sv.unionOff = w.unionCells
 		w.unionCells += int32(len(sv.eps))
@@ -433,8 +434,8 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 	md.counts = make([]cost.Counts, nn)
 	md.fullSync = make([]int64, nn)
 	md.partSync = make([]int64, nn)
+	in := make([]cost.ServicePortInput, len(w.svcs)) // refilled per node
 	for ni := range w.nodes {
-		in := make([]cost.ServicePortInput, len(w.svcs))
 		for s := range w.svcs {
 			r := md.rules[int(w.svcs[s].gvs[0])*nn+ni]
 			in[s] = inputOf(w.svcs[s].name, r)
