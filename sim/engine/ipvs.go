@@ -282,7 +282,8 @@ func (e *IPVSEngine) Program(r Rules, now int64) {
 	}
 	// New endpoints, and quiesced ones coming back, which kube-proxy takes
 	// out of the graceful list by deleting them before adding them again.
-	var add []Backend
+	var addBuf [16]Backend // on the stack for the usual few endpoints
+	add := addBuf[:0]
 	for _, b := range r.Backends {
 		if d := e.knownDest(b.ID); d != nil && d.inList {
 			if !d.graceful {

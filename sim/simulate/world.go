@@ -341,11 +341,23 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 		union := make([]uint64, words)
 		var shared *engine.Rules
 		sharedOut := int32(-1)
+		var seen map[string]int // node-dependent: node view → first node with it
+		if gi.nodeDep {
+			seen = map[string]int{}
+		}
 		for ni, nd := range w.nodes {
 			k := g*nn + ni
 			if !gi.nodeDep && shared != nil {
 				md.rules[k], md.out[k] = shared, sharedOut
 				continue
+			}
+			if gi.nodeDep {
+				key := nodeView(gi.eps, nd)
+				if first, ok := seen[key]; ok {
+					md.rules[k], md.out[k] = md.rules[g*nn+first], md.out[g*nn+first]
+					continue
+				}
+				seen[key] = ni
 			}
 			r := engine.Render(md.mode, gi.sp, gi.eps, nd.name, nd.zone, sv.ids, engine.RenderOptions{})
 			oc, err := expectOutcome(or, md.name, gi, sv, nd, words)
@@ -364,6 +376,35 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 		}
 	}
 	return nil
+}
+
+// nodeView is what rendering and the oracle see of a node for a version's
+// endpoints: its zone, and which endpoints are on it or hinted to it. They
+// read the node's name only by comparing it with those fields (the
+// categorizer's and the oracle's local and topology sets), and neither the
+// rules nor the compact outcome keep a text naming the node, so nodes with
+// the same view get the same rules and outcome: rendered once, shared. At
+// 30,000 Services with 5% internalTrafficPolicy Local over 100 nodes this
+// is 450,000 renders and oracle calls fewer, and their memory.
+func nodeView(eps []*cluster.Endpoint, nd nodeInfo) string {
+	b := make([]byte, 0, len(nd.zone)+1+(2*len(eps)+7)/8)
+	b = append(b, nd.zone...)
+	b = append(b, 0)
+	var acc byte
+	for i, e := range eps {
+		bit := 2 * (i % 4)
+		if e.NodeName == nd.name {
+			acc |= 1 << bit
+		}
+		if slices.Contains(e.NodeHints, nd.name) {
+			acc |= 2 << bit
+		}
+		if i%4 == 3 || i == len(eps)-1 {
+			b = append(b, acc)
+			acc = 0
+		}
+	}
+	return string(b)
 }
 
 // expectOutcome is the oracle's verdict for one version on one node, with
