@@ -47,6 +47,7 @@ type Node struct {
 	slabNFT  []NFTablesEngine
 	slabIPVS []IPVSEngine
 	slabNext int // engines the next block holds
+	ipvs     ipvsBlocks
 	// Stats are the node's counters.
 	Stats NodeStats
 }
@@ -114,8 +115,10 @@ func (n *Node) ProgramShared(svc int, r Rules, now int64) {
 func (n *Node) ReserveServices(k int) {
 	if k > len(n.engines) {
 		n.engines = append(n.engines, make([]Engine, k-len(n.engines))...)
-		for len(n.rules) < k {
-			n.rules = append(n.rules, Rules{Verdict: Reject})
+		old := len(n.rules)
+		n.rules = append(n.rules, make([]Rules, k-old)...)
+		for i := old; i < k; i++ {
+			n.rules[i].Verdict = Reject
 		}
 	}
 	n.slabNext = max(n.slabNext, k)
@@ -151,6 +154,7 @@ func (n *Node) newEngine() Engine {
 		if err := e.init(n.rng, n.cfg.IPVS); err != nil {
 			panic(err) // NewNode checked the scheduler
 		}
+		e.blocks = &n.ipvs
 		return e
 	}
 	panic(fmt.Sprintf("node %s: %v: %v", n.Name, ErrUnknownMode, n.cfg.Mode)) // NewNode checked the mode
