@@ -199,13 +199,12 @@ type shard struct {
 }
 
 func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, pool *tablePool, b *runBufs) *nodeRun {
-	nn := len(w.nodes)
 	r := &nodeRun{w: w, md: md, ni: ni, plan: plan, pool: pool, bufs: b}
 	r.svc = take(&b.svc, len(w.svcs))
 	r.out = take(&b.out, len(w.gvs))
 	r.fast = take(&b.fast, len(w.gvs))
 	for g := range w.gvs {
-		r.out[g] = md.out[g*nn+ni]
+		r.out[g] = md.outAt(g, ni)
 		o := &md.outs[r.out[g]]
 		r.fast[g] = fastOutcome{kind: o.kind, o: o}
 		if len(o.allowed) == 1 {
@@ -277,7 +276,7 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 		if k < 0 {
 			continue
 		}
-		rules := md.rules[int(g)*nn+ni]
+		rules := md.ruleAt(int(g), ni)
 		r.shards[k].node.ProgramShared(int(plan.local[s]), *rules, 0)
 		if rules.Verdict == engine.Accept {
 			r.svc[s].aff = int64(rules.AffinityTimeout)
@@ -453,10 +452,9 @@ func (r *nodeRun) apply(sh *shard, t int64) {
 // as the end of a sync does.
 func (r *nodeRun) program(node *engine.Node, sv, g int32, now int64) {
 	w := r.w
-	nn := len(w.nodes)
 	old0 := r.svc[sv].rule
-	old := r.md.rules[int(old0)*nn+r.ni]
-	rules := r.md.rules[int(g)*nn+r.ni]
+	old := r.md.ruleAt(int(old0), r.ni)
+	rules := r.md.ruleAt(int(g), r.ni)
 	// Affinity state of an endpoint that leaves the rules is gone (recent
 	// list destroyed, set deleted, real server removed).
 	if r.svc[sv].aff > 0 {
