@@ -15,7 +15,6 @@ package proxy
 
 import (
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -208,7 +207,7 @@ func filter(eps []*cluster.Endpoint, keep func(*cluster.Endpoint) bool) []*clust
 // the probability rules in an iptables KUBE-SVC chain and of the numgen
 // indexes in an nftables service chain.
 func CompareEndpoints(a, b *cluster.Endpoint) int {
-	return strings.Compare(a.String(), b.String())
+	return cluster.CompareEndpointStrings(a, b) // strings.Compare(a.String(), b.String()), without the strings
 }
 
 // SortEndpoints sorts eps in place by CompareEndpoints.

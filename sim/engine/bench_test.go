@@ -182,3 +182,40 @@ func BenchmarkGoMapConntrack(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNodeProgram30000 is the set-up of one node's run in the
+// 30,000-Service scenario: a node programs 30,000 service ports of 10
+// endpoints (the simulator's rendered rules, shared, hence ProgramShared)
+// and decides one connection to each. Per mode; reports service ports/s.
+//
+//	go test -run '^$' -bench NodeProgram30000 -benchtime 20x -count 5 ./sim/engine/
+func BenchmarkNodeProgram30000(b *testing.B) {
+	const ports = 30000
+	rules := make([]Rules, ports)
+	for s := range rules {
+		rules[s] = acceptRules(10, 0)
+		if s%20 == 0 {
+			rules[s].AffinityTimeout = 3 * time.Hour
+		}
+	}
+	for _, mode := range []Mode{IPTables, NFTables, IPVS} {
+		b.Run(mode.String(), func(b *testing.B) {
+			seed := uint64(0)
+			for b.Loop() {
+				seed++
+				n, err := NewNode("n", NodeConfig{Mode: mode, IPVS: IPVSConfig{Scheduler: "rr"}}, NewRandSeed(seed, 1))
+				if err != nil {
+					b.Fatal(err)
+				}
+				n.ReserveServices(ports)
+				for s := range rules {
+					n.ProgramShared(s, rules[s], 0)
+				}
+				for s := range rules {
+					n.Connect(s, &Conn{SrcIP: uint32(s), SrcPort: 1000, Proto: TCP, End: 1}, 0)
+				}
+			}
+			b.ReportMetric(float64(ports)*float64(b.N)/b.Elapsed().Seconds(), "ports/s")
+		})
+	}
+}

@@ -81,17 +81,50 @@ func CascadeThreshold(n int) uint32 {
 var (
 	thresholdsOnce sync.Once
 	thresholds     []uint32
+	// descending is thresholds backwards (descending[len-1-n] =
+	// thresholds[n]): a cascade's thresholds are a window of it.
+	descending []uint32
 )
 
 func initThresholds() {
 	thresholds = make([]uint32, 1001)
+	descending = make([]uint32, len(thresholds))
 	for n := 1; n < len(thresholds); n++ {
 		q, err := ParseProbability(ProbabilityString(n))
 		if err != nil {
 			panic(err) // cannot happen: the string is a number in [0, 1]
 		}
 		thresholds[n] = q
+		descending[len(descending)-1-n] = q
 	}
+}
+
+// cascadeThresholds returns the thresholds of the statistic rules of an
+// n-endpoint cascade, q(n), q(n-1), ..., q(2) (every one q(n) under
+// FaultUniformProbability). Up to the precomputed size they are a window of
+// one shared descending table, so programming a chain allocates nothing
+// for them (a node has one chain per service port); past it (or with the
+// fault) they are computed into a new slice. buf is the previous result.
+func cascadeThresholds(buf []uint32, n int, uniform bool) []uint32 {
+	if n < 2 {
+		return buf[:0]
+	}
+	thresholdsOnce.Do(initThresholds)
+	if !uniform && n < len(thresholds) {
+		// descending[len-1-k] = q(k): q(n) is at len-1-n, q(2) at len-3.
+		top := len(descending) - 1
+		return descending[top-n : top-1 : top-1]
+	}
+	// A new slice: buf may be a window of the shared table.
+	buf = make([]uint32, 0, n-1)
+	for i := range n - 1 {
+		left := n - i
+		if uniform {
+			left = n
+		}
+		buf = append(buf, CascadeThreshold(left))
+	}
+	return buf
 }
 
 // CascadeProbabilities returns the exact probability of each of n endpoints
@@ -136,7 +169,7 @@ type IPTablesStats struct {
 type IPTablesEngine struct {
 	rng     *Rand
 	verdict Verdict
-	ids     []int32
+	bk      backendList
 	q       []uint32 // thresholds of the statistic rules 0..n-2
 	recent  *recentTable
 	cfg     IPTablesConfig
@@ -146,32 +179,32 @@ type IPTablesEngine struct {
 
 // NewIPTables returns an engine with no rules (REJECT) drawing from rng.
 func NewIPTables(rng *Rand, cfg IPTablesConfig) *IPTablesEngine {
+	e := &IPTablesEngine{}
+	e.init(rng, cfg)
+	return e
+}
+
+func (e *IPTablesEngine) init(rng *Rand, cfg IPTablesConfig) {
 	if cfg.RecentCapacity <= 0 {
 		cfg.RecentCapacity = RecentListCapacity
 	}
-	return &IPTablesEngine{rng: rng, verdict: Reject, cfg: cfg}
+	*e = IPTablesEngine{rng: rng, verdict: Reject, cfg: cfg}
 }
 
 // Program rewrites the chain. Recent lists of endpoints that stay keep their
 // entries; those of removed endpoints are destroyed with their rules.
-func (e *IPTablesEngine) Program(r Rules, now int64) {
+func (e *IPTablesEngine) Program(r Rules, now int64) { e.program(r, now, true) }
+
+func (e *IPTablesEngine) programShared(r Rules, now int64) { e.program(r, now, false) }
+
+func (e *IPTablesEngine) program(r Rules, now int64, copyBackends bool) {
 	e.verdict = r.Verdict
 	if r.Verdict == Accept && len(r.Backends) == 0 {
 		e.verdict = Reject
 	}
 	n := len(r.Backends)
-	e.ids = e.ids[:0]
-	e.q = e.q[:0]
-	for i, b := range r.Backends {
-		e.ids = append(e.ids, b.ID)
-		if i < n-1 {
-			left := n - i
-			if e.cfg.Fault == FaultUniformProbability {
-				left = n
-			}
-			e.q = append(e.q, CascadeThreshold(left))
-		}
-	}
+	e.bk.set(r.Backends, copyBackends)
+	e.q = cascadeThresholds(e.q, n, e.cfg.Fault == FaultUniformProbability)
 	if r.AffinityTimeout <= 0 || e.verdict != Accept {
 		e.recent = nil
 		return
@@ -192,7 +225,7 @@ func (e *IPTablesEngine) Choose(c *Conn, now int64) (int32, Verdict) {
 		if i := e.recent.check(c.SrcIP, now); i >= 0 {
 			e.recent.set(int32(i), c.SrcIP, now, &e.Stats)
 			e.Stats.AffinityHits++
-			return e.ids[i], Accept
+			return e.bk.s[i].ID, Accept
 		}
 	}
 	i := e.cascade()
@@ -200,7 +233,7 @@ func (e *IPTablesEngine) Choose(c *Conn, now int64) (int32, Verdict) {
 	if e.recent != nil {
 		e.recent.set(int32(i), c.SrcIP, now, &e.Stats)
 	}
-	return e.ids[i], Accept
+	return e.bk.s[i].ID, Accept
 }
 
 // cascade evaluates the statistic rules in order: rule i matches when a
@@ -227,7 +260,7 @@ func (e *IPTablesEngine) cascade() int {
 }
 
 // Len is the number of endpoints in the chain.
-func (e *IPTablesEngine) Len() int { return len(e.ids) }
+func (e *IPTablesEngine) Len() int { return len(e.bk.s) }
 
 // RecentEntries returns how many addresses each endpoint's recent list holds
 // (expired ones included, as /proc/net/xt_recent shows them), in rule order.

@@ -26,6 +26,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -158,9 +159,12 @@ type IPVSEngine struct {
 	vport   uint16
 	proto   Proto
 
-	dests     []*ipvsDest         // the kernel's list, head first
-	known     map[int32]*ipvsDest // every dest ever added (the kernel's trash reuses them)
-	nGraceful int                 // quiesced dests awaiting deletion
+	dests []*ipvsDest // the kernel's list, head first
+	// known is every dest ever added (the kernel's trash reuses them):
+	// a short list, and an index by ID once it grows past knownListMax.
+	known     []*ipvsDest
+	knownByID map[int32]*ipvsDest
+	nGraceful int // quiesced dests awaiting deletion
 
 	rrCur int // rr: index of the last dest chosen, -1 for the list head
 	wrrCl int // wrr: mark->cl, -1 for the head
@@ -169,8 +173,10 @@ type IPVSEngine struct {
 	wrrDi int32
 	stall int // FaultRotationStall: scheduled connections counted
 
-	shTab [ipvsSHTableSize]*ipvsDest
-	dhTab [ipvsSHTableSize]*ipvsDest
+	// The sh and dh bucket tables, allocated for those schedulers only
+	// (4 KiB each, and a node has one engine per service port).
+	shTab *[ipvsSHTableSize]*ipvsDest
+	dhTab *[ipvsSHTableSize]*ipvsDest
 	mhTab []*ipvsDest
 
 	persist   int64
@@ -178,6 +184,9 @@ type IPVSEngine struct {
 	sweepAt   int
 
 	counts bool // keep active/inactive counters (lc, wlc, sed, nq)
+	// blocks, when set, is where the engine's dests and dest lists are
+	// carved from (a node's engines share one; see Node).
+	blocks *ipvsBlocks
 	events []ipvsEvent
 
 	// Stats are the engine's counters.
@@ -186,15 +195,23 @@ type IPVSEngine struct {
 
 // NewIPVS returns a virtual server without real servers.
 func NewIPVS(rng *Rand, cfg IPVSConfig) (*IPVSEngine, error) {
+	e := &IPVSEngine{}
+	if err := e.init(rng, cfg); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *IPVSEngine) init(rng *Rand, cfg IPVSConfig) error {
 	s, err := ParseScheduler(cfg.Scheduler)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.MHTableSize == 0 {
 		cfg.MHTableSize = DefaultIPVSMHTableSize
 	}
 	if !isMHPrime(cfg.MHTableSize) {
-		return nil, fmt.Errorf("could not use mh table size %d: not one of ip_vs_mh.c's primes", cfg.MHTableSize)
+		return fmt.Errorf("could not use mh table size %d: not one of ip_vs_mh.c's primes", cfg.MHTableSize)
 	}
 	if cfg.TCPTimeWait == 0 {
 		cfg.TCPTimeWait = DefaultIPVSTCPTimeWait
@@ -205,16 +222,21 @@ func NewIPVS(rng *Rand, cfg IPVSConfig) (*IPVSEngine, error) {
 	if cfg.GracefulCheck == 0 {
 		cfg.GracefulCheck = DefaultIPVSGracefulCheck
 	}
-	e := &IPVSEngine{
+	*e = IPVSEngine{
 		cfg: cfg, sched: s, rng: rng, verdict: Accept, proto: TCP,
-		known: map[int32]*ipvsDest{}, rrCur: -1, wrrCl: -1,
+		rrCur: -1, wrrCl: -1,
 		counts: s == LC || s == WLC || s == SED || s == NQ,
 	}
-	if s == MH {
+	switch s {
+	case MH:
 		e.mhTab = make([]*ipvsDest, cfg.MHTableSize)
+	case SH:
+		e.shTab = new([ipvsSHTableSize]*ipvsDest)
+	case DH:
+		e.dhTab = new([ipvsSHTableSize]*ipvsDest)
 	}
 	e.wrrChanged()
-	return e, nil
+	return nil
 }
 
 func isMHPrime(n int) bool {
@@ -242,14 +264,11 @@ func (e *IPVSEngine) Program(r Rules, now int64) {
 	} else if e.persist <= 0 {
 		e.templates = nil
 	}
-	want := make(map[int32]bool, len(r.Backends))
-	for _, b := range r.Backends {
-		want[b.ID] = true
-	}
+	want := wantedIDs(r.Backends)
 	// Removed endpoints: quiesce or delete (GracefulDeleteRS).
 	for i := 0; i < len(e.dests); i++ {
 		d := e.dests[i]
-		if want[d.id] {
+		if want.has(d.id) {
 			continue
 		}
 		if d.graceful {
@@ -266,9 +285,10 @@ func (e *IPVSEngine) Program(r Rules, now int64) {
 	}
 	// New endpoints, and quiesced ones coming back, which kube-proxy takes
 	// out of the graceful list by deleting them before adding them again.
-	var add []Backend
+	var addBuf [16]Backend // on the stack for the usual few endpoints
+	add := addBuf[:0]
 	for _, b := range r.Backends {
-		if d := e.known[b.ID]; d != nil && d.inList {
+		if d := e.knownDest(b.ID); d != nil && d.inList {
 			if !d.graceful {
 				continue
 			}
@@ -277,11 +297,18 @@ func (e *IPVSEngine) Program(r Rules, now int64) {
 		add = append(add, b)
 	}
 	e.rng.Shuffle(len(add), func(i, j int) { add[i], add[j] = add[j], add[i] })
+	var fresh []ipvsDest // the new dests, allocated together
+	e.dests = e.blocks.grow(e.dests, len(add))
 	for _, b := range add {
-		d := e.known[b.ID]
+		d := e.knownDest(b.ID)
 		if d == nil {
-			d = &ipvsDest{id: b.ID, ip: b.IP, port: b.Port}
-			e.known[b.ID] = d
+			if fresh == nil {
+				fresh = e.blocks.destSlice(len(add))
+				e.known = e.blocks.grow(e.known, len(add))
+			}
+			fresh = append(fresh, ipvsDest{id: b.ID, ip: b.IP, port: b.Port})
+			d = &fresh[len(fresh)-1]
+			e.addKnown(d)
 		}
 		d.weight, d.lastWeight, d.graceful, d.inList = 1, 1, false, true
 		e.dests = append(e.dests, nil)
@@ -293,6 +320,107 @@ func (e *IPVSEngine) Program(r Rules, now int64) {
 		e.wrrChanged()
 	}
 	e.reassign()
+}
+
+// ipvsBlocks hands out dests and dest-pointer slices from shared blocks:
+// a node programs tens of thousands of virtual servers of a few real
+// servers each, and one allocation for each list was a large part of it.
+// A nil *ipvsBlocks allocates each slice on its own.
+type ipvsBlocks struct {
+	dests []ipvsDest
+	ptrs  []*ipvsDest
+}
+
+const ipvsBlockSize = 4096
+
+// destSlice returns an empty slice with room for n dests.
+func (b *ipvsBlocks) destSlice(n int) []ipvsDest {
+	if b == nil || n > ipvsBlockSize/8 {
+		return make([]ipvsDest, 0, n)
+	}
+	if len(b.dests) < n {
+		b.dests = make([]ipvsDest, ipvsBlockSize)
+	}
+	s := b.dests[:0:n]
+	b.dests = b.dests[n:]
+	return s
+}
+
+// grow returns s with room for n more pointers (slices.Grow, the new
+// backing array taken from the block).
+func (b *ipvsBlocks) grow(s []*ipvsDest, n int) []*ipvsDest {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	want := len(s) + n
+	if b == nil || want > ipvsBlockSize/8 {
+		return slices.Grow(s, n)
+	}
+	if len(b.ptrs) < want {
+		b.ptrs = make([]*ipvsDest, ipvsBlockSize)
+	}
+	out := append(b.ptrs[:0:want], s...)
+	b.ptrs = b.ptrs[want:]
+	return out
+}
+
+// knownListMax is the number of known dests searched by a scan; past it
+// they are indexed by ID.
+const knownListMax = 32
+
+// knownDest returns the dest ever added with that endpoint ID, or nil.
+func (e *IPVSEngine) knownDest(id int32) *ipvsDest {
+	if e.knownByID != nil {
+		return e.knownByID[id]
+	}
+	for _, d := range e.known {
+		if d.id == id {
+			return d
+		}
+	}
+	return nil
+}
+
+func (e *IPVSEngine) addKnown(d *ipvsDest) {
+	e.known = append(e.known, d)
+	if e.knownByID != nil {
+		e.knownByID[d.id] = d
+	} else if len(e.known) > knownListMax {
+		e.knownByID = make(map[int32]*ipvsDest, 2*len(e.known))
+		for _, k := range e.known {
+			e.knownByID[k.id] = k
+		}
+	}
+}
+
+// idSet is the endpoint IDs of a sync's backends: a scan of the backends
+// when they are few, a map otherwise.
+type idSet struct {
+	list []Backend
+	m    map[int32]bool
+}
+
+func wantedIDs(bs []Backend) idSet {
+	if len(bs) <= knownListMax {
+		return idSet{list: bs}
+	}
+	m := make(map[int32]bool, len(bs))
+	for _, b := range bs {
+		m[b.ID] = true
+	}
+	return idSet{m: m}
+}
+
+func (s idSet) has(id int32) bool {
+	if s.m != nil {
+		return s.m[id]
+	}
+	for _, b := range s.list {
+		if b.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // advance applies what happened up to now: connection state changes and

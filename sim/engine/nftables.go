@@ -37,7 +37,7 @@ type NFTablesStats struct {
 type NFTablesEngine struct {
 	rng     *Rand
 	verdict Verdict
-	ids     []int32
+	bk      backendList
 	n       uint64
 	sets    *timeoutSets
 	cfg     NFTablesConfig
@@ -47,21 +47,28 @@ type NFTablesEngine struct {
 
 // NewNFTables returns an engine with no rules (REJECT) drawing from rng.
 func NewNFTables(rng *Rand, cfg NFTablesConfig) *NFTablesEngine {
-	return &NFTablesEngine{rng: rng, verdict: Reject, cfg: cfg}
+	e := &NFTablesEngine{}
+	e.init(rng, cfg)
+	return e
+}
+
+func (e *NFTablesEngine) init(rng *Rand, cfg NFTablesConfig) {
+	*e = NFTablesEngine{rng: rng, verdict: Reject, cfg: cfg}
 }
 
 // Program rewrites the service chain. Affinity sets of endpoints that stay
 // keep their elements; stale sets are deleted.
-func (e *NFTablesEngine) Program(r Rules, now int64) {
+func (e *NFTablesEngine) Program(r Rules, now int64) { e.program(r, now, true) }
+
+func (e *NFTablesEngine) programShared(r Rules, now int64) { e.program(r, now, false) }
+
+func (e *NFTablesEngine) program(r Rules, now int64, copyBackends bool) {
 	e.verdict = r.Verdict
 	if r.Verdict == Accept && len(r.Backends) == 0 {
 		e.verdict = Reject
 	}
-	e.ids = e.ids[:0]
-	for _, b := range r.Backends {
-		e.ids = append(e.ids, b.ID)
-	}
-	e.n = uint64(len(e.ids))
+	e.bk.set(r.Backends, copyBackends)
+	e.n = uint64(len(e.bk.s))
 	if r.AffinityTimeout <= 0 || e.verdict != Accept {
 		e.sets = nil
 		return
@@ -82,7 +89,7 @@ func (e *NFTablesEngine) Choose(c *Conn, now int64) (int32, Verdict) {
 		if i := e.sets.lookup(c.SrcIP, now); i >= 0 {
 			e.sets.update(int32(i), c.SrcIP, now, &e.Stats)
 			e.Stats.AffinityHits++
-			return e.ids[i], Accept
+			return e.bk.s[i].ID, Accept
 		}
 	}
 	i := (uint64(uint32(e.rng.src.Uint64()>>32)) * e.n) >> 32
@@ -93,11 +100,11 @@ func (e *NFTablesEngine) Choose(c *Conn, now int64) (int32, Verdict) {
 	if e.sets != nil {
 		e.sets.update(int32(i), c.SrcIP, now, &e.Stats)
 	}
-	return e.ids[i], Accept
+	return e.bk.s[i].ID, Accept
 }
 
 // Len is the number of endpoints in the vmap.
-func (e *NFTablesEngine) Len() int { return len(e.ids) }
+func (e *NFTablesEngine) Len() int { return len(e.bk.s) }
 
 // timeoutSets are the affinity sets of one service chain, one per endpoint
 // position.

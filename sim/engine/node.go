@@ -41,6 +41,13 @@ type Node struct {
 	CT      *Conntrack
 	engines []Engine
 	rules   []Rules
+	// slab: engines not handed out yet, allocated a block at a time (a
+	// node of 30,000 service ports would otherwise make 30,000 objects).
+	slabIPT  []IPTablesEngine
+	slabNFT  []NFTablesEngine
+	slabIPVS []IPVSEngine
+	slabNext int // engines the next block holds
+	ipvs     ipvsBlocks
 	// Stats are the node's counters.
 	Stats NodeStats
 }
@@ -102,17 +109,64 @@ func (n *Node) ProgramShared(svc int, r Rules, now int64) {
 	n.program(svc, r, now, false)
 }
 
+// ReserveServices makes room for service ports 0..k-1: the slices of
+// engines and rules are sized once, and engines are allocated in blocks of
+// up to k.
+func (n *Node) ReserveServices(k int) {
+	if k > len(n.engines) {
+		n.engines = append(n.engines, make([]Engine, k-len(n.engines))...)
+		old := len(n.rules)
+		n.rules = append(n.rules, make([]Rules, k-old)...)
+		for i := old; i < k; i++ {
+			n.rules[i].Verdict = Reject
+		}
+	}
+	n.slabNext = max(n.slabNext, k)
+}
+
+// newEngine is NewEngine(n.cfg, n.rng), the engine taken from the node's
+// current block.
+func (n *Node) newEngine() Engine {
+	size := min(max(n.slabNext, 16), 4096)
+	switch n.cfg.Mode {
+	case IPTables:
+		if len(n.slabIPT) == 0 {
+			n.slabIPT = make([]IPTablesEngine, size)
+		}
+		e := &n.slabIPT[0]
+		n.slabIPT = n.slabIPT[1:]
+		e.init(n.rng, n.cfg.IPTables)
+		return e
+	case NFTables:
+		if len(n.slabNFT) == 0 {
+			n.slabNFT = make([]NFTablesEngine, size)
+		}
+		e := &n.slabNFT[0]
+		n.slabNFT = n.slabNFT[1:]
+		e.init(n.rng, n.cfg.NFTables)
+		return e
+	case IPVS:
+		if len(n.slabIPVS) == 0 {
+			n.slabIPVS = make([]IPVSEngine, size)
+		}
+		e := &n.slabIPVS[0]
+		n.slabIPVS = n.slabIPVS[1:]
+		if err := e.init(n.rng, n.cfg.IPVS); err != nil {
+			panic(err) // NewNode checked the scheduler
+		}
+		e.blocks = &n.ipvs
+		return e
+	}
+	panic(fmt.Sprintf("node %s: %v: %v", n.Name, ErrUnknownMode, n.cfg.Mode)) // NewNode checked the mode
+}
+
 func (n *Node) program(svc int, r Rules, now int64, copyBackends bool) {
-	for svc >= len(n.engines) {
-		n.engines = append(n.engines, nil)
-		n.rules = append(n.rules, Rules{Verdict: Reject})
+	if svc >= len(n.engines) {
+		n.ReserveServices(max(svc+1, 2*len(n.engines)))
 	}
 	e := n.engines[svc]
 	if e == nil {
-		var err error
-		if e, err = NewEngine(n.cfg, n.rng); err != nil {
-			panic(err) // NewNode checked the mode and the scheduler
-		}
+		e = n.newEngine()
 		n.engines[svc] = e
 	}
 	if r.Proto == UDP || n.rules[svc].Proto == UDP {
@@ -128,9 +182,14 @@ func (n *Node) program(svc int, r Rules, now int64, copyBackends bool) {
 			}
 		}
 	}
-	e.Program(r, now)
 	if copyBackends {
 		r.Backends = append([]Backend(nil), r.Backends...)
+	}
+	// r.Backends is now never modified: the engine may keep it.
+	if sp, ok := e.(sharedProgrammer); ok {
+		sp.programShared(r, now)
+	} else {
+		e.Program(r, now)
 	}
 	n.rules[svc] = r
 }

@@ -26,7 +26,6 @@ package engine
 // EndpointSliceCache sorts them (byEndpoint).
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -123,7 +122,7 @@ func protoOf(p corev1.Protocol) Proto {
 
 func backends(eps []*cluster.Endpoint, ids *Interner) []Backend {
 	sorted := slices.Clone(eps)
-	slices.SortFunc(sorted, func(a, b *cluster.Endpoint) int { return cmp.Compare(a.String(), b.String()) })
+	slices.SortFunc(sorted, cluster.CompareEndpointStrings)
 	out := make([]Backend, len(sorted))
 	for i, e := range sorted {
 		ap := netip.AddrPortFrom(e.IP, uint16(e.Port))

@@ -215,3 +215,28 @@ func (in *Interner) Len() int {
 	defer in.mu.Unlock()
 	return len(in.keys)
 }
+
+// backendList is an engine's endpoints in rule order: its own copy, or the
+// caller's slice when the caller promised never to modify it (Node's
+// ProgramShared), which a node's thousands of engines then share with the
+// rendered version instead of holding one copy each.
+type backendList struct {
+	s     []Backend
+	owned bool // s is the engine's own copy, reusable by the next set
+}
+
+func (b *backendList) set(bs []Backend, copyThem bool) {
+	if !copyThem {
+		b.s, b.owned = bs, false
+		return
+	}
+	if !b.owned {
+		b.s, b.owned = nil, true
+	}
+	b.s = append(b.s[:0], bs...)
+}
+
+// sharedProgrammer is an engine that can keep the caller's backends.
+type sharedProgrammer interface {
+	programShared(r Rules, now int64)
+}

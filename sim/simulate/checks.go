@@ -92,7 +92,6 @@ type unitCounts struct {
 
 func (w *world) unitCounts(mi int, nr *nodeResult, ni int, s int32) unitCounts {
 	md := w.modes[mi]
-	nn := len(w.nodes)
 	var u unitCounts
 	for _, g := range w.svcs[s].gvs {
 		c := nr.perNode[g].c
@@ -100,7 +99,7 @@ func (w *world) unitCounts(mi int, nr *nodeResult, ni int, s int32) unitCounts {
 		u.mismatched += c.Mismatched
 		u.inWindow += c.InWindow
 		u.misrouted += c.Misrouted
-		o := &md.outs[md.out[int(g)*nn+ni]]
+		o := &md.outs[md.outAt(int(g), ni)]
 		if !slices.Contains(u.kinds, o.kind) {
 			u.kinds = append(u.kinds, o.kind)
 		}

@@ -157,6 +157,35 @@ type nodeRun struct {
 	res       *nodeResult
 	liveDiff  []int32
 	liveShift uint
+	bufs      *runBufs // where finish hands the arrays back
+}
+
+// runBufs are the per-run arrays a worker reuses from one node's run in a
+// mode to the next one's in the same mode (at 30,000 service ports they
+// are megabytes per run, a run costs tenths of a second, and allocating
+// them anew made the garbage collector a large part of the CPU time).
+type runBufs struct {
+	svc      []svcState
+	out      []int32
+	fast     []fastOutcome
+	gen      []uint32
+	liveDiff []int32
+	// The result's counters come back after the result is shrunk.
+	gv    []gvCount
+	cells []uint32
+}
+
+// take returns the slice kept in *p (emptied there) resized to n and
+// zeroed, or a new one.
+func take[T any](p *[]T, n int) []T {
+	s := *p
+	*p = nil
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // shard is a part of a node's service ports with its own dataplane and
@@ -169,25 +198,24 @@ type shard struct {
 	nextAt int64
 }
 
-func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, pool *tablePool) *nodeRun {
-	nn := len(w.nodes)
-	r := &nodeRun{w: w, md: md, ni: ni, plan: plan, pool: pool}
-	r.svc = make([]svcState, len(w.svcs))
-	r.out = make([]int32, len(w.gvs))
-	r.fast = make([]fastOutcome, len(w.gvs))
+func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, pool *tablePool, b *runBufs) *nodeRun {
+	r := &nodeRun{w: w, md: md, ni: ni, plan: plan, pool: pool, bufs: b}
+	r.svc = take(&b.svc, len(w.svcs))
+	r.out = take(&b.out, len(w.gvs))
+	r.fast = take(&b.fast, len(w.gvs))
 	for g := range w.gvs {
-		r.out[g] = md.out[g*nn+ni]
+		r.out[g] = md.outAt(g, ni)
 		o := &md.outs[r.out[g]]
 		r.fast[g] = fastOutcome{kind: o.kind, o: o}
 		if len(o.allowed) == 1 {
 			r.fast[g].bits, r.fast[g].small = o.allowed[0], true
 		}
 	}
-	r.gen = make([]uint32, w.unionCells)
+	r.gen = take(&b.gen, int(w.unionCells))
 	r.aff = newAffTable()
 	r.res = &nodeResult{
-		gv:     make([]gvCount, len(w.gvs)),
-		cells:  make([]uint32, w.cells),
+		gv:     take(&b.gv, len(w.gvs)),
+		cells:  take(&b.cells, int(w.cells)),
 		window: make([]int64, len(w.steps)),
 	}
 	for i := range r.res.window {
@@ -200,7 +228,7 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 	// Bins of a power of two nanoseconds, about 1/4096 of the run.
 	for r.liveShift = 0; int64(1)<<r.liveShift < max(1, w.tr.span/4096); r.liveShift++ {
 	}
-	r.liveDiff = make([]int32, w.tr.span>>r.liveShift+2)
+	r.liveDiff = take(&b.liveDiff, int(w.tr.span>>r.liveShift+2))
 	if len(w.affCheck) > 0 {
 		r.affOracle = make([]*oracle.Affinity, len(w.svcs))
 		r.res.aff = map[int32]*affCount{}
@@ -225,6 +253,7 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 		}
 		// The shard's real table is taken when its connections come
 		// (handleShard): emptying it then brings it into the cache.
+		node.ReserveServices(plan.ports[i])
 		r.shards[i].node = node
 	}
 	for _, e := range evs {
@@ -247,7 +276,7 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 		if k < 0 {
 			continue
 		}
-		rules := md.rules[int(g)*nn+ni]
+		rules := md.ruleAt(int(g), ni)
 		r.shards[k].node.ProgramShared(int(plan.local[s]), *rules, 0)
 		if rules.Verdict == engine.Accept {
 			r.svc[s].aff = int64(rules.AffinityTimeout)
@@ -289,7 +318,7 @@ func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]
 	if g.n <= chunkConns {
 		g.fill(ch, plan)
 		for mi, md := range w.modes {
-			r := newNodeRun(w, md, ni, plan, seed, &wk.tables)
+			r := newNodeRun(w, md, ni, plan, seed, &wk.tables, wk.bufsOf(mi))
 			if err := handle(r); err != nil {
 				return nil, err
 			}
@@ -300,7 +329,7 @@ func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]
 	}
 	runs := make([]*nodeRun, len(w.modes))
 	for mi, md := range w.modes {
-		runs[mi] = newNodeRun(w, md, ni, plan, seed, &wk.tables)
+		runs[mi] = newNodeRun(w, md, ni, plan, seed, &wk.tables, wk.bufsOf(mi))
 	}
 	for g.fill(ch, plan) {
 		for _, r := range runs {
@@ -322,6 +351,14 @@ func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]
 type worker struct {
 	ch     *chunk
 	tables tablePool
+	bufs   []*runBufs // by mode
+}
+
+func (wk *worker) bufsOf(mi int) *runBufs {
+	for len(wk.bufs) <= mi {
+		wk.bufs = append(wk.bufs, &runBufs{})
+	}
+	return wk.bufs[mi]
 }
 
 func (wk *worker) chunk(shards int) *chunk {
@@ -415,10 +452,9 @@ func (r *nodeRun) apply(sh *shard, t int64) {
 // as the end of a sync does.
 func (r *nodeRun) program(node *engine.Node, sv, g int32, now int64) {
 	w := r.w
-	nn := len(w.nodes)
 	old0 := r.svc[sv].rule
-	old := r.md.rules[int(old0)*nn+r.ni]
-	rules := r.md.rules[int(g)*nn+r.ni]
+	old := r.md.ruleAt(int(old0), r.ni)
+	rules := r.md.ruleAt(int(g), r.ni)
 	// Affinity state of an endpoint that leaves the rules is gone (recent
 	// list destroyed, set deleted, real server removed).
 	if r.svc[sv].aff > 0 {
@@ -622,7 +658,9 @@ func (r *nodeRun) finish() {
 		}
 	}
 	r.shards = nil
-	r.liveDiff = nil
+	b := r.bufs
+	b.svc, b.out, b.fast, b.gen, b.liveDiff = r.svc, r.out, r.fast, r.gen, r.liveDiff
+	r.svc, r.out, r.fast, r.gen, r.liveDiff = nil, nil, nil, nil, nil
 }
 
 // affTable maps (service port, client address) to the client's binding:

@@ -74,18 +74,17 @@ func versionSample(k int, fresh int64, cell func(id int) float64, o *outcome) *s
 // multinomial), one per node and version otherwise.
 func (w *world) portStrata(mi int, res []*nodeResult, acc *modeAcc, s int32) []*sample {
 	md := w.modes[mi]
-	nn := len(w.nodes)
 	k := len(w.svcs[s].eps)
 	var out []*sample
 	for _, g := range w.svcs[s].gvs {
 		if !w.gvs[g].nodeDep {
 			off := w.gvs[g].cellOff
-			out = append(out, versionSample(k, acc.gv[g].Fresh, func(id int) float64 { return float64(acc.cells[off+int32(id)]) }, &md.outs[md.out[int(g)*nn]]))
+			out = append(out, versionSample(k, acc.gv[g].Fresh, func(id int) float64 { return float64(acc.cells[off+int32(id)]) }, &md.outs[md.outAt(int(g), 0)]))
 			continue
 		}
 		for ni, nr := range res {
 			kg := nr.perNode[g]
-			out = append(out, versionSample(k, kg.c.Fresh, func(id int) float64 { return float64(kg.cells[id]) }, &md.outs[md.out[int(g)*nn+ni]]))
+			out = append(out, versionSample(k, kg.c.Fresh, func(id int) float64 { return float64(kg.cells[id]) }, &md.outs[md.outAt(int(g), ni)]))
 		}
 	}
 	return out
@@ -94,12 +93,11 @@ func (w *world) portStrata(mi int, res []*nodeResult, acc *modeAcc, s int32) []*
 // nodeStrata are a service port's strata on one node: one per version.
 func (w *world) nodeStrata(mi int, nr *nodeResult, ni int, s int32) []*sample {
 	md := w.modes[mi]
-	nn := len(w.nodes)
 	k := len(w.svcs[s].eps)
 	var out []*sample
 	for _, g := range w.svcs[s].gvs {
 		kg := nr.perNode[g]
-		out = append(out, versionSample(k, kg.c.Fresh, func(id int) float64 { return float64(kg.cells[id]) }, &md.outs[md.out[int(g)*nn+ni]]))
+		out = append(out, versionSample(k, kg.c.Fresh, func(id int) float64 { return float64(kg.cells[id]) }, &md.outs[md.outAt(int(g), ni)]))
 	}
 	return out
 }
@@ -185,10 +183,9 @@ type rotStat struct {
 // rotationStats computes a node's rotation figures per version from its
 // full counts (before shrink drops them).
 func (w *world) rotationStats(md *modeData, ni int, r *nodeResult) []rotStat {
-	nn := len(w.nodes)
 	out := make([]rotStat, len(w.gvs))
 	for g := range w.gvs {
-		o := &md.outs[md.out[g*nn+ni]]
+		o := &md.outs[md.outAt(g, ni)]
 		k := len(w.svcs[w.gvs[g].svc].eps)
 		cells := r.cells[w.gvs[g].cellOff : w.gvs[g].cellOff+int32(k)]
 		rs := rotStat{n: int32(r.gv[g].Fresh)}
@@ -220,14 +217,13 @@ func (w *world) rotationBound(md *modeData, g int32, ni int) int32 {
 	if w.sc.Proxy.IPVSScheduler != "wrr" {
 		return 1
 	}
-	nn := len(w.nodes)
-	cur := md.rules[int(g)*nn+ni]
+	cur := md.ruleAt(int(g), ni)
 	gone := map[int32]bool{}
 	for _, e := range w.svcs[w.gvs[g].svc].gvs {
 		if e == g {
 			break
 		}
-		for _, b := range md.rules[int(e)*nn+ni].Backends {
+		for _, b := range md.ruleAt(int(e), ni).Backends {
 			if !hasBackend(cur, b.ID) {
 				gone[b.ID] = true
 			}

@@ -36,6 +36,7 @@ type shardPlan struct {
 	// unique in its shard's table).
 	local []int32
 	live  []int     // conntrack entries to reserve per shard
+	ports []int     // service ports per shard
 	share []float64 // each shard's share of the node's connections
 }
 
@@ -88,11 +89,11 @@ func (w *world) planShards(ni int) *shardPlan {
 			p.live[k] = int(float64(live)*p.share[k]*1.2) + 64
 		}
 	}
-	next := make([]int32, n)
+	p.ports = make([]int, n)
 	for s := range w.svcs {
 		if k := p.of[s]; k >= 0 {
-			p.local[s] = next[k]
-			next[k]++
+			p.local[s] = int32(p.ports[k])
+			p.ports[k]++
 		}
 	}
 	return p

@@ -193,6 +193,8 @@ func (w *world) runAll(ctx context.Context, seed uint64, o Options) ([][]*nodeRe
 					if w.modes[mi].method == report.MethodRotation {
 						r.rot = w.rotationStats(w.modes[mi], ni, r)
 					}
+					b := wk.bufsOf(mi)
+					b.gv, b.cells = r.gv, r.cells
 					r.shrink(w)
 					results[mi][ni] = r
 				}

@@ -309,13 +309,12 @@ func (w *world) firstPacketNode(mi, ni int, nr *nodeResult) report.FirstPacket {
 	if md.mode != engine.IPTables {
 		return report.FirstPacket{}
 	}
-	nn := len(w.nodes)
 	in := make([]cost.ServicePortInput, len(w.svcs))
 	weights := make([]float64, len(w.svcs))
 	total := 0.0
 	for s := range w.svcs {
 		sv := &w.svcs[s]
-		in[s] = inputOf(sv.name, md.rules[int(sv.gvs[0])*nn+ni])
+		in[s] = inputOf(sv.name, md.ruleAt(int(sv.gvs[0]), ni))
 		for _, g := range sv.gvs {
 			weights[s] += float64(nr.gv[g].Total - nr.gv[g].Established)
 		}

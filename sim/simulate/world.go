@@ -102,12 +102,18 @@ func (o *outcome) allows(ep int32) bool {
 
 // modeData is what one mode's runs share.
 type modeData struct {
-	name  cluster.Mode
-	mode  engine.Mode
-	ncfg  engine.NodeConfig
-	scfg  engine.SyncConfig
-	rules []*engine.Rules // [gv*nodes+node]
-	out   []int32         // [gv*nodes+node] → outcomes
+	name cluster.Mode
+	mode engine.Mode
+	ncfg engine.NodeConfig
+	scfg engine.SyncConfig
+	// rules and out are each version's rules and outcome (an index in
+	// outs) on each node: one entry for a version that is the same on
+	// every node, one per node for a node-dependent one, from at[g]
+	// (ruleAt, outAt).
+	rules []*engine.Rules
+	out   []int32
+	at    []int32
+	dep   []bool
 	outs  []outcome
 	// eligible is, per version, the number of endpoints the oracle allows
 	// from at least one node.
@@ -126,6 +132,20 @@ type modeData struct {
 	// with the longest full sync (nil without a model).
 	fullEst, partEst *cost.Estimate
 }
+
+// slot is the index of version g on node ni in rules and out.
+func (md *modeData) slot(g, ni int) int {
+	if md.dep[g] {
+		return int(md.at[g]) + ni
+	}
+	return int(md.at[g])
+}
+
+// ruleAt is version g's rules on node ni.
+func (md *modeData) ruleAt(g, ni int) *engine.Rules { return md.rules[md.slot(g, ni)] }
+
+// outAt is the index in outs of version g's outcome on node ni.
+func (md *modeData) outAt(g, ni int) int32 { return md.out[md.slot(g, ni)] }
 
 // apiTimeout bounds the wait for the informers after an API write.
 const apiTimeout = 30 * time.Second
@@ -250,8 +270,9 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 		sv.index = make(map[string]int32, len(sv.eps))
 		for i, ap := range sv.eps {
 			sv.ids.ID(ap)
-			sv.names = append(sv.names, ap.String())
-			sv.index[ap.String()] = int32(i)
+			name := ap.String()
+			sv.names = append(sv.names, name)
+			sv.index[name] = int32(i)
 		}
 		sv.unionOff = w.unionCells
 		w.unionCells += int32(len(sv.eps))
@@ -333,21 +354,40 @@ func (w *world) buildMode(name cluster.Mode, o Options) (*modeData, error) {
 // counts the endpoints allowed from at least one node.
 func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 	nn := len(w.nodes)
-	md.rules = make([]*engine.Rules, len(w.gvs)*nn)
-	md.out = make([]int32, len(w.gvs)*nn)
+	md.at = make([]int32, len(w.gvs))
+	md.dep = make([]bool, len(w.gvs))
+	size := 0
+	for g := range w.gvs {
+		md.at[g], md.dep[g] = int32(size), w.gvs[g].nodeDep
+		size++
+		if md.dep[g] {
+			size += nn - 1
+		}
+	}
+	md.rules = make([]*engine.Rules, size)
+	md.out = make([]int32, size)
 	md.eligible = make([]int, len(w.gvs))
 	for g := range w.gvs {
 		gi := &w.gvs[g]
 		sv := &w.svcs[gi.svc]
 		words := (len(sv.eps) + 63) / 64
 		union := make([]uint64, words)
-		var shared *engine.Rules
-		sharedOut := int32(-1)
+		var seen map[string]int // node-dependent: node view → first node with it
+		if gi.nodeDep {
+			seen = map[string]int{}
+		}
 		for ni, nd := range w.nodes {
-			k := g*nn + ni
-			if !gi.nodeDep && shared != nil {
-				md.rules[k], md.out[k] = shared, sharedOut
-				continue
+			k := md.slot(g, ni)
+			if !gi.nodeDep && ni > 0 {
+				break // one entry serves every node
+			}
+			if gi.nodeDep {
+				key := nodeView(gi.eps, nd)
+				if first, ok := seen[key]; ok {
+					md.rules[k], md.out[k] = md.ruleAt(g, first), md.outAt(g, first)
+					continue
+				}
+				seen[key] = ni
 			}
 			r := engine.Render(md.mode, gi.sp, gi.eps, nd.name, nd.zone, sv.ids, engine.RenderOptions{})
 			oc, err := expectOutcome(or, md.name, gi, sv, nd, words)
@@ -358,14 +398,42 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 				union[i] |= oc.allowed[i]
 			}
 			md.outs = append(md.outs, oc)
-			shared, sharedOut = &r, int32(len(md.outs)-1)
-			md.rules[k], md.out[k] = shared, sharedOut
+			md.rules[k], md.out[k] = &r, int32(len(md.outs)-1)
 		}
 		for _, x := range union {
 			md.eligible[g] += popcount(x)
 		}
 	}
 	return nil
+}
+
+// nodeView is what rendering and the oracle see of a node for a version's
+// endpoints: its zone, and which endpoints are on it or hinted to it. They
+// read the node's name only by comparing it with those fields (the
+// categorizer's and the oracle's local and topology sets), and neither the
+// rules nor the compact outcome keep a text naming the node, so nodes with
+// the same view get the same rules and outcome: rendered once, shared. At
+// 30,000 Services with 5% internalTrafficPolicy Local over 100 nodes this
+// is 450,000 renders and oracle calls fewer, and their memory.
+func nodeView(eps []*cluster.Endpoint, nd nodeInfo) string {
+	b := make([]byte, 0, len(nd.zone)+1+(2*len(eps)+7)/8)
+	b = append(b, nd.zone...)
+	b = append(b, 0)
+	var acc byte
+	for i, e := range eps {
+		bit := 2 * (i % 4)
+		if e.NodeName == nd.name {
+			acc |= 1 << bit
+		}
+		if slices.Contains(e.NodeHints, nd.name) {
+			acc |= 2 << bit
+		}
+		if i%4 == 3 || i == len(eps)-1 {
+			b = append(b, acc)
+			acc = 0
+		}
+	}
+	return string(b)
 }
 
 // expectOutcome is the oracle's verdict for one version on one node, with
@@ -451,10 +519,10 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 			md.cal = "none: " + err.Error()
 		}
 	}
+	in := make([]cost.ServicePortInput, len(w.svcs)) // refilled per node
 	for ni := range w.nodes {
-		in := make([]cost.ServicePortInput, len(w.svcs))
 		for s := range w.svcs {
-			r := md.rules[int(w.svcs[s].gvs[0])*nn+ni]
+			r := md.ruleAt(int(w.svcs[s].gvs[0]), ni)
 			in[s] = inputOf(w.svcs[s].name, r)
 		}
 		c := cost.Count(md.name, in, true)
