@@ -45,8 +45,7 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 	if err := iptables.CheckTools(o.IPTablesVariant, true); err != nil {
 		return nil, err
 	}
-	cfg := Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")},
-		IPTablesVariant: o.IPTablesVariant, GracefulCheckPeriod: -1}
+	cfg := calibrationConfig(o.IPTablesVariant)
 	cal, err := calibrate.Run(ctx, calibrate.Target{
 		Mode: cluster.ModeIPVS, Variant: CalibrateVariant, Synthetic: calibrate.Synthetic, ResyncFull: true,
 		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) { return NewBackend(ns, cfg) },
@@ -55,4 +54,11 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 		return nil, fmt.Errorf("ipvs calibration: %w", err)
 	}
 	return cal, nil
+}
+
+// calibrationConfig is the node the synthetic Services are programmed on
+// (calibrate.Synthetic's node-1 and pod range); no graceful-deletion loop.
+func calibrationConfig(variant string) Config {
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")},
+		IPTablesVariant: variant, GracefulCheckPeriod: -1}
 }
