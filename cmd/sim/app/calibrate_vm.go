@@ -111,6 +111,9 @@ func applyEmulation(s Streams, f *calibrateFlags, out []*calibrate.Calibration) 
 		fmt.Fprintf(s.Err, "emulation: %5d x %d: VM %.3f s, host %.3f s, ratio %.2f\n", r.Services, r.Endpoints, r.VM, r.Host, r.Ratio)
 	}
 	fmt.Fprintf(s.Err, "emulation: ratio applied %.2f (range %.2f-%.2f)\n", e.Ratio, e.Low, e.High)
+	if e.High > 1.5*e.Low {
+		fmt.Fprintf(s.Err, "emulation: the ratio is not constant across sizes (%.2f to %.2f): the range is the band, read the per-size ratios above\n", e.Low, e.High)
+	}
 	for _, c := range out {
 		c.Emulation = e
 	}
