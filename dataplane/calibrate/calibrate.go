@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os/exec"
 	"runtime"
@@ -20,6 +21,7 @@ import (
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/cost"
 )
 
 // Point is one measured size, in the JSON shape the simulator's
@@ -38,15 +40,26 @@ type Point struct {
 	PartialOverFull   float64 `json:"partialOverFull"`
 	RestoreBytes      int     `json:"restoreBytes"`
 	Runs              int     `json:"runs"`
+	// IncrementalSeconds is, for a target whose second figure is a full
+	// resync (Target.ResyncFull), this repository's incremental sync of
+	// the same one-endpoint change: what a proxier that diffs could pay.
+	IncrementalSeconds float64 `json:"incrementalSyncSeconds,omitempty"`
 }
 
 // Calibration is sync time against size for one variant.
 type Calibration struct {
-	Mode    cluster.Mode `json:"mode"`
-	Variant string       `json:"variant"`
-	Kernel  string       `json:"kernel,omitempty"`
-	Source  string       `json:"source"`
-	Points  []Point      `json:"points"`
+	// Emulation is set when the points were measured on an emulated CPU
+	// (the microVM under TCG): the VM/host ratio of a reference
+	// calibration (sim/cost.Emulation).
+	Emulation *cost.Emulation `json:"emulation,omitempty"`
+	Mode      cluster.Mode    `json:"mode"`
+	Variant   string          `json:"variant"`
+	Kernel    string          `json:"kernel,omitempty"`
+	// Machine says where the points were measured when not on this host's
+	// kernel, e.g. "qemu microVM, TCG, 2 vCPUs, 1024 MB".
+	Machine string  `json:"machine,omitempty"`
+	Source  string  `json:"source"`
+	Points  []Point `json:"points"`
 }
 
 // Median is the median of v (the upper one for an even count).
@@ -66,12 +79,20 @@ type Target struct {
 	// Text returns the exact text the full sync of st sends; it is called
 	// right after that sync, with its backend.
 	Text func(b dataplane.Backend, st *cluster.State) (string, error)
-	// Raw returns the command that loads text raw (it reads stdin).
+	// Raw returns the command that loads text raw (it reads stdin); nil
+	// when the mode has no single text to load (IPVS: netlink, ipsets
+	// and a constant iptables set), and then Text may be nil too.
 	Raw func(ctx context.Context) *exec.Cmd
 	// PrepareRaw, when set, readies the raw load's fresh namespace with
 	// what the backend creates before its first sync outside the text
 	// (iptables: kube-proxy's nfacct counters, which the text matches).
 	PrepareRaw func(ns *netns.Namespace) error
+	// ResyncFull makes the second figure a full resync after the one
+	// endpoint change (kube-proxy's IPVS proxier has no partial sync: it
+	// rebuilds every ipset and queries every virtual server each time);
+	// this repository's incremental sync is then measured too
+	// (Point.IncrementalSeconds).
+	ResyncFull bool
 	// Synthetic builds n Services of k ready endpoints on node "node-1".
 	Synthetic func(n, k int) *cluster.State
 }
@@ -83,7 +104,7 @@ func Run(ctx context.Context, t Target, sizes []int, endpoints, runs int, log fu
 	out := &Calibration{Mode: t.Mode, Variant: t.Variant, Source: "sim calibrate --mode " + string(t.Mode)}
 	for _, n := range sizes {
 		st := t.Synthetic(n, endpoints)
-		var full, partial, raw []float64
+		var full, partial, raw, incr []float64
 		var bytesN, objects int
 		for r := 0; r < runs; r++ {
 			if ctx.Err() != nil {
@@ -93,13 +114,18 @@ func Run(ctx context.Context, t Target, sizes []int, endpoints, runs int, log fu
 			if err != nil {
 				return nil, err
 			}
-			full, partial, raw = append(full, m.full), append(partial, m.partial), append(raw, m.raw)
+			full, partial, raw, incr = append(full, m.full), append(partial, m.partial), append(raw, m.raw), append(incr, m.incremental)
 			bytesN, objects = m.bytes, m.objects
 			runtime.GC()
 		}
 		pt := Point{Services: n, EndpointsPerService: endpoints, Objects: objects, FullSeconds: Median(full),
 			PartialSeconds: Median(partial), RawRestoreSeconds: Median(raw), RestoreBytes: bytesN, Runs: runs}
-		pt.Ratio = pt.FullSeconds / pt.RawRestoreSeconds
+		if t.ResyncFull {
+			pt.IncrementalSeconds = Median(incr)
+		}
+		if pt.RawRestoreSeconds > 0 {
+			pt.Ratio = pt.FullSeconds / pt.RawRestoreSeconds
+		}
 		pt.PartialOverFull = pt.PartialSeconds / pt.FullSeconds
 		if log != nil {
 			log("%s-%s %5d services x %d: full %.3fs (raw %.3fs, ratio %.3f), partial %.4fs (%.2f%% of full), %d objects\n",
@@ -111,8 +137,8 @@ func Run(ctx context.Context, t Target, sizes []int, endpoints, runs int, log fu
 }
 
 type measurement struct {
-	full, partial, raw float64
-	bytes, objects     int
+	full, partial, raw, incremental float64
+	bytes, objects                  int
 }
 
 // oneNode builds a topology of a single node namespace (no pods).
@@ -141,25 +167,40 @@ func measureOnce(ctx context.Context, t Target, st *cluster.State) (measurement,
 	if err != nil {
 		return m, err
 	}
+	if c, ok := b.(io.Closer); ok {
+		defer c.Close() // IPVS: its sockets and graceful-deletion loop
+	}
 	res, err := b.Sync(st, nil, true)
 	if err != nil {
 		return m, err
 	}
 	m.full, m.bytes, m.objects = res.Duration.Seconds(), res.Bytes, res.Lines
-	text, err := t.Text(b, st)
-	if err != nil {
-		return m, err
+	var text string
+	if t.Text != nil {
+		if text, err = t.Text(b, st); err != nil {
+			return m, err
+		}
 	}
 	// One endpoint of the first Service becomes not ready.
 	first := st.SortedServicePorts()[0]
 	ep := st.Endpoints[first][0]
 	ep.Ready, ep.Serving = false, false
-	res, err = b.Sync(st, []cluster.ServicePortName{first}, false)
+	res, err = b.Sync(st, []cluster.ServicePortName{first}, t.ResyncFull)
 	ep.Ready, ep.Serving = true, true
 	if err != nil {
 		return m, err
 	}
 	m.partial = res.Duration.Seconds()
+	if t.ResyncFull {
+		// The endpoint comes back through the incremental path.
+		if res, err = b.Sync(st, []cluster.ServicePortName{first}, false); err != nil {
+			return m, err
+		}
+		m.incremental = res.Duration.Seconds()
+	}
+	if t.Raw == nil {
+		return m, nil
+	}
 
 	// The raw floor: the same text into a fresh namespace.
 	topo2, ns2, err := oneNode(ctx)

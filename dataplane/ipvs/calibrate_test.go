@@ -1,0 +1,67 @@
+package ipvs
+
+import (
+	"testing"
+
+	"github.com/kpsim/kpsim/dataplane/calibrate"
+	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/cost"
+)
+
+// The syncs Calibrate measures, on the fakes: the synthetic Services become
+// one virtual server each with all their real servers, kube-proxy's full
+// resync after one endpoint leaves takes it out, and the incremental sync
+// brings it back. The object counts are the cost model's (cost.Count).
+func TestCalibrationSyncs(t *testing.T) {
+	const n, k = 50, 4
+	f := newFakes(t, calibrationConfig("legacy"))
+	st := calibrate.Synthetic(n, k)
+	f.sync(t, st, true)
+	vs, rs := f.counts(t)
+	want := cost.Count(cluster.ModeIPVS, inputs(n, k), true)
+	if vs != want.VirtualServers || rs != want.RealServers || vs != n || rs != n*k {
+		t.Fatalf("full sync: %d virtual, %d real servers; want %d, %d (cost.Count %d, %d)", vs, rs, n, n*k, want.VirtualServers, want.RealServers)
+	}
+	first := st.SortedServicePorts()[0]
+	e := st.Endpoints[first][0]
+	e.Ready, e.Serving = false, false
+	if _, err := f.b.Sync(st, []cluster.ServicePortName{first}, true); err != nil {
+		t.Fatal(err)
+	}
+	// A leaving TCP real server without connections is deleted at once.
+	if _, rs := f.counts(t); rs != n*k-1 {
+		t.Errorf("after the resync: %d real servers, want %d", rs, n*k-1)
+	}
+	e.Ready, e.Serving = true, true
+	res, err := f.b.Sync(st, []cluster.ServicePortName{first}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, rs := f.counts(t); rs != n*k || res.Full {
+		t.Errorf("after the incremental sync: %d real servers (full %v), want %d, not full", rs, res.Full, n*k)
+	}
+}
+
+func inputs(n, k int) []cost.ServicePortInput {
+	in := make([]cost.ServicePortInput, n)
+	for i := range in {
+		in[i] = cost.ServicePortInput{Endpoints: k, Reachable: k}
+	}
+	return in
+}
+
+func (f *fakes) counts(t *testing.T) (vs, rs int) {
+	t.Helper()
+	svcs, err := f.ipvs.GetServices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs {
+		d, err := f.ipvs.GetDestinations(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs, rs = vs+1, rs+len(d)
+	}
+	return vs, rs
+}
