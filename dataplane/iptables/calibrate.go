@@ -39,10 +39,11 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 		// the backend creates before its full sync; a fresh namespace
 		// has none and the restore would fail on that rule.
 		PrepareRaw: func(ns *netns.Namespace) error {
+			// As the backend does (ensureNFAcct): a counter this kernel
+			// cannot create (no nfnetlink_acct, as in the microVM's) is
+			// one the backend's text does not match either.
 			for _, name := range NFAcctCounters {
-				if err := NFAcctEnsure(ns, name); err != nil {
-					return err
-				}
+				_ = NFAcctEnsure(ns, name)
 			}
 			return nil
 		},
