@@ -420,13 +420,25 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 # capacity-results regenerates the model side of results/capacity/README.md's
-# comparison with published figures: sim capacity's JSON over the published
-# sizes, and results/capacity/model.md from it (model-columns.sh, jq).
-# SCENARIO picks another shape (the README says which rows need one).
-SCENARIO ?= scenarios/1000-services.yaml
+# comparison with published figures: sim capacity's JSON (and its table, the
+# figures as sim capacity prints them) for each shape the rows need, and
+# results/capacity/model.md from the JSON (model-columns.sh, jq; exit 3 when
+# jq is missing: install the Debian package jq). No root, a few seconds each.
+# The table's last line (sweep wall time, on stdout) is dropped: same seed,
+# same bytes.
+CAPACITY_RUNS = \
+	capacity:scenarios/1000-services.yaml:100,1000,5000,10000,30000 \
+	clusterip-10:results/capacity/scenarios/clusterip-10.yaml:100,1000,5000,10000,30000 \
+	clusterip-50:results/capacity/scenarios/clusterip-50.yaml:5006 \
+	clusterip-1:results/capacity/scenarios/clusterip-1.yaml:44125
 capacity-results: sim
-	$(BIN) capacity $(SCENARIO) --sizes 100,1000,5000,10000,30000 -o json > results/capacity/capacity.json
-	sh results/capacity/model-columns.sh results/capacity/capacity.json > results/capacity/model.md
+	@command -v jq >/dev/null || { echo "capacity-results: jq is missing (Debian package jq)" >&2; exit 3; }
+	set -eo pipefail; for r in $(CAPACITY_RUNS); do \
+		name=$${r%%:*}; rest=$${r#*:}; file=$${rest%%:*}; sizes=$${rest#*:}; \
+		$(BIN) capacity $$file --sizes $$sizes --progress never -o json > results/capacity/$$name.json; \
+		$(BIN) capacity $$file --sizes $$sizes --progress never -o table | sed '/^swept .* s wall; seed /d' > results/capacity/$$name.txt; \
+	done
+	sh results/capacity/model-columns.sh $(foreach r,$(CAPACITY_RUNS),results/capacity/$(firstword $(subst :, ,$(r))).json) > results/capacity/model.md
 
 # results regenerates results/1000-services/ with the tool: report.json (the
 # same seed gives the same bytes), report.md and the PNG plots. Never edit
