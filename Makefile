@@ -436,7 +436,7 @@ capacity-results: sim
 	set -eo pipefail; for r in $(CAPACITY_RUNS); do \
 		name=$${r%%:*}; rest=$${r#*:}; file=$${rest%%:*}; sizes=$${rest#*:}; \
 		$(BIN) capacity $$file --sizes $$sizes --progress never -o json > results/capacity/$$name.json; \
-		$(BIN) capacity $$file --sizes $$sizes --progress never -o table | sed '/^swept .* s wall; seed /d' > results/capacity/$$name.txt; \
+		$(BIN) capacity $$file --sizes $$sizes --progress never -o table > results/capacity/$$name.txt; \
 	done
 	sh results/capacity/model-columns.sh $(foreach r,$(CAPACITY_RUNS),results/capacity/$(firstword $(subst :, ,$(r))).json) > results/capacity/model.md
 

@@ -172,10 +172,9 @@ func runCapacity(s Streams, file string, o capacity.Options, f capacityFlags) er
 	if err != nil {
 		return err
 	}
+	// Run-time facts go to stderr, so that the output is the same for the
+	// same input.
 	info := s.Err
-	if f.output == "table" {
-		info = s.Out
-	}
 	fmt.Fprintf(info, "swept %d size(s) x %d mode(s) in %.2f s wall; seed %d\n", len(res.Sizes), len(res.Models), time.Since(start).Seconds(), res.Seed)
 	if len(written) > 0 {
 		fmt.Fprintf(info, "wrote %s\n", strings.Join(written, ", "))
