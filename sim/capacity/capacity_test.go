@@ -198,3 +198,33 @@ func TestNoGenerateIsBadInput(t *testing.T) {
 		t.Errorf("got %v, want a scenario error naming the file", err)
 	}
 }
+
+// TestBandsHoldEstimates: every band a sweep prints holds its estimate
+// (sync times, and the programming-latency p99, whose runs at the band's
+// ends need not bracket it).
+func TestBandsHoldEstimates(t *testing.T) {
+	cals, err := cost.LoadCalibrations("../../results/calibration")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := scenario.LoadFile("../../results/capacity/scenarios/clusterip-10.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), l, Options{Sizes: []int{100, 1000, 5000}, Calibrations: cals})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sz := range res.Sizes {
+		for _, r := range sz.Rows {
+			for name, e := range map[string]cost.Estimate{"full": r.FullSync, "partial": r.PartialSync} {
+				if !(e.Low <= e.Seconds && e.Seconds <= e.High) {
+					t.Errorf("%d %s %s sync: %g outside its band %g-%g", sz.Services, r.Variant, name, e.Seconds, e.Low, e.High)
+				}
+			}
+			if l := r.Latency; l != nil && !(l.P99Low <= l.P99 && l.P99 <= l.P99High) {
+				t.Errorf("%d %s: programming latency p99 %g outside its band %g-%g", sz.Services, r.Variant, l.P99, l.P99Low, l.P99High)
+			}
+		}
+	}
+}

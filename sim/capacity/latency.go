@@ -37,8 +37,8 @@ func latencyEvents(rate float64) int {
 type Latency struct {
 	P50 float64 `json:"p50Seconds"`
 	P99 float64 `json:"p99Seconds"`
-	// P99Low and P99High are the p99 with the sync times at their bands'
-	// low and high ends.
+	// P99Low and P99High bound the p99: the envelope of the p99 with the
+	// sync times at their estimate and at their bands' low and high ends.
 	P99Low  float64 `json:"p99LowSeconds"`
 	P99High float64 `json:"p99HighSeconds"`
 	// EventsPerSecond is the rate of the stream; Events its length and
