@@ -38,6 +38,9 @@ var layers = map[string]int{
 	"dataplane/backends": 5, "dataplane/dataplanetest": 5, "sim/report": 5, "sim/simulate": 5, "harness/topology": 5, "harness/diagnose": 5,
 	// L6: the harness's runs.
 	"harness/conform": 6, "harness/soak": 6, "harness/differential": 6,
+	// L6 too: the diagnose round trip that tests of harness/diagnose and
+	// harness/conform share (test support, no command links it).
+	"harness/internal/diagnosetest": 6,
 	// L7: the microVM.
 	"harness/vm": 7,
 	// L8-9: the command.

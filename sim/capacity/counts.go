@@ -41,7 +41,7 @@ func countNodes(mode cluster.Mode, st *cluster.State) (nodeCounts, error) {
 			continue
 		}
 		r := engine.Render(em, sp, eps, "", "", ids[i], engine.RenderOptions{})
-		shared[i] = inputOf(name, &r)
+		shared[i] = r.CostInput(name)
 	}
 	in := slices.Clone(shared)
 	all := make([]cost.Counts, len(nodes))
@@ -56,7 +56,7 @@ func countNodes(mode cluster.Mode, st *cluster.State) (nodeCounts, error) {
 		for k, i := range dep {
 			in[i] = cache[k].get(node, zone, func() cost.ServicePortInput {
 				r := engine.Render(em, st.Services[names[i]], st.Endpoints[names[i]], node, zone, ids[i], engine.RenderOptions{})
-				return inputOf(names[i], &r)
+				return r.CostInput(names[i])
 			})
 		}
 		all[ni] = cost.Count(mode, in, true)
@@ -115,19 +115,3 @@ func nodeDependent(sp *cluster.ServicePort, eps []*cluster.Endpoint) bool {
 	})
 }
 
-// inputOf describes a node's rules for one service port to the cost model
-// (the same reading as sim/simulate's).
-func inputOf(name cluster.ServicePortName, r *engine.Rules) cost.ServicePortInput {
-	in := cost.ServicePortInput{Name: name}
-	switch r.Verdict {
-	case engine.Reject:
-		in.Reject = true
-	case engine.Drop:
-		in.Drop = true
-	default:
-		in.Endpoints = len(r.Backends)
-		in.Reachable = len(r.Backends)
-		in.Affinity = r.AffinityTimeout > 0
-	}
-	return in
-}

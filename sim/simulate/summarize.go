@@ -314,7 +314,7 @@ func (w *world) firstPacketNode(mi, ni int, nr *nodeResult) report.FirstPacket {
 	total := 0.0
 	for s := range w.svcs {
 		sv := &w.svcs[s]
-		in[s] = inputOf(sv.name, md.ruleAt(int(sv.gvs[0]), ni))
+		in[s] = md.ruleAt(int(sv.gvs[0]), ni).CostInput(sv.name)
 		for _, g := range sv.gvs {
 			weights[s] += float64(nr.gv[g].Total - nr.gv[g].Established)
 		}

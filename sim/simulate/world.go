@@ -523,7 +523,7 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 	for ni := range w.nodes {
 		for s := range w.svcs {
 			r := md.ruleAt(int(w.svcs[s].gvs[0]), ni)
-			in[s] = inputOf(w.svcs[s].name, r)
+			in[s] = r.CostInput(w.svcs[s].name)
 		}
 		c := cost.Count(md.name, in, true)
 		md.counts[ni] = c
@@ -556,22 +556,6 @@ func popcount(x uint64) int {
 		n++
 	}
 	return n
-}
-
-// inputOf describes a node's rules for one service port to the cost model.
-func inputOf(name cluster.ServicePortName, r *engine.Rules) cost.ServicePortInput {
-	in := cost.ServicePortInput{Name: name}
-	switch r.Verdict {
-	case engine.Reject:
-		in.Reject = true
-	case engine.Drop:
-		in.Drop = true
-	default:
-		in.Endpoints = len(r.Backends)
-		in.Reachable = len(r.Backends)
-		in.Affinity = r.AffinityTimeout > 0
-	}
-	return in
 }
 
 // pickTimeline chooses the service port the timeline plot follows: the

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -124,17 +123,11 @@ func runCapacity(s Streams, file string, o capacity.Options, f capacityFlags) er
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()
-	if f.cpuprofile != "" {
-		pf, err := os.Create(f.cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(f.cpuprofile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	l, err := scenario.LoadFile(file)
 	if err != nil {
 		return err

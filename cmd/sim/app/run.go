@@ -111,17 +111,11 @@ func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	start := time.Now()
-	if f.cpuprofile != "" {
-		pf, err := os.Create(f.cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(f.cpuprofile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if f.memprofile != "" {
 		defer writeHeapProfile(f.memprofile)
 	}
@@ -237,6 +231,27 @@ func (p *progress) done() {
 	if p.drawn {
 		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 90))
 	}
+}
+
+// startCPUProfile starts the hidden --cpuprofile flag's profile into path
+// (nothing when it is empty); the returned func stops it and closes the
+// file.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
 }
 
 // writeHeapProfile writes the heap profile (allocations since the start:
