@@ -114,4 +114,3 @@ func nodeDependent(sp *cluster.ServicePort, eps []*cluster.Endpoint) bool {
 		return len(e.ZoneHints) > 0 || len(e.NodeHints) > 0
 	})
 }
-
