@@ -39,10 +39,8 @@ func ScenarioConfig(exp *scenario.Expanded, mode cluster.Mode, nodes []string) (
 	for _, n := range exp.Nodes {
 		byName[n.Name] = n
 		names = append(names, n.Name)
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				addrs[n.Name], _ = netip.ParseAddr(a.Address)
-			}
+		if ip, ok := scenario.NodeIPv4(n); ok {
+			addrs[n.Name] = ip
 		}
 	}
 	slices.Sort(names)
@@ -67,3 +65,4 @@ func ScenarioConfig(exp *scenario.Expanded, mode cluster.Mode, nodes []string) (
 	}
 	return cfg, nil
 }
+

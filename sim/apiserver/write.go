@@ -76,6 +76,7 @@ func Seed(ctx context.Context, client kubernetes.Interface, exp *scenario.Expand
 // create keeps the status on kube-apiserver 1.37; an update never does).
 func seedNode(ctx context.Context, client kubernetes.Interface, want *corev1.Node, o SeedOptions) (int, error) {
 	want = want.DeepCopy()
+	forCreate(&want.ObjectMeta)
 	if a, ok := o.NodeAddrs[want.Name]; ok {
 		want.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.String()}}
 	}
@@ -231,6 +232,7 @@ func upsertService(ctx context.Context, client kubernetes.Interface, want *corev
 // controllers through the status subresource, dropped on create).
 func forAPI(s *corev1.Service) *corev1.Service {
 	s = s.DeepCopy()
+	forCreate(&s.ObjectMeta)
 	external := s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer ||
 		(s.Spec.Type == corev1.ServiceTypeClusterIP || s.Spec.Type == "") && len(s.Spec.ExternalIPs) > 0
 	if !external {
@@ -238,6 +240,17 @@ func forAPI(s *corev1.Service) *corev1.Service {
 	}
 	s.Status = corev1.ServiceStatus{}
 	return s
+}
+
+// forCreate clears what the API server sets on an object and refuses on a
+// create: the fields of metadata another API server wrote (an object read
+// from a real cluster's `kubectl get -o yaml` carries them). Owner
+// references go too: their UIDs name objects of that other cluster, and a
+// garbage collector would delete what they point from.
+func forCreate(m *metav1.ObjectMeta) {
+	m.ResourceVersion, m.UID, m.SelfLink, m.Generation = "", "", "", 0
+	m.CreationTimestamp, m.DeletionTimestamp, m.DeletionGracePeriodSeconds = metav1.Time{}, nil, nil
+	m.ManagedFields, m.OwnerReferences = nil, nil
 }
 
 // mergeService is the update of cur (the API's copy) to want: want's labels,
@@ -308,7 +321,7 @@ func mergeService(cur, want *corev1.Service) *corev1.Service {
 func upsertSlice(ctx context.Context, client kubernetes.Interface, want *discoveryv1.EndpointSlice) error {
 	api := client.DiscoveryV1().EndpointSlices(want.Namespace)
 	x := want.DeepCopy()
-	x.ResourceVersion = ""
+	forCreate(&x.ObjectMeta)
 	stampTrigger(x)
 	_, err := api.Create(ctx, x, metav1.CreateOptions{})
 	if err == nil {

@@ -426,3 +426,55 @@ func TestSeedErrors(t *testing.T) {
 		t.Errorf("error %v: want the namespace being deleted named", err)
 	}
 }
+
+// TestSeedRealClusterExport seeds what `kubectl get -o yaml` printed for a
+// real cluster (resourceVersion, uid, creationTimestamp, managedFields and
+// owner references on every object) into a fake that refuses a create
+// carrying them, as kube-apiserver does ("resourceVersion should not be set
+// on objects to be created").
+func TestSeedRealClusterExport(t *testing.T) {
+	for _, file := range []string{"../../scenarios/testdata/import/kind.yaml", "../../scenarios/testdata/import/kubeadm.yaml"} {
+		_, exp := expand(t, file)
+		server := 0
+		for _, s := range exp.Slices {
+			if s.ResourceVersion != "" || s.UID != "" || len(s.OwnerReferences) > 0 {
+				server++
+			}
+		}
+		if server == 0 {
+			t.Fatalf("%s: no slice carries server-set metadata: the test would pass by construction", file)
+		}
+		client := fake.NewSimpleClientset()
+		client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			m, err := meta(a.(k8stesting.CreateAction).GetObject())
+			if err != nil {
+				return true, nil, err
+			}
+			if m.ResourceVersion != "" || m.UID != "" || !m.CreationTimestamp.IsZero() || len(m.ManagedFields) > 0 || len(m.OwnerReferences) > 0 {
+				return true, nil, apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
+			}
+			return false, nil, nil
+		})
+		n, err := Seed(context.Background(), client, exp, SeedOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if want := len(exp.Nodes) + len(exp.Services) + len(exp.Slices); n < want {
+			t.Errorf("%s: %d writes, want at least %d", file, n, want)
+		}
+	}
+}
+
+func meta(o runtime.Object) (*metav1.ObjectMeta, error) {
+	switch x := o.(type) {
+	case *corev1.Node:
+		return &x.ObjectMeta, nil
+	case *corev1.Service:
+		return &x.ObjectMeta, nil
+	case *corev1.Namespace:
+		return &x.ObjectMeta, nil
+	case *discoveryv1.EndpointSlice:
+		return &x.ObjectMeta, nil
+	}
+	return nil, apierrors.NewBadRequest("unexpected kind")
+}

@@ -136,6 +136,10 @@ func TestImportKubeadm(t *testing.T) {
 	if cart == nil || !strings.Contains(cart.Spec.ClusterIP, ".") || len(cart.Spec.ClusterIPs) != 1 || cart.Spec.ClusterIPs[0] != cart.Spec.ClusterIP {
 		t.Fatalf("dual-stack Service not reduced to its IPv4 part: %+v", cart)
 	}
+	// RequireDualStack with one ClusterIP is what an API server refuses.
+	if p := cart.Spec.IPFamilyPolicy; p == nil || *p != corev1.IPFamilyPolicySingleStack {
+		t.Errorf("dual-stack Service reduced to IPv4 keeps ipFamilyPolicy %v, want SingleStack", p)
+	}
 	for _, s := range sliceOf(e, "shop", "cart") {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 {
 			t.Errorf("IPv6 slice %s kept", s.Name)

@@ -583,6 +583,12 @@ func (v *validator) clusterIP(path, key string, s *corev1.Service, ref *svcRef) 
 		}
 		s.Spec.ClusterIPs = v4
 		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+		// One family left: RequireDualStack would now be invalid (an API
+		// server refuses it with one ClusterIP).
+		if p := s.Spec.IPFamilyPolicy; p != nil && *p == corev1.IPFamilyPolicyRequireDualStack {
+			single := corev1.IPFamilyPolicySingleStack
+			s.Spec.IPFamilyPolicy = &single
+		}
 	}
 	if s.Spec.ClusterIP != "" && s.Spec.ClusterIP != corev1.ClusterIPNone {
 		a, err := netip.ParseAddr(s.Spec.ClusterIP)
