@@ -65,4 +65,3 @@ func ScenarioConfig(exp *scenario.Expanded, mode cluster.Mode, nodes []string) (
 	}
 	return cfg, nil
 }
-
