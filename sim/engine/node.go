@@ -124,33 +124,32 @@ func (n *Node) ReserveServices(k int) {
 	n.slabNext = max(n.slabNext, k)
 }
 
+// fromBlock takes the next element of *block, allocating a new block of
+// size elements when it is used up.
+func fromBlock[T any](block *[]T, size int) *T {
+	if len(*block) == 0 {
+		*block = make([]T, size)
+	}
+	e := &(*block)[0]
+	*block = (*block)[1:]
+	return e
+}
+
 // newEngine is NewEngine(n.cfg, n.rng), the engine taken from the node's
 // current block.
 func (n *Node) newEngine() Engine {
 	size := min(max(n.slabNext, 16), 4096)
 	switch n.cfg.Mode {
 	case IPTables:
-		if len(n.slabIPT) == 0 {
-			n.slabIPT = make([]IPTablesEngine, size)
-		}
-		e := &n.slabIPT[0]
-		n.slabIPT = n.slabIPT[1:]
+		e := fromBlock(&n.slabIPT, size)
 		e.init(n.rng, n.cfg.IPTables)
 		return e
 	case NFTables:
-		if len(n.slabNFT) == 0 {
-			n.slabNFT = make([]NFTablesEngine, size)
-		}
-		e := &n.slabNFT[0]
-		n.slabNFT = n.slabNFT[1:]
+		e := fromBlock(&n.slabNFT, size)
 		e.init(n.rng, n.cfg.NFTables)
 		return e
 	case IPVS:
-		if len(n.slabIPVS) == 0 {
-			n.slabIPVS = make([]IPVSEngine, size)
-		}
-		e := &n.slabIPVS[0]
-		n.slabIPVS = n.slabIPVS[1:]
+		e := fromBlock(&n.slabIPVS, size)
 		if err := e.init(n.rng, n.cfg.IPVS); err != nil {
 			panic(err) // NewNode checked the scheduler
 		}
