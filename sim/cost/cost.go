@@ -17,20 +17,25 @@
 // features come from Count on the point's synthetic cluster (N Services x
 // E endpoints), the same axes a simulated node has:
 //
-//   - iptables, legacy backend (iptables-legacy-restore): a + b*lines.
-//     libiptc parses the text and replaces each table's blob with one
-//     setsockopt; both are linear in the restore's lines.
+//   - iptables, legacy backend (iptables-legacy-restore): a + b*lines +
+//     c*lines^k. libiptc parses the text and replaces each table's blob
+//     with one setsockopt, linear in the restore's lines; from 2,000
+//     Services up the points grow faster (slope 1.7 from 2,000 to 10,000
+//     x 10), so a superlinear term with k scanned over [1.2, 3] (fixed at 2
+//     with fewer points, the band spanning k = 1.5 too). Its mechanism in
+//     libiptc is not profiled.
 //   - iptables, nft backend (iptables-nft-restore --noflush, 1.8.9 and
-//     1.8.11): a + b*lines + c*chains^k. The parse and the netlink batch are
-//     linear; cache_chain_list_insert (iptables/nft-cache.c) keeps the chains
-//     to fetch in a sorted linked list, one strcmp walk per parsed command,
-//     O(lines x chains), which is quadratic in Services
-//     (results/calibration/README.md, "Why iptables-nft --noflush is slow").
-//     k is fitted by a scan over [1, 4] in steps of 0.01 (the coefficients
-//     are linear at each k) when there are at least two points more than
-//     the coefficients, else fixed at 2, the strcmp count's exponent, with
-//     the band spanning the fit at k = 3 too (the measured slopes reach 2.0
-//     to 3.1); Fitted says which.
+//     1.8.11): a + b*lines + c*(lines*chains)^k. The parse and the netlink
+//     batch are linear; cache_chain_list_insert (iptables/nft-cache.c)
+//     keeps the chains to fetch in a sorted linked list and walks it with
+//     strcmp once per parsed command, about lines x chains / 2 compares,
+//     which is quadratic in Services (results/calibration/README.md, "Why
+//     iptables-nft --noflush is slow"). k > 1 is the cost of one compare
+//     growing as the list outgrows the CPU caches; it is fitted by a scan
+//     over [1, 2] in steps of 0.01 (the coefficients are linear at each k)
+//     when there are at least two points more than the coefficients, else
+//     fixed at 1, the compare count's own exponent, with the band spanning
+//     the fit at k = 1.2 too; Fitted says which.
 //   - nftables, both layouts (nft -f, one transaction): a + b*objects +
 //     c*objects^k, a fixed kernel and userspace cost per chain, rule, set
 //     and element, plus a superlinear term (k scanned over [1.5, 3]) that
@@ -55,12 +60,16 @@
 // (J the relative Jacobian, k included when fitted) propagated to the
 // size, times Student's t for the residual degrees of freedom; it grows
 // away from the points, and is never narrower than FitError or the fit's
-// largest leave-one-out miss (refit without each point). It is applied
-// multiplicatively, y/(1+r) to y*(1+r), and widened by an emulation ratio's
-// range. A fit with as many points as free parameters (the two-point
-// defaults) has no scatter to estimate: 50 % is assumed, Model.Note says
-// so, and outside the range it is multiplied by 1 + |ln(size ratio)|. Outside the measured range an Estimate is Extrapolated with the
-// Factor over the largest (or smallest) measured size.
+// largest leave-one-out miss (refit without each point). Those two floors
+// are measured inside the range only: outside it they are multiplied by
+// 1 + |ln(size ratio)| (size over the nearest measured size). The band is
+// applied multiplicatively, y/(1+r) to y*(1+r), and widened by an
+// emulation ratio's range. A fit with as many points as free parameters
+// (the two-point defaults) has no scatter to estimate: 50 % is assumed,
+// Model.Note says so, and outside the range the whole band is multiplied
+// by 1 + |ln(size ratio)|. Outside the measured range an Estimate is
+// Extrapolated with the Factor over the largest (or smallest) measured
+// size.
 package cost
 
 import (
@@ -177,8 +186,11 @@ func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
 			}
 			c.NFTChains++ // the service chain
 			if !s.Affinity {
-				// One DNAT rule, the endpoints inline in its numgen map.
+				// One DNAT rule, the endpoints inline in its numgen map:
+				// an anonymous map whose elements the kernel inserts one
+				// by one, as it does a named set's.
 				c.NFTRules++
+				c.MapElements += s.Endpoints
 				c.Bytes += bytesNFTRule + s.Endpoints*bytesNFTInlineEndpoint
 				continue
 			}

@@ -52,7 +52,7 @@ type Model struct {
 	Mode    string `json:"mode"`
 	Variant string `json:"variant"`
 	// Form is the functional form in words and symbols, e.g.
-	// "a + b*lines + c*chains^k".
+	// "a + b*lines + c*(lines*chains)^k".
 	Form string `json:"form"`
 	// Params are the fitted coefficients in the form's order (then k if
 	// the form has an exponent); Fitted prints them in the form.
@@ -166,20 +166,27 @@ func (m Model) Full(c Counts) Estimate {
 	return m.estimate(c, y, m.widen(m.full, c, rel))
 }
 
-// widen grows an assumed scatter (a fit without a covariance, whose band
-// would otherwise not widen) with the distance from the measured range:
-// times 1 + |ln(size / nearest measured size)|.
+// widen grows the band with the distance from the measured range, by
+// 1 + |ln(size / nearest measured size)|: the whole of an assumed scatter
+// (a fit without a covariance, whose band would otherwise not widen), and
+// otherwise the floor the band takes from the fit error and the
+// leave-one-out miss, which are measured inside the range only (the
+// covariance part widens by itself).
 func (m Model) widen(f fit, c Counts, rel float64) float64 {
-	if !f.assumed || m.MaxObjects <= 0 || c.Objects <= 0 {
+	if m.MaxObjects <= 0 || c.Objects <= 0 {
 		return rel
 	}
+	g := 1.0
 	switch {
 	case c.Objects > m.MaxObjects:
-		rel *= 1 + math.Log(float64(c.Objects)/float64(m.MaxObjects))
+		g = 1 + math.Log(float64(c.Objects)/float64(m.MaxObjects))
 	case c.Objects < m.MinObjects:
-		rel *= 1 + math.Log(float64(m.MinObjects)/float64(c.Objects))
+		g = 1 + math.Log(float64(m.MinObjects)/float64(c.Objects))
 	}
-	return rel
+	if f.assumed {
+		return rel * g
+	}
+	return max(rel, max(f.rms, f.loo)*g)
 }
 
 // Partial is a partial sync's time on a node programming c: the partial
