@@ -248,7 +248,7 @@ func forAPI(s *corev1.Service) *corev1.Service {
 // references go too: their UIDs name objects of that other cluster, and a
 // garbage collector would delete what they point from.
 func forCreate(m *metav1.ObjectMeta) {
-	m.ResourceVersion, m.UID, m.SelfLink, m.Generation = "", "", "", 0
+	m.ResourceVersion, m.UID, m.Generation = "", "", 0
 	m.CreationTimestamp, m.DeletionTimestamp, m.DeletionGracePeriodSeconds = metav1.Time{}, nil, nil
 	m.ManagedFields, m.OwnerReferences = nil, nil
 }

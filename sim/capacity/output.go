@@ -33,7 +33,7 @@ func est(e cost.Estimate, short bool) string {
 	if !short || !e.Extrapolated {
 		return e.String()
 	}
-	return fmt.Sprintf("%.3g s (extrapolated %.2gx)", e.Seconds, e.Factor)
+	return fmt.Sprintf("%.3g s (extrapolated %sx)", e.Seconds, cost.FactorString(e.Factor))
 }
 
 func latencyText(l *Latency, short bool) (p50, p99 string) {

@@ -270,3 +270,16 @@ func TestLoadCalibrationsMergesFiles(t *testing.T) {
 		t.Errorf("a size in two files: %v", err)
 	}
 }
+
+// TestFactorString: a factor just past the measured range must not print
+// as "1x", which reads as inside it.
+func TestFactorString(t *testing.T) {
+	for _, c := range []struct {
+		f    float64
+		want string
+	}{{1.049, "1.05"}, {0.5, "0.50"}, {5.43, "5.4"}, {27.4, "27"}} {
+		if got := FactorString(c.f); got != c.want {
+			t.Errorf("FactorString(%g) = %q, want %q", c.f, got, c.want)
+		}
+	}
+}

@@ -44,7 +44,19 @@ func (e Estimate) String() string {
 	if e.Factor < 1 {
 		where = "the smallest"
 	}
-	return fmt.Sprintf("%.3g s (extrapolated, %.2gx %s measured size; %.3g-%.3g s)", e.Seconds, e.Factor, where, e.Low, e.High)
+	return fmt.Sprintf("%.3g s (extrapolated, %sx %s measured size; %.3g-%.3g s)", e.Seconds, FactorString(e.Factor), where, e.Low, e.High)
+}
+
+// FactorString prints an extrapolation factor with the digits that tell it
+// from 1: "1.05", "5.4", "27".
+func FactorString(f float64) string {
+	switch {
+	case f < 2:
+		return fmt.Sprintf("%.2f", f)
+	case f < 10:
+		return fmt.Sprintf("%.1f", f)
+	}
+	return fmt.Sprintf("%.0f", f)
 }
 
 // Model is the fitted sync cost of one mode and variant.

@@ -18,7 +18,7 @@ func TestSyncCellMarks(t *testing.T) {
 		basis string
 		want  string
 	}{
-		{out, "iptables/nft: sim calibrate", "41.00 s (model, extrapolated, 6x the largest measured size; 28.00 s-60.00 s)"},
+		{out, "iptables/nft: sim calibrate", "41.00 s (model, extrapolated, 6.0x the largest measured size; 28.00 s-60.00 s)"},
 		{in, "nftables/kube-proxy: sim calibrate", "2.00 s (model, 1.50 s-2.60 s)"},
 		{in, "ipvs/netlink: estimate, not measured: ...", "2.00 s (estimate, not measured, 1.50 s-2.60 s)"},
 		{nil, "fixed by the caller (test)", "2.00 s"},

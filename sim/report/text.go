@@ -435,7 +435,7 @@ func syncCell(s float64, e *cost.Estimate, basis string) string {
 		kind = "estimate, not measured"
 	}
 	if e.Extrapolated {
-		return fmt.Sprintf("%s (%s, extrapolated, %.2gx the %s measured size; %s-%s)", dur(s), kind, e.Factor, where(e), dur(e.Low), dur(e.High))
+		return fmt.Sprintf("%s (%s, extrapolated, %sx the %s measured size; %s-%s)", dur(s), kind, cost.FactorString(e.Factor), where(e), dur(e.Low), dur(e.High))
 	}
 	return fmt.Sprintf("%s (%s, %s-%s)", dur(s), kind, dur(e.Low), dur(e.High))
 }
