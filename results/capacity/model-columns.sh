@@ -26,7 +26,7 @@ echo "|---|---|---|---|---|---|"
 jq -r '
   def r: if . >= 100 then round elif . >= 1 then (. * 100 | round) / 100 else (. * 10000 | round) / 10000 end | tostring;
   def est: (.seconds | r) + " (" + (.low | r) + "-" + (.high | r) + ")"
-           + (if .extrapolated then " (x " + ((.factor // 0) * 10 | round / 10 | tostring) + ")" else "" end);
+           + (if .extrapolated then " (x " + ((.factor // 0) as $f | (if $f < 2 then 100 else 10 end) as $d | $f * $d | round / $d | tostring) + ")" else "" end);
   .sizes[] | .services as $n | .rows[] |
   "| \($n) | \(.mode)/\(.variant) | \(.fullSync | est) | \(.partialSync | est) | \(.firstPacketRules.rulesP50) | \(.firstPacketRules.rulesP99) |"
 ' "$in"
