@@ -360,10 +360,11 @@ check-skips:
 # for that target (measured: from about 100/s for the scenario loader to
 # 50,000/s for the tokenizer; the eight slowest were halved or cut to a third
 # after a fresh-machine run spent 360 s executing and 550 s compiling the
-# instrumented packages, beside the upstream build). A count, not a duration: with a duration, Go 1.26's fuzz
-# coordinator can report "context deadline exceeded" as a failure when the
-# time runs out while a worker is mid-call (golang/go#75804, fixed in Go
-# 1.27), a failure with no input behind it. go test -fuzz takes one target
+# instrumented packages, beside the upstream build). A count, not a
+# duration: with a duration, Go 1.26's fuzz coordinator can report
+# "context deadline exceeded" as a failure when the time runs out while a
+# worker is mid-call (golang/go#75804, fixed in Go 1.27), a failure with no
+# input behind it. go test -fuzz takes one target
 # per run. A crasher is written into the corpus; commit it with the fix.
 FUZZ_TARGETS := \
 	sim/scenario:FuzzLoad:2000 sim/scenario:FuzzImport:1500 \

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -446,11 +447,11 @@ func TestSeedRealClusterExport(t *testing.T) {
 		}
 		client := fake.NewSimpleClientset()
 		client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			m, err := meta(a.(k8stesting.CreateAction).GetObject())
+			m, err := apimeta.Accessor(a.(k8stesting.CreateAction).GetObject())
 			if err != nil {
 				return true, nil, err
 			}
-			if m.ResourceVersion != "" || m.UID != "" || !m.CreationTimestamp.IsZero() || len(m.ManagedFields) > 0 || len(m.OwnerReferences) > 0 {
+			if m.GetResourceVersion() != "" || m.GetUID() != "" || !m.GetCreationTimestamp().Time.IsZero() || len(m.GetManagedFields()) > 0 || len(m.GetOwnerReferences()) > 0 {
 				return true, nil, apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
 			}
 			return false, nil, nil
@@ -463,18 +464,4 @@ func TestSeedRealClusterExport(t *testing.T) {
 			t.Errorf("%s: %d writes, want at least %d", file, n, want)
 		}
 	}
-}
-
-func meta(o runtime.Object) (*metav1.ObjectMeta, error) {
-	switch x := o.(type) {
-	case *corev1.Node:
-		return &x.ObjectMeta, nil
-	case *corev1.Service:
-		return &x.ObjectMeta, nil
-	case *corev1.Namespace:
-		return &x.ObjectMeta, nil
-	case *discoveryv1.EndpointSlice:
-		return &x.ObjectMeta, nil
-	}
-	return nil, apierrors.NewBadRequest("unexpected kind")
 }

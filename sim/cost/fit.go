@@ -13,7 +13,8 @@ import (
 
 // A form is a mechanism's functional form: a sum of non-negative
 // coefficients times features of a node's Counts, at most one of them
-// raised to a fitted exponent k (iptables-nft's chain list).
+// raised to a fitted exponent k (iptables-nft's chain list walk, the
+// superlinear terms of iptables-legacy and nftables).
 type form struct {
 	name  string    // e.g. "a + b*lines + c*(lines*chains)^k"
 	terms []feature // one coefficient each
