@@ -3,12 +3,15 @@ package netns
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kpsim/kpsim/harness/testenv"
 )
@@ -68,5 +71,56 @@ func TestNamespaceSurvivesIPNetnsAdd(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(NetnsDir, ours)); !os.IsNotExist(err) {
 		t.Errorf("%s is still there: %v", ours, err)
+	}
+}
+
+// TestCreateSparesChildren: processes started in a namespace with SIGKILL as
+// their parent-death signal (as harness/upstream starts kube-apiserver and
+// kube-proxy) must outlive namespaces created afterwards. create used to end
+// its goroutine on a locked thread, which the runtime discards; when that
+// thread had forked one of the children through Do, the child was killed.
+func TestCreateSparesChildren(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "sleep")
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	prefix := "kpsim-t" + hex.EncodeToString(b) + "-"
+	home, err := create(prefix+"home", RoleNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = home.Delete() })
+	var children []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range children {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	})
+	for i := range 20 {
+		c := exec.Command("sleep", "60")
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := home.Start(c); err != nil {
+			t.Fatal(err)
+		}
+		children = append(children, c)
+		ns, err := create(fmt.Sprintf("%sn%d", prefix, i), RoleNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ns.Delete(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a signal is delivered asynchronously
+	for i, c := range children {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(c.Process.Pid, &ws, syscall.WNOHANG, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pid != 0 {
+			t.Errorf("child %d (pid %d) ended (%v) when a namespace was created after it", i, pid, ws.Signal())
+		}
 	}
 }

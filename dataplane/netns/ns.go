@@ -158,8 +158,14 @@ func Open(name string) (*Namespace, error) {
 
 // create makes a named namespace without moving any thread the caller may
 // use: a goroutine locks a thread, unshares it into a new namespace,
-// bind-mounts it at NetnsDir/name and ends without unlocking, so the runtime
-// discards that thread. The name must not exist yet.
+// bind-mounts it at NetnsDir/name, and puts the thread back into the host
+// namespace before unlocking it. Discarding the thread instead (ending the
+// goroutine locked) would kill children: the runtime hands a locked
+// goroutine a thread that may have forked a process through Do earlier,
+// and a parent-death signal follows the thread that forked (kube-proxy and
+// kube-apiserver, SIGKILL, when a second run built its namespaces beside a
+// running one). Only a thread that cannot return is discarded. The name
+// must not exist yet.
 func create(name string, role Role) (*Namespace, error) {
 	if err := ensureNetnsDir(); err != nil {
 		return nil, err
@@ -173,17 +179,27 @@ func create(name string, role Role) (*Namespace, error) {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Never unlocked: this thread now belongs to the new namespace.
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			// The thread is still where it was.
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("could not unshare: %w", err)
 			return
 		}
 		src := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
-		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
-			done <- fmt.Errorf("could not bind-mount %s: %w", path, err)
-			return
+		err := unix.Mount(src, path, "none", unix.MS_BIND, "")
+		if err != nil {
+			err = fmt.Errorf("could not bind-mount %s: %w", path, err)
 		}
-		done <- nil
+		if hostNSErr != nil {
+			done <- errors.Join(err, fmt.Errorf("could not open the process's network namespace: %w", hostNSErr))
+			return // stays locked: the thread dies with this goroutine
+		}
+		if serr := netns.Set(hostNS); serr != nil {
+			done <- errors.Join(err, fmt.Errorf("could not return to the host network namespace: %w", serr))
+			return // stays locked: the thread dies with this goroutine
+		}
+		runtime.UnlockOSThread()
+		done <- err
 	}()
 	if err := <-done; err != nil {
 		os.Remove(path)
