@@ -128,7 +128,6 @@ test: deps sim
 	@$(MAKE) --no-print-directory lint
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory vm-assets; fi
 	@$(MAKE) --no-print-directory host-snapshot SNAPSHOT=$(TEST_DIR)/kpsim-host-before.txt
-	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory conformance
 	@$(MAKE) --no-print-directory soak
 	@$(MAKE) --no-print-directory test-vm
@@ -162,9 +161,14 @@ host-snapshot:
 # Sync there). On two cores the race build adds about 5 minutes to a cold
 # cache and the run takes about twice as long as without it.
 # KPSIM_SIM_BIN hands the kill soak (cmd/sim) the sim just built.
+# The longest packages come first on the command line (go test starts
+# packages in that order, two at a time on two cores): the differential test
+# (its four mode runs two at a time, mostly waiting on kube-proxy's syncs)
+# and the conformance tests; listed last, they were the run's tail.
+TEST_GO_FIRST := ./harness/differential ./harness/conform
 test-go: sim
 	@if [ "$$(id -u)" = 0 ]; then export KPSIM_REQUIRE_ALL=1; fi; \
-	KPSIM_SIM_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v ./... > $(TEST_LOG) 2>&1; status=$$?; \
+	KPSIM_SIM_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v $(TEST_GO_FIRST) ./... > $(TEST_LOG) 2>&1; status=$$?; \
 	grep -E '^(ok|FAIL|panic|---)|^\s+--- (FAIL|SKIP)|^\s+[a-z_]+\.go:[0-9]+:' $(TEST_LOG) | grep -v -- '--- PASS' ; \
 	$(MAKE) --no-print-directory check-skips || status=1; exit $$status
 
@@ -355,12 +359,13 @@ check-skips:
 
 # Fuzz targets (package:target:count), each with its seed corpus under the
 # package's testdata/fuzz/TARGET/ (go test runs the corpus as ordinary tests
-# too). make fuzz runs each for FUZZTIME; make test (fuzz-short) runs each for
-# its count of executions, at most about 20 s of this 2-core machine's rate
-# for that target (measured: from about 100/s for the scenario loader to
-# 50,000/s for the tokenizer; the eight slowest were halved or cut to a third
-# after a fresh-machine run spent 360 s executing and 550 s compiling the
-# instrumented packages, beside the upstream build). A count, not a
+# too: make test's go test -race runs every committed input). make fuzz runs
+# each for FUZZTIME; make fuzz-short runs each for its count of executions, at
+# most about 20 s of this 2-core machine's rate for that target (measured:
+# from about 100/s for the scenario loader to 50,000/s for the tokenizer).
+# make test does not fuzz: a fresh machine spent 360 s executing and 550 s
+# compiling the instrumented packages, a quarter of make test's 45-minute
+# budget, for a few seconds of new inputs per target. A count, not a
 # duration: with a duration, Go 1.26's fuzz coordinator can report
 # "context deadline exceeded" as a failure when the time runs out while a
 # worker is mid-call (golang/go#75804, fixed in Go 1.27), a failure with no

@@ -88,9 +88,11 @@ func requireDifferential(t *testing.T) upstream.Binaries {
 // comparing after every step of every batch.
 func TestDifferentialRandom(t *testing.T) {
 	bin := requireDifferential(t)
+	t.Parallel()
 	plan := PlanRandom(1, RandomScenarios, DefaultGenConfig())
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			start := time.Now()
 			diffs := newDifferences(t, mode, "random")
 			defer diffs.flush()
@@ -211,8 +213,10 @@ func TestDifferentialScenarios(t *testing.T) {
 		names = append(names, f)
 	}
 	slices.Sort(names)
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			start := time.Now()
 			diffs := newDifferences(t, mode, "scenarios")
 			defer diffs.flush()
