@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // AffinityMode chooses how ClientIP session affinity is programmed.
@@ -39,7 +40,7 @@ const (
 // DefaultLargeClusterThreshold is kube-proxy's
 // largeClusterEndpointsThreshold: above this many endpoints, the
 // per-endpoint comments are left out.
-const DefaultLargeClusterThreshold = 1000
+const DefaultLargeClusterThreshold = cluster.LargeClusterEndpoints
 
 // Config is what the renderer needs besides the cluster state.
 type Config struct {

@@ -395,7 +395,7 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 		cat.Zone = n.Zone
 	}
 	r.readFaults()
-	large := r.cfg.LargeClusterThreshold >= 0 && endpointCount(st) > r.cfg.LargeClusterThreshold
+	large := r.cfg.LargeClusterThreshold >= 0 && st.ProxiedEndpoints() > r.cfg.LargeClusterThreshold
 
 	rs := &Ruleset{
 		Full:             full,
@@ -411,20 +411,6 @@ func (r *Renderer) Render(st *cluster.State, changed []cluster.ServicePortName, 
 	r.deleteStale(rs, s, cache, quickStale, large)
 	r.assemble(rs, s)
 	return rs, nil
-}
-
-// endpointCount is the number kube-proxy compares with
-// largeClusterEndpointsThreshold: the endpoints of the service ports it
-// proxies, every endpoint counted whatever its conditions. Endpoints of a
-// service port without a proxied Service do not count.
-func endpointCount(st *cluster.State) int {
-	total := 0
-	for spn, eps := range st.Endpoints {
-		if sp := st.Services[spn]; sp != nil && !sp.Headless && sp.ClusterIP.IsValid() {
-			total += len(eps)
-		}
-	}
-	return total
 }
 
 // readFaults sets the renderer's fault switches from its config.

@@ -110,6 +110,11 @@ type Row struct {
 	Counts        cost.Counts   `json:"counts"`
 	FullSync      cost.Estimate `json:"fullSync"`
 	PartialSync   cost.Estimate `json:"partialSync"`
+	// StartUpFullSyncOnly: the proxier makes no periodic full sync at this
+	// size (iptables, large-cluster mode), so the full sync is the start-up
+	// one (and the one after a failed restore) and the programming latency
+	// rests on partial syncs.
+	StartUpFullSyncOnly bool `json:"startUpFullSyncOnly,omitempty"`
 	// Latency is nil when the event rate is zero.
 	Latency          *Latency         `json:"programmingLatency,omitempty"`
 	FirstPacket      cost.FirstPacket `json:"firstPacketRules"`
@@ -211,7 +216,9 @@ func (res *Result) size(l *scenario.Loaded, n int, o Options, ct conntrack, step
 			// every virtual server.
 			row.PartialSync = row.FullSync
 		}
-		row.Latency = latencyOf(sz.EventRate, res.Seed^uint64(n)*0x9e3779b97f4a7c15^uint64(vi+1), pacingOf(m.Mode, p), row.FullSync, row.PartialSync)
+		pc := pacingOf(m.Mode, p, st.ProxiedEndpoints())
+		row.StartUpFullSyncOnly = pc.noPeriodicFull
+		row.Latency = latencyOf(sz.EventRate, res.Seed^uint64(n)*0x9e3779b97f4a7c15^uint64(vi+1), pc, row.FullSync, row.PartialSync)
 		row.FirstPacket = firstPacket(m.Mode, nc.order)
 		row.ConntrackEntries, row.ConntrackBytes = ct.entries, ct.entries*cost.ConntrackEntryBytes
 		sz.Rows = append(sz.Rows, row)
@@ -222,9 +229,13 @@ func (res *Result) size(l *scenario.Loaded, n int, o Options, ct conntrack, step
 
 // pacingOf is a mode's sync runner: minSyncPeriod from the scenario
 // (kube-proxy's 1 s default), maxInterval one hour for iptables and
-// nftables, syncPeriod for ipvs (as sim/simulate sets them).
-func pacingOf(mode cluster.Mode, p scenario.Proxy) pacing {
-	pc := pacing{maxInterval: time.Hour}
+// nftables, syncPeriod for ipvs (as sim/simulate sets them). The iptables
+// proxier makes no periodic full sync in large-cluster mode, more than
+// cluster.LargeClusterEndpoints endpoints (v1.37.2 pkg/proxy/iptables
+// proxier.go: "Avoid regular full syncs for large clusters"); the nftables
+// proxier makes one per FullSyncPeriod at any size.
+func pacingOf(mode cluster.Mode, p scenario.Proxy, endpoints int) pacing {
+	pc := pacing{maxInterval: time.Hour, noPeriodicFull: mode == cluster.ModeIPTables && endpoints > cluster.LargeClusterEndpoints}
 	if p.MinSyncPeriod != nil {
 		pc.minSync = p.MinSyncPeriod.Duration
 	}
@@ -332,7 +343,7 @@ func (res *Result) notes(ct conntrack) {
 	res.Notes = append(res.Notes,
 		"figures are the node with the most objects (medianObjectsPerNode is the median node's)",
 		fmt.Sprintf("nodes %s: %s", res.Nodes, nodesNote(res.Nodes)),
-		fmt.Sprintf("event rate %.3g/s at %d Services (%s), proportional to the Service count; programming latency over a seeded Poisson stream of %s (%d-%d events) per size and variant through kube-proxy's sync runner (minSyncPeriod %.3g s, burst 2, one sync at a time), syncs partial except the periodic ones and one per FullSyncPeriod (%s), which take the full time", res.EventRate, res.Base.Services, res.EventRateSource, LatencySpan, MinLatencyEvents, MaxLatencyEvents, res.MinSyncPeriod, FullSyncPeriod),
+		fmt.Sprintf("event rate %.3g/s at %d Services (%s), proportional to the Service count; programming latency over a seeded Poisson stream of %s (%d-%d events) per size and variant through kube-proxy's sync runner (minSyncPeriod %.3g s, burst 2, one sync at a time), syncs partial except the periodic ones and one per FullSyncPeriod (%s), which take the full time; in iptables mode above %d endpoints (kube-proxy's large-cluster mode) only the start-up sync is full (rows marked startUpFullSyncOnly)", res.EventRate, res.Base.Services, res.EventRateSource, LatencySpan, MinLatencyEvents, MaxLatencyEvents, res.MinSyncPeriod, FullSyncPeriod, cluster.LargeClusterEndpoints),
 		ct.note)
 	for _, m := range res.Models {
 		if m.Emulated {

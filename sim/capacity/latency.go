@@ -53,6 +53,9 @@ type Latency struct {
 // pacing is what the sync runner needs of a mode.
 type pacing struct {
 	minSync, maxInterval time.Duration
+	// noPeriodicFull: only the start-up sync is full (the iptables
+	// proxier in large-cluster mode).
+	noPeriodicFull bool
 }
 
 // programmingLatency drives kube-proxy's sync runner (engine.Syncer:
@@ -60,7 +63,8 @@ type pacing struct {
 // of rate changes per second and returns the event-to-applied quantiles
 // and the stream's span. A sync takes full seconds when it is periodic or
 // when the last full sync (the start-up one at 0) is FullSyncPeriod old,
-// partial seconds otherwise.
+// partial seconds otherwise; with p.noPeriodicFull every sync after the
+// start-up one is partial.
 func programmingLatency(rate float64, n int, seed uint64, p pacing, full, partial float64) (p50, p99, span float64) {
 	if rate <= 0 || n <= 0 {
 		return 0, 0, 0
@@ -71,7 +75,7 @@ func programmingLatency(rate float64, n int, seed uint64, p pacing, full, partia
 		MaxInterval:   p.maxInterval,
 		Burst:         engine.DefaultBurstSyncs,
 		Duration: func(si engine.SyncInfo) time.Duration {
-			if si.Changes == 0 || si.Start-lastFull >= int64(FullSyncPeriod) {
+			if !p.noPeriodicFull && (si.Changes == 0 || si.Start-lastFull >= int64(FullSyncPeriod)) {
 				lastFull = si.Start
 				return dur(full)
 			}

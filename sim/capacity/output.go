@@ -58,9 +58,13 @@ func (res *Result) cells(short bool) [][]string {
 	for _, sz := range res.Sizes {
 		for _, r := range sz.Rows {
 			p50, p99 := latencyText(r.Latency, short)
+			full := est(r.FullSync, short)
+			if r.StartUpFullSyncOnly {
+				full += " (start-up only)"
+			}
 			out = append(out, []string{
 				strconv.Itoa(sz.Services), strconv.Itoa(sz.Shape.Nodes), r.Variant.String(), strconv.Itoa(r.Objects),
-				est(r.FullSync, short), est(r.PartialSync, short), p50, p99,
+				full, est(r.PartialSync, short), p50, p99,
 				fmt.Sprintf("%.0f/%.0f", r.FirstPacket.RulesP50, r.FirstPacket.RulesP99),
 				strconv.FormatInt(r.ConntrackEntries, 10), mib(r.ConntrackBytes),
 			})

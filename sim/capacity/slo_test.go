@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
+	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 func TestParseSLO(t *testing.T) {
@@ -133,5 +136,33 @@ func TestLatencyHourlyFullSync(t *testing.T) {
 	_, p99Partial, _ := programmingLatency(1, 3*3600, 1, pacing{minSync: time.Second, maxInterval: time.Hour}, 0.01, 0.01)
 	if p99Partial > 1.1 {
 		t.Errorf("with the full sync as fast as a partial one, p99 %g, want at most about 1 s", p99Partial)
+	}
+}
+
+// TestLatencyLargeClusterNoPeriodicFull: the iptables proxier in
+// large-cluster mode makes no periodic full sync, so a full sync of a day
+// (iptables-nft's --noflush cost at 30,000 Services) leaves the stream's
+// latency to the partial syncs; the nftables proxier's hourly full sync does
+// not.
+func TestLatencyLargeClusterNoPeriodicFull(t *testing.T) {
+	p := pacingOf(cluster.ModeIPTables, scenario.Proxy{MinSyncPeriod: &metav1.Duration{Duration: time.Second}}, cluster.LargeClusterEndpoints+1)
+	if !p.noPeriodicFull {
+		t.Fatalf("iptables mode with %d endpoints: periodic full syncs, want none (large-cluster mode)", cluster.LargeClusterEndpoints+1)
+	}
+	_, p99, _ := programmingLatency(1, 3*3600, 1, p, 86400, 0.01)
+	if p99 > 1.1 {
+		t.Errorf("large-cluster iptables: p99 %g s, want about minSyncPeriod plus a partial sync", p99)
+	}
+	for _, c := range []struct {
+		mode      cluster.Mode
+		endpoints int
+	}{{cluster.ModeIPTables, cluster.LargeClusterEndpoints}, {cluster.ModeNFTables, 10 * cluster.LargeClusterEndpoints}} {
+		p := pacingOf(c.mode, scenario.Proxy{MinSyncPeriod: &metav1.Duration{Duration: time.Second}}, c.endpoints)
+		if p.noPeriodicFull {
+			t.Errorf("%s mode, %d endpoints: no periodic full sync, want one an hour", c.mode, c.endpoints)
+		}
+		if _, p99, _ := programmingLatency(1, 3*3600, 1, p, 100, 0.01); p99 < 10 {
+			t.Errorf("%s mode, %d endpoints: p99 %g s, want the hourly full sync's wait (over 10 s)", c.mode, c.endpoints, p99)
+		}
 	}
 }

@@ -30,6 +30,25 @@ func (s *State) SortedServicePorts() []ServicePortName {
 	return out
 }
 
+// LargeClusterEndpoints is kube-proxy's largeClusterEndpointsThreshold
+// (pkg/proxy/iptables): with more endpoints than this (ProxiedEndpoints),
+// the iptables proxier leaves comments out and makes no periodic full sync.
+const LargeClusterEndpoints = 1000
+
+// ProxiedEndpoints is the number kube-proxy's iptables proxier compares
+// with LargeClusterEndpoints: the endpoints of the service ports it
+// proxies, every endpoint counted whatever its conditions. Endpoints of a
+// service port without a proxied Service do not count.
+func (s *State) ProxiedEndpoints() int {
+	total := 0
+	for spn, eps := range s.Endpoints {
+		if sp := s.Services[spn]; sp != nil && !sp.Headless && sp.ClusterIP.IsValid() {
+			total += len(eps)
+		}
+	}
+	return total
+}
+
 // SortedNodes lists node names in order.
 func (s *State) SortedNodes() []string {
 	out := make([]string, 0, len(s.Nodes))
