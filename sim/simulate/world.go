@@ -213,6 +213,10 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	if err != nil {
 		return nil, err
 	}
+	// Everything from here on reads the captured states: the cluster
+	// model's objects (two copies of each, the clientset's and the
+	// informers') can go before the rules are rendered.
+	m.Release()
 	w := &world{sc: sc, svcByName: map[cluster.ServicePortName]int32{}, tlSvc: -1, cals: o.Calibrations}
 	for _, n := range initial.SortedNodes() {
 		w.nodes = append(w.nodes, nodeInfo{name: n, zone: initial.Nodes[n].Zone})
