@@ -59,6 +59,9 @@ type svcInfo struct {
 	proto engine.Proto
 	eps   []netip.AddrPort // by local ID
 	names []string         // "ip:port" by local ID
+	// index and ids serve the rendering and the oracle's verdicts only
+	// (buildWorld drops them once every mode is built: at 30,000 Services
+	// they are some 50 MB of maps through the node runs).
 	index map[string]int32
 	ids   *engine.Interner
 	gvs   []int32 // its versions in time order
@@ -291,6 +294,9 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 			return nil, err
 		}
 		w.modes = append(w.modes, md)
+	}
+	for s := range w.svcs {
+		w.svcs[s].index, w.svcs[s].ids = nil, nil
 	}
 	if err := w.planTraffic(); err != nil {
 		return nil, err
