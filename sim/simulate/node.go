@@ -173,6 +173,8 @@ type runBufs struct {
 	// The result's counters come back after the result is shrunk.
 	gv    []gvCount
 	cells []uint32
+	// arena holds the shards' engines; the next run resets it.
+	arena *engine.Arena
 }
 
 // take returns the slice kept in *p (emptied there) resized to n and
@@ -245,9 +247,13 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 	// then give each shard its part.
 	evs := r.schedule()
 	r.shards = make([]shard, plan.n)
+	if b.arena == nil {
+		b.arena = engine.NewArena()
+	}
+	b.arena.Reset() // the previous run in this mode has finished
 	for i := range r.shards {
 		rng := engine.NewRand(rand.NewPCG(seed, mix(uint64(md.mode)<<56|uint64(ni)<<24|uint64(i))))
-		node, err := engine.NewNode(w.nodes[ni].name, md.ncfg, rng)
+		node, err := engine.NewNodeIn(b.arena, w.nodes[ni].name, md.ncfg, rng)
 		if err != nil {
 			panic(err) // buildMode parsed the mode and the scheduler
 		}
