@@ -2,10 +2,12 @@ package simulate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
@@ -118,6 +120,8 @@ type modeData struct {
 	at    []int32
 	dep   []bool
 	outs  []outcome
+	// fast is out in the per-connection form, slot by slot.
+	fast []fastOutcome
 	// eligible is, per version, the number of endpoints the oracle allows
 	// from at least one node.
 	eligible []int
@@ -288,12 +292,8 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 			w.cells += int32(len(sv.eps))
 		}
 	}
-	for _, name := range modes {
-		md, err := w.buildMode(name, o)
-		if err != nil {
-			return nil, err
-		}
-		w.modes = append(w.modes, md)
+	if err := w.buildModes(modes, o); err != nil {
+		return nil, err
 	}
 	for s := range w.svcs {
 		w.svcs[s].index, w.svcs[s].ids = nil, nil
@@ -303,6 +303,26 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	}
 	w.pickTimeline()
 	return w, nil
+}
+
+// buildModes builds every mode at once, one goroutine each (the rendering
+// of 30,000 service ports per mode was seconds of a single-threaded
+// start): buildMode only reads the world (its interners already hold
+// every endpoint, so rendering assigns no ID) and writes its own
+// modeData. w.modes keeps the order of modes.
+func (w *world) buildModes(modes []cluster.Mode, o Options) error {
+	mds := make([]*modeData, len(modes))
+	errs := make([]error, len(modes))
+	var wg sync.WaitGroup
+	for i, name := range modes {
+		wg.Go(func() { mds[i], errs[i] = w.buildMode(name, o) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	w.modes = append(w.modes, mds...)
+	return nil
 }
 
 func protoOf(sp *cluster.ServicePort) engine.Proto {
@@ -414,7 +434,31 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 			md.eligible[g] += popcount(x)
 		}
 	}
+	md.fastOutcomes(w)
 	return nil
+}
+
+// fastOutcomes fills md.fast, every slot's outcome in the form the
+// per-connection path reads, once per mode: each node run copies its
+// column instead of visiting every outcome.
+func (md *modeData) fastOutcomes(w *world) {
+	md.fast = make([]fastOutcome, len(md.out))
+	for k, oi := range md.out {
+		o := &md.outs[oi]
+		md.fast[k] = fastOutcome{kind: o.kind, o: o}
+		if len(o.allowed) == 1 {
+			md.fast[k].bits, md.fast[k].small = o.allowed[0], true
+		}
+	}
+	for g := range w.gvs {
+		n := 1
+		if md.dep[g] {
+			n = len(w.nodes)
+		}
+		for k := md.at[g]; k < md.at[g]+int32(n); k++ {
+			md.fast[k].cellOff = w.gvs[g].cellOff
+		}
+	}
 }
 
 // nodeView is what rendering and the oracle see of a node for a version's
