@@ -397,6 +397,7 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 	md.rules = make([]*engine.Rules, size)
 	md.out = make([]int32, size)
 	md.eligible = make([]int, len(w.gvs))
+	var store rulesBlock
 	for g := range w.gvs {
 		gi := &w.gvs[g]
 		sv := &w.svcs[gi.svc]
@@ -428,7 +429,7 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 				union[i] |= oc.allowed[i]
 			}
 			md.outs = append(md.outs, oc)
-			md.rules[k], md.out[k] = &r, int32(len(md.outs)-1)
+			md.rules[k], md.out[k] = store.put(r), int32(len(md.outs)-1)
 		}
 		for _, x := range union {
 			md.eligible[g] += popcount(x)
@@ -436,6 +437,22 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 	}
 	md.fastOutcomes(w)
 	return nil
+}
+
+// rulesBlock hands out Rules from blocks of 4096, so that a mode's
+// rendered rules lie in render order, the order in which a node run
+// programs them, instead of one allocation each (a cache miss each when a
+// node run copies them into its engines).
+type rulesBlock []engine.Rules
+
+func (b *rulesBlock) put(r engine.Rules) *engine.Rules {
+	if len(*b) == 0 {
+		*b = make([]engine.Rules, 4096)
+	}
+	p := &(*b)[0]
+	*p = r
+	*b = (*b)[1:]
+	return p
 }
 
 // fastOutcomes fills md.fast, every slot's outcome in the form the
