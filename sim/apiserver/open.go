@@ -68,5 +68,21 @@ func start(ctx context.Context, l *scenario.Loaded, exp *scenario.Expanded, c *C
 	return &Model{Loaded: l, Expanded: exp, Cluster: c, Tracker: t, State: st}, nil
 }
 
+// Release stops the informers and drops the cluster model: the fake
+// clientset with its copy of every object, the informers' caches and the
+// tracker (whose maps point into those caches), so that the garbage
+// collector can free them. Loaded and Expanded stay. A consumer that has
+// taken what it needs from State (the simulator, once its timeline is
+// captured) calls it: at 30,000 Services those objects are about 300 MB
+// of live heap. Close after Release does nothing.
+func (m *Model) Release() {
+	m.Close()
+	m.Cluster, m.Tracker, m.State = nil, nil, nil
+}
+
 // Close stops the informers.
-func (m *Model) Close() { m.Cluster.Stop() }
+func (m *Model) Close() {
+	if m.Cluster != nil {
+		m.Cluster.Stop()
+	}
+}

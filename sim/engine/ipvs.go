@@ -26,7 +26,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -185,8 +184,8 @@ type IPVSEngine struct {
 
 	counts bool // keep active/inactive counters (lc, wlc, sed, nq)
 	// blocks, when set, is where the engine's dests and dest lists are
-	// carved from (a node's engines share one; see Node).
-	blocks *ipvsBlocks
+	// carved from (its node's arena; see Node).
+	blocks *Arena
 	events []ipvsEvent
 
 	// Stats are the engine's counters.
@@ -320,48 +319,6 @@ func (e *IPVSEngine) Program(r Rules, now int64) {
 		e.wrrChanged()
 	}
 	e.reassign()
-}
-
-// ipvsBlocks hands out dests and dest-pointer slices from shared blocks:
-// a node programs tens of thousands of virtual servers of a few real
-// servers each, and one allocation for each list was a large part of it.
-// A nil *ipvsBlocks allocates each slice on its own.
-type ipvsBlocks struct {
-	dests []ipvsDest
-	ptrs  []*ipvsDest
-}
-
-const ipvsBlockSize = 4096
-
-// destSlice returns an empty slice with room for n dests.
-func (b *ipvsBlocks) destSlice(n int) []ipvsDest {
-	if b == nil || n > ipvsBlockSize/8 {
-		return make([]ipvsDest, 0, n)
-	}
-	if len(b.dests) < n {
-		b.dests = make([]ipvsDest, ipvsBlockSize)
-	}
-	s := b.dests[:0:n]
-	b.dests = b.dests[n:]
-	return s
-}
-
-// grow returns s with room for n more pointers (slices.Grow, the new
-// backing array taken from the block).
-func (b *ipvsBlocks) grow(s []*ipvsDest, n int) []*ipvsDest {
-	if cap(s)-len(s) >= n {
-		return s
-	}
-	want := len(s) + n
-	if b == nil || want > ipvsBlockSize/8 {
-		return slices.Grow(s, n)
-	}
-	if len(b.ptrs) < want {
-		b.ptrs = make([]*ipvsDest, ipvsBlockSize)
-	}
-	out := append(b.ptrs[:0:want], s...)
-	b.ptrs = b.ptrs[want:]
-	return out
 }
 
 // knownListMax is the number of known dests searched by a scan; past it

@@ -41,19 +41,23 @@ type Node struct {
 	CT      *Conntrack
 	engines []Engine
 	rules   []Rules
-	// slab: engines not handed out yet, allocated a block at a time (a
-	// node of 30,000 service ports would otherwise make 30,000 objects).
-	slabIPT  []IPTablesEngine
-	slabNFT  []NFTablesEngine
-	slabIPVS []IPVSEngine
+	// arena: where engines come from, a block at a time (a node of 30,000
+	// service ports would otherwise make 30,000 objects), and the IPVS
+	// engines' dests. Its own unless the node was made with NewNodeIn.
+	arena    *Arena
 	slabNext int // engines the next block holds
-	ipvs     ipvsBlocks
 	// Stats are the node's counters.
 	Stats NodeStats
 }
 
 // NewNode returns a node with no service ports programmed.
 func NewNode(name string, cfg NodeConfig, rng *Rand) (*Node, error) {
+	return NewNodeIn(NewArena(), name, cfg, rng)
+}
+
+// NewNodeIn is NewNode with the node's memory taken from an arena: the node
+// is valid until the arena's next Reset.
+func NewNodeIn(a *Arena, name string, cfg NodeConfig, rng *Rand) (*Node, error) {
 	switch cfg.Mode {
 	case IPTables, NFTables:
 	case IPVS:
@@ -63,7 +67,7 @@ func NewNode(name string, cfg NodeConfig, rng *Rand) (*Node, error) {
 	default:
 		return nil, fmt.Errorf("could not configure node %s: %w: %v", name, ErrUnknownMode, cfg.Mode)
 	}
-	return &Node{Name: name, cfg: cfg, rng: rng, CT: NewConntrack(cfg.Conntrack)}, nil
+	return &Node{Name: name, cfg: cfg, rng: rng, CT: NewConntrack(cfg.Conntrack), arena: a}, nil
 }
 
 // NewEngine returns an engine of the node's mode for one service port, with
@@ -113,7 +117,18 @@ func (n *Node) ProgramShared(svc int, r Rules, now int64) {
 // engines and rules are sized once, and engines are allocated in blocks of
 // up to k.
 func (n *Node) ReserveServices(k int) {
-	if k > len(n.engines) {
+	switch {
+	case len(n.engines) == 0 && k > 0:
+		// The first reservation: from the arena, cleared. A quarter to
+		// spare, so that a reused block fits the next node's count.
+		n.engines = n.arena.engines.take(k, k+k/4)
+		clear(n.engines)
+		n.rules = n.arena.rules.take(k, k+k/4)
+		clear(n.rules)
+		for i := range n.rules {
+			n.rules[i].Verdict = Reject
+		}
+	case k > len(n.engines):
 		n.engines = append(n.engines, make([]Engine, k-len(n.engines))...)
 		old := len(n.rules)
 		n.rules = append(n.rules, make([]Rules, k-old)...)
@@ -124,36 +139,25 @@ func (n *Node) ReserveServices(k int) {
 	n.slabNext = max(n.slabNext, k)
 }
 
-// fromBlock takes the next element of *block, allocating a new block of
-// size elements when it is used up.
-func fromBlock[T any](block *[]T, size int) *T {
-	if len(*block) == 0 {
-		*block = make([]T, size)
-	}
-	e := &(*block)[0]
-	*block = (*block)[1:]
-	return e
-}
-
 // newEngine is NewEngine(n.cfg, n.rng), the engine taken from the node's
 // current block.
 func (n *Node) newEngine() Engine {
 	size := min(max(n.slabNext, 16), 4096)
 	switch n.cfg.Mode {
 	case IPTables:
-		e := fromBlock(&n.slabIPT, size)
+		e := &n.arena.ipt.take(1, size)[0]
 		e.init(n.rng, n.cfg.IPTables)
 		return e
 	case NFTables:
-		e := fromBlock(&n.slabNFT, size)
+		e := &n.arena.nft.take(1, size)[0]
 		e.init(n.rng, n.cfg.NFTables)
 		return e
 	case IPVS:
-		e := fromBlock(&n.slabIPVS, size)
+		e := &n.arena.ipvs.take(1, size)[0]
 		if err := e.init(n.rng, n.cfg.IPVS); err != nil {
 			panic(err) // NewNode checked the scheduler
 		}
-		e.blocks = &n.ipvs
+		e.blocks = n.arena
 		return e
 	}
 	panic(fmt.Sprintf("node %s: %v: %v", n.Name, ErrUnknownMode, n.cfg.Mode)) // NewNode checked the mode

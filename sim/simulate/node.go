@@ -173,6 +173,8 @@ type runBufs struct {
 	// The result's counters come back after the result is shrunk.
 	gv    []gvCount
 	cells []uint32
+	// arena holds the shards' engines; the next run resets it.
+	arena *engine.Arena
 }
 
 // take returns the slice kept in *p (emptied there) resized to n and
@@ -204,12 +206,8 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 	r.out = take(&b.out, len(w.gvs))
 	r.fast = take(&b.fast, len(w.gvs))
 	for g := range w.gvs {
-		r.out[g] = md.outAt(g, ni)
-		o := &md.outs[r.out[g]]
-		r.fast[g] = fastOutcome{kind: o.kind, o: o}
-		if len(o.allowed) == 1 {
-			r.fast[g].bits, r.fast[g].small = o.allowed[0], true
-		}
+		k := md.slot(g, ni)
+		r.out[g], r.fast[g] = md.out[k], md.fast[k]
 	}
 	r.gen = take(&b.gen, int(w.unionCells))
 	r.aff = newAffTable()
@@ -245,9 +243,13 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 	// then give each shard its part.
 	evs := r.schedule()
 	r.shards = make([]shard, plan.n)
+	if b.arena == nil {
+		b.arena = engine.NewArena()
+	}
+	b.arena.Reset() // the previous run in this mode has finished
 	for i := range r.shards {
 		rng := engine.NewRand(rand.NewPCG(seed, mix(uint64(md.mode)<<56|uint64(ni)<<24|uint64(i))))
-		node, err := engine.NewNode(w.nodes[ni].name, md.ncfg, rng)
+		node, err := engine.NewNodeIn(b.arena, w.nodes[ni].name, md.ncfg, rng)
 		if err != nil {
 			panic(err) // buildMode parsed the mode and the scheduler
 		}
@@ -548,7 +550,7 @@ func (r *nodeRun) account(s int32, c *engine.Conn, res engine.Result, t int64) {
 		}
 		if fresh {
 			st.Fresh++
-			r.res.cells[r.w.gvs[g].cellOff+res.Endpoint]++
+			r.res.cells[o.cellOff+res.Endpoint]++
 		}
 	}
 	if s == r.w.tlSvc {
@@ -571,8 +573,12 @@ type svcState struct {
 type fastOutcome struct {
 	kind  oracle.Kind
 	small bool
-	bits  uint64
-	o     *outcome
+	// cellOff is the version's gvInfo.cellOff, here because the counters
+	// of a connection are written next to this read (gvInfo is a cache
+	// miss away).
+	cellOff int32
+	bits    uint64
+	o       *outcome
 }
 
 // affinity tracks which endpoint each client of a ClientIP service port is

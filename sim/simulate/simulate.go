@@ -101,8 +101,9 @@ func Calibrations(dir string) ([]cost.Calibration, error) {
 }
 
 // Run simulates an opened scenario in each mode and returns the report.
-// It writes the scenario's events through the model's clientset, so a
-// model serves one Run. Failed checks are in the report (Report.Failed);
+// It writes the scenario's events through the model's clientset and then
+// releases the model's cluster (apiserver.Model.Release), so a model serves
+// one Run. Failed checks are in the report (Report.Failed);
 // the error is for what prevented the simulation.
 func Run(ctx context.Context, m *apiserver.Model, o Options) (*report.Report, error) {
 	sc := m.Loaded.Scenario

@@ -2,10 +2,12 @@ package simulate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
@@ -59,6 +61,9 @@ type svcInfo struct {
 	proto engine.Proto
 	eps   []netip.AddrPort // by local ID
 	names []string         // "ip:port" by local ID
+	// index and ids serve the rendering and the oracle's verdicts only
+	// (buildWorld drops them once every mode is built: at 30,000 Services
+	// they are some 50 MB of maps through the node runs).
 	index map[string]int32
 	ids   *engine.Interner
 	gvs   []int32 // its versions in time order
@@ -115,6 +120,8 @@ type modeData struct {
 	at    []int32
 	dep   []bool
 	outs  []outcome
+	// fast is out in the per-connection form, slot by slot.
+	fast []fastOutcome
 	// eligible is, per version, the number of endpoints the oracle allows
 	// from at least one node.
 	eligible []int
@@ -213,6 +220,10 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	if err != nil {
 		return nil, err
 	}
+	// Everything from here on reads the captured states: the cluster
+	// model's objects (two copies of each, the clientset's and the
+	// informers') can go before the rules are rendered.
+	m.Release()
 	w := &world{sc: sc, svcByName: map[cluster.ServicePortName]int32{}, tlSvc: -1, cals: o.Calibrations}
 	for _, n := range initial.SortedNodes() {
 		w.nodes = append(w.nodes, nodeInfo{name: n, zone: initial.Nodes[n].Zone})
@@ -281,18 +292,37 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 			w.cells += int32(len(sv.eps))
 		}
 	}
-	for _, name := range modes {
-		md, err := w.buildMode(name, o)
-		if err != nil {
-			return nil, err
-		}
-		w.modes = append(w.modes, md)
+	if err := w.buildModes(modes, o); err != nil {
+		return nil, err
+	}
+	for s := range w.svcs {
+		w.svcs[s].index, w.svcs[s].ids = nil, nil
 	}
 	if err := w.planTraffic(); err != nil {
 		return nil, err
 	}
 	w.pickTimeline()
 	return w, nil
+}
+
+// buildModes builds every mode at once, one goroutine each (the rendering
+// of 30,000 service ports per mode was seconds of a single-threaded
+// start): buildMode only reads the world (its interners already hold
+// every endpoint, so rendering assigns no ID) and writes its own
+// modeData. w.modes keeps the order of modes.
+func (w *world) buildModes(modes []cluster.Mode, o Options) error {
+	mds := make([]*modeData, len(modes))
+	errs := make([]error, len(modes))
+	var wg sync.WaitGroup
+	for i, name := range modes {
+		wg.Go(func() { mds[i], errs[i] = w.buildMode(name, o) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	w.modes = append(w.modes, mds...)
+	return nil
 }
 
 func protoOf(sp *cluster.ServicePort) engine.Proto {
@@ -367,6 +397,7 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 	md.rules = make([]*engine.Rules, size)
 	md.out = make([]int32, size)
 	md.eligible = make([]int, len(w.gvs))
+	var store rulesBlock
 	for g := range w.gvs {
 		gi := &w.gvs[g]
 		sv := &w.svcs[gi.svc]
@@ -398,13 +429,53 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 				union[i] |= oc.allowed[i]
 			}
 			md.outs = append(md.outs, oc)
-			md.rules[k], md.out[k] = &r, int32(len(md.outs)-1)
+			md.rules[k], md.out[k] = store.put(r), int32(len(md.outs)-1)
 		}
 		for _, x := range union {
 			md.eligible[g] += popcount(x)
 		}
 	}
+	md.fastOutcomes(w)
 	return nil
+}
+
+// rulesBlock hands out Rules from blocks of 4096, so that a mode's
+// rendered rules lie in render order, the order in which a node run
+// programs them, instead of one allocation each (a cache miss each when a
+// node run copies them into its engines).
+type rulesBlock []engine.Rules
+
+func (b *rulesBlock) put(r engine.Rules) *engine.Rules {
+	if len(*b) == 0 {
+		*b = make([]engine.Rules, 4096)
+	}
+	p := &(*b)[0]
+	*p = r
+	*b = (*b)[1:]
+	return p
+}
+
+// fastOutcomes fills md.fast, every slot's outcome in the form the
+// per-connection path reads, once per mode: each node run copies its
+// column instead of visiting every outcome.
+func (md *modeData) fastOutcomes(w *world) {
+	md.fast = make([]fastOutcome, len(md.out))
+	for k, oi := range md.out {
+		o := &md.outs[oi]
+		md.fast[k] = fastOutcome{kind: o.kind, o: o}
+		if len(o.allowed) == 1 {
+			md.fast[k].bits, md.fast[k].small = o.allowed[0], true
+		}
+	}
+	for g := range w.gvs {
+		n := 1
+		if md.dep[g] {
+			n = len(w.nodes)
+		}
+		for k := md.at[g]; k < md.at[g]+int32(n); k++ {
+			md.fast[k].cellOff = w.gvs[g].cellOff
+		}
+	}
 }
 
 // nodeView is what rendering and the oracle see of a node for a version's
