@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -93,8 +96,9 @@ func (cfg *ControlPlaneConfig) logf(format string, args ...any) {
 
 // StartControlPlane generates the run's certificates, keys and tokens in
 // cfg.Dir, starts etcd and then kube-apiserver inside cfg.NS and waits
-// (60 s at most) until etcd is healthy and the apiserver's /readyz answers
-// 200. On error it stops what it started.
+// (60 s at most) until etcd is healthy, the apiserver's /readyz answers
+// 200 and its default ServiceCIDR is ready. On error it stops what it
+// started.
 func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*ControlPlane, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -198,9 +202,34 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, deadline time.Time) e
 	if err != nil {
 		return fmt.Errorf("could not start kube-apiserver: %w", err)
 	}
-	c.cfg.logf("kube-apiserver ready in %s", time.Since(start).Round(time.Millisecond))
+	// The default ServiceCIDR ("kubernetes") is created by a controller of
+	// the apiserver after /readyz can answer 200. kube-proxy's nftables
+	// proxier writes the "Drop traffic to unallocated ClusterIPs" rule from
+	// it in full syncs only (setupNFTables), so a kube-proxy whose first sync
+	// came before it would miss the rule for an hour. A real cluster's
+	// apiserver created it long before any kube-proxy started.
+	err = poll(ctx, 100*time.Millisecond, time.Until(deadline), "the default ServiceCIDR", func() (bool, error) {
+		if p.exited() {
+			return false, &fatalError{p.exitError()}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		sc, err := c.client.NetworkingV1().ServiceCIDRs().Get(rctx, defaultServiceCIDR, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return meta.IsStatusConditionTrue(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady), nil
+	})
+	if err != nil {
+		return fmt.Errorf("could not start kube-apiserver: %w", err)
+	}
+	c.cfg.logf("kube-apiserver ready in %s (default ServiceCIDR ready)", time.Since(start).Round(time.Millisecond))
 	return nil
 }
+
+// defaultServiceCIDR is the ServiceCIDR object kube-apiserver makes from
+// --service-cluster-ip-range.
+const defaultServiceCIDR = "kubernetes"
 
 func (c *ControlPlane) serviceRange() string {
 	if c.cfg.SecondaryServiceCIDR.IsValid() {
