@@ -193,8 +193,8 @@ func (c *calibRun) measure(ctx context.Context, r int) (calibrate.UpstreamSample
 	if err := c.setFirstReady(ctx, false); err != nil {
 		return m, err
 	}
-	if _, err := settleKubeProxy(ctx, kp.Scrape, m1, t0, 1, calibTimeout); err != nil {
-		return m, fmt.Errorf("the partial sync: %w (log %s)", err, kp.LogPath())
+	if _, err := kp.Settle(ctx, upstream.Change{Since: t0, Before: &m1, Programmed: 1}, calibTimeout); err != nil {
+		return m, fmt.Errorf("the partial sync: %w", err)
 	}
 	// The programming latency is observed before the sync's duration:
 	// wait for the duration too.

@@ -222,7 +222,7 @@ func (k *kubeProxies) counters(name string) []dataplane.Counter {
 
 // apply writes the step into the model (the oracle's state) and through
 // the real API, then waits for a sync of every kube-proxy that started
-// after the write (settleKubeProxy). A step that wrote nothing to the real
+// after the write (upstream's Settle). A step that wrote nothing to the real
 // API queues no sync: nothing to wait for.
 func (k *kubeProxies) apply(ctx context.Context, step apiserver.Step) (map[string]time.Duration, error) {
 	before := make([]upstream.Metrics, len(k.list))
@@ -250,78 +250,13 @@ func (k *kubeProxies) apply(ctx context.Context, step apiserver.Step) (map[strin
 		if step.Action != apiserver.ActServiceUpdate {
 			programmed = writes
 		}
-		ended, err := settleKubeProxy(ctx, kp.Scrape, before[i], t0, programmed, settleTimeout)
+		s, err := kp.Settle(ctx, upstream.Change{Since: t0, Before: &before[i], Programmed: programmed}, settleTimeout)
 		if err != nil {
-			return nil, fmt.Errorf("node %s: kube-proxy did not sync the change: %w (its log: %s)", kp.Node(), err, kp.LogPath())
+			return nil, fmt.Errorf("the change was not programmed: %w", err)
 		}
-		out[kp.Node()] = ended.Sub(t0)
+		out[kp.Node()] = s.Ended.Sub(t0)
 	}
 	return out, nil
-}
-
-// settleKubeProxy waits (timeout at most) until kube-proxy has completed a
-// sync that started after it queued the change written at since, and
-// returns when that sync ended. It reads only kube-proxy's metrics. s0 is
-// a scrape taken before the write: with it, a sync that ran and ended
-// between the write and the first scrape that sees the change queued is
-// still proven (upstream.Settle, which starts from that first scrape, waits
-// in vain for a further sync in that case: a sync of a few milliseconds
-// usually ends before the next poll).
-//
-// The rule, polling: wait for a scrape S1 whose LastQueued (Q) >= since.
-// Proven when kubeproxy_network_programming_duration_seconds has counted
-// programmed EndpointSlice writes since s0 (each slice write carries
-// endpoints.kubernetes.io/last-change-trigger-time, and kube-proxy
-// observes it once, after the sync that consumed it applied its rules;
-// nobody else writes the run's API); or, syncs being serial, when two
-// consecutive scrapes (s0 counting as the first) differ by exactly one sync
-// that started (its end LastSync minus the growth of the duration sum) at
-// or after Q, or two syncs have ended since S1 (at most one of them was
-// running at S1). The start estimate runs early by what kube-proxy does
-// after setting LastSync (its conntrack cleanup, milliseconds with the
-// probes' entries), so Service updates, which carry no trigger time, may
-// wait for the second sync.
-func settleKubeProxy(ctx context.Context, scrape func(context.Context) (upstream.Metrics, error), s0 upstream.Metrics, since time.Time, programmed int, timeout time.Duration) (time.Time, error) {
-	deadline := time.Now().Add(timeout)
-	prev, s1, queued := s0, upstream.Metrics{}, false
-	for {
-		m, err := scrape(ctx)
-		if err != nil {
-			return time.Time{}, err
-		}
-		if m.SyncErrors > s0.SyncErrors {
-			return time.Time{}, fmt.Errorf("%w: %d since the change", upstream.ErrSyncFailed, m.SyncErrors-s0.SyncErrors)
-		}
-		if !queued && !m.LastQueued.Before(since) {
-			s1, queued = m, true
-		}
-		if programmed > 0 && m.Programming-s0.Programming >= uint64(programmed) {
-			return m.LastSync, nil
-		}
-		if queued {
-			if m.Syncs-prev.Syncs == 1 {
-				d := time.Duration((m.SyncSeconds - prev.SyncSeconds) * float64(time.Second))
-				if !m.LastSync.Add(-d).Before(s1.LastQueued) {
-					return m.LastSync, nil
-				}
-			}
-			if m.Syncs-s1.Syncs >= 2 {
-				return m.LastSync, nil
-			}
-		}
-		prev = m
-		if time.Now().After(deadline) {
-			if !queued {
-				return time.Time{}, fmt.Errorf("no sync queued within %s of the write", timeout)
-			}
-			return time.Time{}, fmt.Errorf("no sync after the change within %s", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 func (k *kubeProxies) stop() {

@@ -1,12 +1,8 @@
 package conform
 
 import (
-	"context"
-	"errors"
 	"net/netip"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/upstream"
@@ -71,53 +67,5 @@ func TestSyncFigures(t *testing.T) {
 	}
 	if got := partialOf(a, upstream.Metrics{Syncs: 3, SyncSeconds: 3.5}); got != 0.5 {
 		t.Errorf("partial from the sync histogram = %v, want 0.5", got)
-	}
-}
-
-// scrapes returns a scrape function that plays ms in order, repeating the
-// last one.
-func scrapes(ms ...upstream.Metrics) func(context.Context) (upstream.Metrics, error) {
-	i := 0
-	return func(context.Context) (upstream.Metrics, error) {
-		m := ms[min(i, len(ms)-1)]
-		i++
-		return m, nil
-	}
-}
-
-// TestSettleKubeProxy: the settle rule on scrape sequences.
-func TestSettleKubeProxy(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	s0 := upstream.Metrics{Syncs: 3, SyncSeconds: 1, LastSync: at(-500), LastQueued: at(-600)}
-	// The sync queued at +5 ms ran 10 ms and ended before the first poll:
-	// proven from s0.
-	fast := upstream.Metrics{Syncs: 4, SyncSeconds: 1.010, LastSync: at(16), LastQueued: at(5)}
-	if end, err := settleKubeProxy(context.Background(), scrapes(fast), s0, t0, 0, time.Second); err != nil || !end.Equal(at(16)) {
-		t.Errorf("fast sync: %v, %v; want it proven, ended at +16ms", end, err)
-	}
-	// A sync running when the change was queued (started before it) proves
-	// nothing; the next one does.
-	inProgress := upstream.Metrics{Syncs: 4, SyncSeconds: 1.100, LastSync: at(50), LastQueued: at(5)}
-	next := upstream.Metrics{Syncs: 5, SyncSeconds: 1.110, LastSync: at(62), LastQueued: at(5)}
-	if end, err := settleKubeProxy(context.Background(), scrapes(inProgress, next), s0, t0, 0, time.Second); err != nil || !end.Equal(at(62)) {
-		t.Errorf("in-progress sync: %v, %v; want the next one, ended at +62ms", end, err)
-	}
-	// A slice write's programming latency observed: proven even when the
-	// start estimate alone would not be.
-	programmed := inProgress
-	programmed.Programming = s0.Programming + 1
-	if _, err := settleKubeProxy(context.Background(), scrapes(programmed), s0, t0, 1, time.Second); err != nil {
-		t.Errorf("programmed slice write: %v", err)
-	}
-	// Nothing queued: an error, not a settle.
-	if _, err := settleKubeProxy(context.Background(), scrapes(s0), s0, t0, 1, 30*time.Millisecond); err == nil || !strings.Contains(err.Error(), "no sync queued") {
-		t.Errorf("no queue: %v", err)
-	}
-	// A failed sync ends the wait.
-	failed := fast
-	failed.SyncErrors = 1
-	if _, err := settleKubeProxy(context.Background(), scrapes(failed), s0, t0, 0, time.Second); !errors.Is(err, upstream.ErrSyncFailed) {
-		t.Errorf("failed sync: %v", err)
 	}
 }

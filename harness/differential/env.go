@@ -470,9 +470,9 @@ const markerName = "kpsim-differential-marker"
 //     watch and after the Service events our informers had already seen;
 //  3. our trackers have the marker too: each syncer syncs once (partial,
 //     or full when a Node changed, as kube-proxy would);
-//  4. each kube-proxy completes two syncs after it queued a change received
-//     after since (settleUpstream: kube-proxy's own metrics, never the
-//     rules under test).
+//  4. each kube-proxy completes a sync that started after it queued a
+//     change received after since (settleUpstream, upstream's Settle:
+//     kube-proxy's own metrics, never the rules under test).
 func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
 	if err := e.waitSeqs(ctx, before, uint64(events)); err != nil {
 		return err
@@ -495,78 +495,31 @@ func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
 }
 
 // settleUpstream waits until kube-proxy has programmed every change it
-// received before a marker, and returns the markers it wrote. The rule:
-// since := now, write marker M1; poll until LastQueued >= since (scrape S1:
-// kube-proxy has queued M1, and with it every earlier change of its
-// watches); then wait until two syncs have ended after S1. Syncs are
-// serial, so at most one of them was in progress at S1 and the other
-// started after it, with everything queued by then. To make the second
-// sync happen (with --iptables-min-sync-period=0 kube-proxy syncs once per
-// change, and its periodic sync is hourly), a marker is written after S1
-// and another after each sync that ends, until the count is reached.
-//
-// upstream.KubeProxy.Settle dates a single sync by its end minus its
-// duration; kube-proxy stamps the end before its health check work, which
-// the duration counts, so a sync started a fraction of a millisecond
-// after the change (min sync period 0) dates before it and is not proven.
+// received before a marker, and returns the markers it wrote: a scrape,
+// since := now, marker M1, then upstream's Settle with a Nudge that writes
+// another marker (kube-proxy queues M1 after every earlier change of its
+// watches; with --iptables-min-sync-period=0 it syncs once per change and
+// its periodic sync is hourly, so the sync that proves M1 programmed may
+// have to be asked for).
 func (e *Env) settleUpstream(ctx context.Context, p *pair) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.SettleTimeout)
-	defer cancel()
-	since := time.Now()
-	if err := e.writeMarker(ctx); err != nil {
+	before, err := p.kp.Scrape(ctx)
+	if err != nil {
 		return 0, err
 	}
-	written := 1
-	var s1 upstream.Metrics
-	for {
-		m, err := p.kp.Scrape(ctx)
-		if err != nil {
-			return written, err
-		}
-		if !m.LastQueued.Before(since) {
-			s1 = m
-			break
-		}
-		if err := pause(ctx); err != nil {
-			return written, fmt.Errorf("kube-proxy queued no sync for the marker: %w", err)
-		}
-	}
-	last := s1.Syncs
-	for {
+	since := time.Now()
+	written := 0
+	marker := func(ctx context.Context) error {
 		if err := e.writeMarker(ctx); err != nil {
-			return written, err
+			return err
 		}
 		written++
-		for {
-			m, err := p.kp.Scrape(ctx)
-			if err != nil {
-				return written, err
-			}
-			if m.SyncErrors > s1.SyncErrors {
-				return written, fmt.Errorf("%w: %d since the change", upstream.ErrSyncFailed, m.SyncErrors-s1.SyncErrors)
-			}
-			if m.Syncs >= s1.Syncs+2 {
-				return written, nil
-			}
-			if m.Syncs > last {
-				last = m.Syncs
-				break // a sync ended: write another marker
-			}
-			if err := pause(ctx); err != nil {
-				return written, fmt.Errorf("%d of 2 syncs after the marker: %w", m.Syncs-s1.Syncs, err)
-			}
-		}
-	}
-}
-
-// pause waits one poll interval, or returns ctx's error.
-func pause(ctx context.Context) error {
-	select {
-	case <-time.After(10 * time.Millisecond):
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	if err := marker(ctx); err != nil {
+		return written, err
+	}
+	_, err = p.kp.Settle(ctx, upstream.Change{Since: since, Before: &before, Nudge: marker}, e.cfg.SettleTimeout)
+	return written, err
 }
 
 // writeMarker writes the marker slice with a new port.

@@ -147,11 +147,14 @@ func TestSettle(t *testing.T) {
 	since := at(10)
 	idle := Metrics{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(8)}
 	queued := Metrics{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1), ChangesPending: 1}
+	programmedOnce := Metrics{Syncs: 6, SyncSeconds: 1.3, LastSync: at(10.3), LastQueued: at(10.1), Programming: 1}
 	tests := []struct {
-		name    string
-		scrapes []Metrics
-		want    Sync
-		wantErr error
+		name       string
+		before     *Metrics // Change.Before
+		programmed int      // Change.Programmed
+		scrapes    []Metrics
+		want       Sync
+		wantErr    error
 	}{{
 		// One sync from 10.2 to 10.3: it started after the queue at 10.1.
 		name:    "one sync after the queue",
@@ -190,6 +193,29 @@ func TestSettle(t *testing.T) {
 			{Syncs: 6, SyncSeconds: 1.05, LastSync: at(10.148), LastQueued: at(10.1)}},
 		want: Sync{Started: at(10.098), Ended: at(10.148), Duration: 50 * time.Millisecond},
 	}, {
+		// The same with the scrape before the write given instead of seen:
+		// Settle's first look already has the change's sync.
+		name:    "sync done before the first look, Before given",
+		before:  &idle,
+		scrapes: []Metrics{{Syncs: 6, SyncSeconds: 1.1, LastSync: at(10.3), LastQueued: at(10.1)}},
+		want:    Sync{Started: at(10.2), Ended: at(10.3), Duration: 100 * time.Millisecond},
+	}, {
+		// A stamped slice write observed as programmed: proven although
+		// the one sync since Before started (10.0) before the queue.
+		name:       "programmed",
+		before:     &idle,
+		programmed: 1,
+		scrapes:    []Metrics{programmedOnce},
+		want:       Sync{Ended: at(10.3)},
+	}, {
+		// Without Before the programming count has no baseline: the same
+		// scrape proves nothing (TestSettleNotProven's first case); here
+		// the next sync does.
+		name:       "programmed without Before",
+		programmed: 1,
+		scrapes:    []Metrics{queued, programmedOnce, {Syncs: 7, SyncSeconds: 1.35, LastSync: at(10.35), LastQueued: at(10.1), Programming: 1}},
+		want:       Sync{Ended: at(10.35)},
+	}, {
 		name:    "no queue",
 		scrapes: []Metrics{idle},
 		wantErr: errNoQueue,
@@ -197,10 +223,17 @@ func TestSettle(t *testing.T) {
 		name:    "failed sync",
 		scrapes: []Metrics{queued, {Syncs: 6, SyncSeconds: 1.1, LastSync: at(9), LastQueued: at(10.1), SyncErrors: 1}},
 		wantErr: ErrSyncFailed,
+	}, {
+		// With Before, a failure before Settle sees the queue counts too.
+		name:    "failed sync before the queue",
+		before:  &idle,
+		scrapes: []Metrics{{Syncs: 6, SyncSeconds: 1.1, LastSync: at(9.5), LastQueued: at(8), SyncErrors: 1}},
+		wantErr: ErrSyncFailed,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := settle(context.Background(), fakeScrapes(tt.scrapes...), &syncHistory{}, since, 200*time.Millisecond, time.Millisecond)
+			c := Change{Since: since, Before: tt.before, Programmed: tt.programmed}
+			got, err := settle(context.Background(), fakeScrapes(tt.scrapes...), &syncHistory{}, c, 200*time.Millisecond, time.Millisecond)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("settle = %+v, %v; want %v", got, err, tt.wantErr)
@@ -242,10 +275,48 @@ func TestSettleNotProven(t *testing.T) {
 			{Syncs: 6, SyncSeconds: 1.05, LastSync: at(10.148), LastQueued: at(10.2)},
 		},
 	} {
-		_, err := settle(context.Background(), fakeScrapes(s...), &syncHistory{}, at(10), 50*time.Millisecond, time.Millisecond)
+		_, err := settle(context.Background(), fakeScrapes(s...), &syncHistory{}, Change{Since: at(10)}, 50*time.Millisecond, time.Millisecond)
 		if err == nil || errors.Is(err, errNoQueue) {
 			t.Errorf("%s: settle = %v, want a timeout with the change queued", name, err)
 		}
+	}
+}
+
+// TestSettleNudge: with a Nudge, Settle asks for a sync once the change
+// is queued and again after each sync that ends without proof, and stops
+// asking once one proves it. In the fake, a sync runs only when nudged and
+// ends before the next look; the change (queued at 10.1) finds a sync in
+// progress since 10.05, which the first nudge lets end: it started before
+// the queue and proves nothing, and without a second nudge no sync would
+// follow (changes stay pending at every look, so no drain proves it).
+func TestSettleNudge(t *testing.T) {
+	start := Metrics{Syncs: 5, SyncSeconds: 1.0, LastSync: at(9), LastQueued: at(10.1), ChangesPending: 1}
+	m := start
+	syncs := []struct{ started, ended float64 }{{10.05, 10.15}, {10.2, 10.25}, {10.3, 10.35}}
+	nudges := 0
+	scrape := func(context.Context) (Metrics, error) { return m, nil }
+	nudge := func(context.Context) error {
+		s := syncs[nudges]
+		nudges++
+		m.Syncs++
+		m.SyncSeconds += s.ended - s.started
+		m.LastSync, m.LastQueued = at(s.ended), at(s.started)
+		return nil
+	}
+	got, err := settle(context.Background(), scrape, &syncHistory{}, Change{Since: at(10), Nudge: nudge}, time.Second, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nudges != 2 || !got.Ended.Equal(at(10.25)) {
+		t.Errorf("settle = %+v after %d nudges, want the sync ended at 10.25 after 2", got, nudges)
+	}
+	m, nudges = start, 0
+	if _, err := settle(context.Background(), scrape, &syncHistory{}, Change{Since: at(10)}, 50*time.Millisecond, time.Millisecond); err == nil {
+		t.Error("without a nudge: settled, want a timeout")
+	}
+	failing := func(context.Context) error { return errors.New("refused") }
+	if _, err := settle(context.Background(), scrape, &syncHistory{}, Change{Since: at(10), Nudge: failing}, time.Second, time.Millisecond); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("a failing nudge: %v, want its error at once", err)
 	}
 }
 
