@@ -99,9 +99,9 @@ func writeComparison(dir string) error {
 	b.WriteString("Sync time of our dataplane (`<mode>.json`) against upstream kube-proxy's own metrics (`kube-proxy-<mode>.json`:\n" +
 		"`kubeproxy_sync_full_proxy_rules_duration_seconds` for a fresh kube-proxy's first sync, `..._partial_...` after one\n" +
 		"endpoint turns not ready), at the sizes both measured; ratio ours / kube-proxy (above 1: ours is slower). Ours are\n" +
-		"the medians in `<mode>.json`, measured when that file was written (its kernel and load, see above), not beside upstream's.\n\n")
+		"the medians in `<mode>.json` and `<mode>-*.json` (the ladders above 2,000), measured when that file was written (its kernel\n" +
+		"and load, see above), not beside upstream's.\n\n")
 	for _, mode := range []cluster.Mode{cluster.ModeIPTables, cluster.ModeNFTables} {
-		var ours []*calibrate.Calibration
 		var ups []*calibrate.UpstreamCalibration
 		if err := readJSON(filepath.Join(dir, "kube-proxy-"+string(mode)+".json"), &ups); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
@@ -109,7 +109,8 @@ func writeComparison(dir string) error {
 			}
 			return err
 		}
-		if err := readJSON(filepath.Join(dir, string(mode)+".json"), &ours); err != nil && !errors.Is(err, os.ErrNotExist) {
+		ours, err := readOurs(dir, mode)
+		if err != nil {
 			return err
 		}
 		for _, up := range ups {
@@ -132,6 +133,27 @@ func writeComparison(dir string) error {
 		text = strings.TrimRight(text, "\n") + "\n\n" + b.String()
 	}
 	return os.WriteFile(path, []byte(text), 0o644)
+}
+
+// readOurs reads our calibrations of mode in dir: <mode>.json and the
+// ladders beside it (<mode>-large.json), as the cost model does.
+func readOurs(dir string, mode cluster.Mode) ([]*calibrate.Calibration, error) {
+	files, err := filepath.Glob(filepath.Join(dir, string(mode)+"-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var ours []*calibrate.Calibration
+	for _, f := range append([]string{filepath.Join(dir, string(mode)+".json")}, files...) {
+		var cs []*calibrate.Calibration
+		if err := readJSON(f, &cs); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return nil, err
+		}
+		ours = append(ours, cs...)
+	}
+	return ours, nil
 }
 
 func readJSON(path string, v any) error {
