@@ -198,6 +198,7 @@ type shard struct {
 	evs    []ctlEvent
 	ev     int
 	nextAt int64
+	ready  bool // its engines hold the initial full sync
 }
 
 func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, pool *tablePool, b *runBufs) *nodeRun {
@@ -269,22 +270,36 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 			r.shards[i].nextAt = r.shards[i].evs[0].at
 		}
 	}
-	// The initial full sync happened before traffic starts. Service ports
-	// this node sends nothing to get no engine.
+	// The initial full sync happened before traffic starts; a shard's
+	// engines are programmed with it when the shard is first handled
+	// (ready).
 	for s := range w.svcs {
 		g := w.svcs[s].gvs[0]
 		r.svc[s].api, r.svc[s].rule = g, g
-		k := plan.of[s]
-		if k < 0 {
-			continue
-		}
-		rules := md.ruleAt(int(g), ni)
-		r.shards[k].node.ProgramShared(int(plan.local[s]), *rules, 0)
+	}
+	return r
+}
+
+// ready programs shard k's engines with the initial full sync, once,
+// right before the shard's connections are handled: its engines are then
+// still in the CPU's cache when the connections come (programming every
+// shard first left each connection a cache miss on its engine). Each
+// shard has its own random stream and programs its service ports in the
+// same order either way, so when it happens changes no decision. Service
+// ports this node sends nothing to get no engine.
+func (r *nodeRun) ready(k int) {
+	sh := &r.shards[k]
+	if sh.ready {
+		return
+	}
+	sh.ready = true
+	for _, s := range r.plan.members[k] {
+		rules := r.md.ruleAt(int(r.svc[s].rule), r.ni)
+		sh.node.ProgramShared(int(r.plan.local[s]), *rules, 0)
 		if rules.Verdict == engine.Accept {
 			r.svc[s].aff = int64(rules.AffinityTimeout)
 		}
 	}
-	return r
 }
 
 // mix is SplitMix64's finaliser: distinct, well spread stream numbers.
@@ -413,6 +428,7 @@ func (p *tablePool) put(n int, ct *engine.Conntrack) {
 // handleShard decides a shard's connections in time order, each after the
 // shard's control events due by its time.
 func (r *nodeRun) handleShard(k int, cs []chunkConn) {
+	r.ready(k)
 	sh := &r.shards[k]
 	node := sh.node
 	if !sh.table && len(cs) > 0 {
@@ -630,6 +646,7 @@ func (r *nodeRun) live(t int64, c *engine.Conn) {
 
 func (r *nodeRun) finish() {
 	for i := range r.shards {
+		r.ready(i)
 		r.apply(&r.shards[i], math.MaxInt64)
 	}
 	var cur, peak int64
