@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,7 +67,9 @@ func Connect(client kubernetes.Interface) (*Cluster, error) {
 }
 
 // Load expands a scenario straight into a fake clientset (objects are
-// streamed, never held twice) and prepares the informers.
+// streamed, never held twice) and prepares the informers. The expansion
+// and the clientset's copying of each object run side by side (two
+// goroutines, the objects in order through a channel).
 func Load(l *scenario.Loaded, seed *uint64) (*Cluster, *scenario.Expanded, error) {
 	client := fake.NewSimpleClientset()
 	tr := client.Tracker()
@@ -76,7 +79,31 @@ func Load(l *scenario.Loaded, seed *uint64) (*Cluster, *scenario.Expanded, error
 		}
 		return nil
 	}
-	exp, err := scenario.ExpandTo(l, seed, add)
+	objs := make(chan runtime.Object, 1024)
+	added := make(chan error, 1)
+	var failed atomic.Pointer[error]
+	go func() {
+		var err error
+		for o := range objs {
+			if err == nil {
+				if err = add(o); err != nil {
+					failed.Store(&err)
+				}
+			}
+		}
+		added <- err
+	}()
+	exp, err := scenario.ExpandTo(l, seed, func(o runtime.Object) error {
+		if e := failed.Load(); e != nil {
+			return *e // stops the expansion, as add's error did
+		}
+		objs <- o
+		return nil
+	})
+	close(objs)
+	if addErr := <-added; addErr != nil {
+		return nil, nil, addErr
+	}
 	if err != nil {
 		return nil, nil, err
 	}
