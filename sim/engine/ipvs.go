@@ -297,8 +297,15 @@ func (e *IPVSEngine) Program(r Rules, now int64) {
 	}
 	e.rng.Shuffle(len(add), func(i, j int) { add[i], add[j] = add[j], add[i] })
 	var fresh []ipvsDest // the new dests, allocated together
+	// Each added dest goes to the head of the list (ip_vs_add_dest:
+	// list_add_rcu), so the list becomes the added ones in reverse order
+	// followed by the old ones, and the rr cursor moves on by one per add;
+	// built in one pass (a prepend each was quadratic in the endpoints).
 	e.dests = e.blocks.grow(e.dests, len(add))
-	for _, b := range add {
+	k, old := len(add), len(e.dests)
+	e.dests = e.dests[:old+k]
+	copy(e.dests[k:], e.dests[:old])
+	for i, b := range add {
 		d := e.knownDest(b.ID)
 		if d == nil {
 			if fresh == nil {
@@ -310,12 +317,16 @@ func (e *IPVSEngine) Program(r Rules, now int64) {
 			e.addKnown(d)
 		}
 		d.weight, d.lastWeight, d.graceful, d.inList = 1, 1, false, true
-		e.dests = append(e.dests, nil)
-		copy(e.dests[1:], e.dests)
-		e.dests[0] = d
-		if e.rrCur >= 0 {
-			e.rrCur++
-		}
+		e.dests[k-1-i] = d
+	}
+	if e.rrCur >= 0 {
+		e.rrCur += k
+	}
+	// ip_vs_wrr_dest_changed runs once per add in the kernel; once after
+	// them all leaves the same state here: weights are 0 or 1, so the gcd
+	// is 1, the maximum weight is the last list's, and each call sets the
+	// current weight to that maximum whatever it was (0 or 1).
+	if k > 0 {
 		e.wrrChanged()
 	}
 	e.reassign()
