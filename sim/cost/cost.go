@@ -74,6 +74,7 @@ package cost
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -487,7 +488,7 @@ func IPTablesFirstPacket(order []ServicePortInput, weights []float64) FirstPacke
 		xs = append(xs, wv{w, rules})
 		total += w
 	}
-	sort.Slice(xs, func(i, j int) bool { return xs[i].v < xs[j].v })
+	slices.SortFunc(xs, func(a, b wv) int { return cmp.Compare(a.v, b.v) })
 	q := func(p float64) float64 {
 		acc := 0.0
 		for _, x := range xs {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/kpsim/kpsim/sim/cost"
 	"github.com/kpsim/kpsim/sim/engine"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/report"
@@ -369,6 +370,9 @@ type worker struct {
 	ch     *chunk
 	tables tablePool
 	bufs   []*runBufs // by mode
+	// firstPacketNode's inputs.
+	fpIn      []cost.ServicePortInput
+	fpWeights []float64
 }
 
 func (wk *worker) bufsOf(mi int) *runBufs {

@@ -183,7 +183,7 @@ func (w *world) runAll(ctx context.Context, seed uint64, o Options) ([][]*nodeRe
 					return
 				}
 				for mi, r := range rs {
-					r.fp = w.firstPacketNode(mi, ni, r)
+					r.fp = w.firstPacketNode(mi, ni, r, &wk)
 				}
 				mu.Lock()
 				for mi, r := range rs {

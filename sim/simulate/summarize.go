@@ -304,13 +304,16 @@ func (w *world) firstPacket(mi int, res []*nodeResult) report.FirstPacket {
 // firstPacketNode is one node's iptables first-packet figures, weighted by
 // its new connections per service port (computed before the node's
 // counts are folded).
-func (w *world) firstPacketNode(mi, ni int, nr *nodeResult) report.FirstPacket {
+func (w *world) firstPacketNode(mi, ni int, nr *nodeResult, wk *worker) report.FirstPacket {
 	md := w.modes[mi]
 	if md.mode != engine.IPTables {
 		return report.FirstPacket{}
 	}
-	in := make([]cost.ServicePortInput, len(w.svcs))
-	weights := make([]float64, len(w.svcs))
+	// The inputs are megabytes at 30,000 service ports: the worker's,
+	// reused from node to node.
+	in := take(&wk.fpIn, len(w.svcs))
+	weights := take(&wk.fpWeights, len(w.svcs))
+	defer func() { wk.fpIn, wk.fpWeights = in, weights }()
 	total := 0.0
 	for s := range w.svcs {
 		sv := &w.svcs[s]
@@ -320,10 +323,11 @@ func (w *world) firstPacketNode(mi, ni int, nr *nodeResult) report.FirstPacket {
 		}
 		total += weights[s]
 	}
+	ws := weights
 	if total == 0 {
-		weights = nil
+		ws = nil
 	}
-	f := cost.IPTablesFirstPacket(in, weights)
+	f := cost.IPTablesFirstPacket(in, ws)
 	return report.FirstPacket{RulesP50: f.RulesP50, RulesP99: f.RulesP99,
 		Note: f.Note + "; KUBE-SERVICES in service-port name order; the worst node's quantiles over its new connections"}
 }
