@@ -18,6 +18,31 @@ type Arena struct {
 	ptrs    blockList[*ipvsDest]
 	engines blockList[Engine]
 	rules   blockList[Rules]
+	// tables are the nodes' conntrack tables; tables[nextTable:] are
+	// free since the last Reset.
+	tables    []*Conntrack
+	nextTable int
+}
+
+// conntrack returns an empty table for a node: the one the arena's
+// node in this position had before the last Reset (emptied) when its
+// configuration matches, else a new one. A caller that gives a node
+// another table (the simulator takes a sized one when a shard's
+// connections come) leaves this one to the arena and must not keep it.
+func (a *Arena) conntrack(cfg ConntrackConfig) *Conntrack {
+	i := a.nextTable
+	a.nextTable++
+	if i < len(a.tables) && a.tables[i].cfg == conntrackDefaults(cfg) {
+		a.tables[i].Reset()
+		return a.tables[i]
+	}
+	t := NewConntrack(cfg)
+	if i < len(a.tables) {
+		a.tables[i] = t
+	} else {
+		a.tables = append(a.tables, t)
+	}
+	return t
 }
 
 // NewArena returns an empty arena.
@@ -33,6 +58,7 @@ func (a *Arena) Reset() {
 	a.ptrs.reset()
 	a.engines.reset()
 	a.rules.reset()
+	a.nextTable = 0
 }
 
 // blockList hands out runs of elements from blocks it keeps; reset makes

@@ -75,3 +75,33 @@ func TestBlockListTake(t *testing.T) {
 		t.Error("after reset the first block is not reused")
 	}
 }
+
+// TestArenaConntrack: the nodes built in an arena between two Resets have
+// their own tables; after Reset the next nodes get the same tables back,
+// emptied, unless their configuration differs.
+func TestArenaConntrack(t *testing.T) {
+	a := NewArena()
+	cfg := NodeConfig{Mode: IPTables}
+	n1, _ := NewNodeIn(a, "n1", cfg, NewRandSeed(1, 2))
+	n2, _ := NewNodeIn(a, "n2", cfg, NewRandSeed(1, 2))
+	if n1.CT == n2.CT {
+		t.Fatal("two nodes of one arena share a conntrack table")
+	}
+	n1.ProgramShared(0, acceptRules(3, 0), 0)
+	n1.Connect(0, &Conn{SrcIP: 0x0A000001, SrcPort: 1000, Proto: TCP, End: sec}, 0)
+	if n1.CT.Len(0) != 1 {
+		t.Fatalf("%d live entries, want 1", n1.CT.Len(0))
+	}
+	old1, old2 := n1.CT, n2.CT
+	a.Reset()
+	m1, _ := NewNodeIn(a, "m1", cfg, NewRandSeed(1, 2))
+	if m1.CT != old1 || m1.CT.Len(0) != 0 {
+		t.Errorf("after Reset: same table %v, %d live entries; want the first node's table, emptied", m1.CT == old1, m1.CT.Len(0))
+	}
+	other := cfg
+	other.Conntrack.TCPTimeWait = time.Second
+	m2, _ := NewNodeIn(a, "m2", other, NewRandSeed(1, 2))
+	if m2.CT == old2 || m2.CT.cfg.TCPTimeWait != time.Second {
+		t.Error("a node of another conntrack configuration got a table of the old one")
+	}
+}

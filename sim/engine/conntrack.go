@@ -78,14 +78,20 @@ type Conntrack struct {
 	Stats ConntrackStats
 }
 
-// NewConntrack returns an empty table.
-func NewConntrack(cfg ConntrackConfig) *Conntrack {
+// conntrackDefaults fills the timeouts a configuration leaves unset.
+func conntrackDefaults(cfg ConntrackConfig) ConntrackConfig {
 	if cfg.TCPTimeWait <= 0 {
 		cfg.TCPTimeWait = DefaultTCPTimeWait
 	}
 	if cfg.UDPTimeout <= 0 {
 		cfg.UDPTimeout = DefaultUDPTimeout
 	}
+	return cfg
+}
+
+// NewConntrack returns an empty table.
+func NewConntrack(cfg ConntrackConfig) *Conntrack {
+	cfg = conntrackDefaults(cfg)
 	const c = 1 << 10
 	return &Conntrack{
 		slots: make([]ctSlot, c), shift: 64 - 10, cfg: cfg,

@@ -67,7 +67,7 @@ func NewNodeIn(a *Arena, name string, cfg NodeConfig, rng *Rand) (*Node, error) 
 	default:
 		return nil, fmt.Errorf("could not configure node %s: %w: %v", name, ErrUnknownMode, cfg.Mode)
 	}
-	return &Node{Name: name, cfg: cfg, rng: rng, CT: NewConntrack(cfg.Conntrack), arena: a}, nil
+	return &Node{Name: name, cfg: cfg, rng: rng, CT: a.conntrack(cfg.Conntrack), arena: a}, nil
 }
 
 // NewEngine returns an engine of the node's mode for one service port, with

@@ -436,11 +436,14 @@ func (r *nodeRun) handleShard(k int, cs []chunkConn) {
 	sh := &r.shards[k]
 	node := sh.node
 	if !sh.table && len(cs) > 0 {
-		if ct := r.pool.get(r.plan.live[k]); ct != nil {
-			node.CT = ct
-		} else {
-			node.CT.Reserve(r.plan.live[k], 0)
+		// A table of the pool, or a new one (the node's own is its
+		// arena's: it stays there).
+		ct := r.pool.get(r.plan.live[k])
+		if ct == nil {
+			ct = engine.NewConntrack(r.md.ncfg.Conntrack)
+			ct.Reserve(r.plan.live[k], 0)
 		}
+		node.CT = ct
 		sh.table = true
 	}
 	for i := range cs {
