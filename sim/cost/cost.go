@@ -470,7 +470,7 @@ type FirstPacket struct {
 // (n+1)/2 rules on average, plus the masquerade rule and the SEP's two).
 func IPTablesFirstPacket(order []ServicePortInput, weights []float64) FirstPacket {
 	type wv struct{ w, v float64 }
-	var xs []wv
+	xs := make([]wv, 0, len(order))
 	total := 0.0
 	for i, s := range order {
 		w := 1.0
