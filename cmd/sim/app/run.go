@@ -119,6 +119,11 @@ func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f
 	if f.memprofile != "" {
 		defer writeHeapProfile(f.memprofile)
 	}
+	prog := newProgress(s.Err, start, f.progress)
+	// Loading, expanding and rendering take seconds at 30,000 Services
+	// before the first node run: say so until the bar starts.
+	endLoading := prog.phase("loading the scenario, the cluster model and the rules")
+	defer endLoading()
 	m, err := apiserver.Open(ctx, file, seed)
 	if err != nil {
 		return err
@@ -129,8 +134,11 @@ func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f
 	if err != nil {
 		return err
 	}
-	prog := newProgress(s.Err, start, f.progress)
-	r, err := simulate.Run(ctx, m, simulate.Options{Modes: modes, Calibrations: cals, Progress: prog.update})
+	r, err := simulate.Run(ctx, m, simulate.Options{Modes: modes, Calibrations: cals, Progress: func(done, total int) {
+		endLoading()
+		prog.update(done, total)
+	}})
+	endLoading()
 	prog.done()
 	if err != nil {
 		return err
@@ -223,6 +231,48 @@ func (p *progress) update(done, total int) {
 	}
 	fmt.Fprintf(p.w, "\r[%s%s] %d/%d %s, %.1f s", strings.Repeat("=", n), strings.Repeat(" ", width-n), done, total, unit, time.Since(p.start).Seconds())
 	p.drawn = true
+}
+
+// phase shows text (and the time so far) every quarter second, once the
+// command has taken a second, until the returned function is called (any
+// number of times; the first waits for the last line to be drawn).
+func (p *progress) phase(text string) (end func()) {
+	if !p.tty {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if time.Since(p.start) < time.Second {
+					continue
+				}
+				p.mu.Lock()
+				fmt.Fprintf(p.w, "\r%-60s", fmt.Sprintf("%s, %.1f s", text, time.Since(p.start).Seconds()))
+				p.drawn = true
+				p.mu.Unlock()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-finished
+			p.mu.Lock()
+			if p.drawn {
+				fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 90))
+			}
+			p.mu.Unlock()
+		})
+	}
 }
 
 func (p *progress) done() {
