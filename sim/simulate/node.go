@@ -662,9 +662,9 @@ func (r *nodeRun) finish() {
 		peak = max(peak, cur)
 	}
 	r.res.peakLive = peak
-	for _, sh := range r.shards {
-		for s := range r.w.svcs {
-			if e, ok := sh.node.Engine(s).(*engine.IPTablesEngine); ok { // s: local numbers, all below len(svcs)
+	for k, sh := range r.shards {
+		for s := range r.plan.ports[k] { // the shard's local numbers
+			if e, ok := sh.node.Engine(s).(*engine.IPTablesEngine); ok {
 				r.res.recentEvictedLive += int64(e.Stats.RecentEvictedLive)
 			}
 		}
