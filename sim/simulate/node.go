@@ -282,9 +282,10 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 }
 
 // ready programs shard k's engines with the initial full sync, once,
-// right before the shard's connections are handled: its engines are then
-// still in the CPU's cache when the connections come (programming every
-// shard first left each connection a cache miss on its engine). Each
+// right before the shard's connections are handled: a shard being at
+// most shardPorts service ports, its engines are then still in the CPU's
+// cache when the connections come (programming every shard first left
+// each connection a cache miss on its engine). Each
 // shard has its own random stream and programs its service ports in the
 // same order either way, so when it happens changes no decision. Service
 // ports this node sends nothing to get no engine.
