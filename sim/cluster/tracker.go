@@ -255,31 +255,37 @@ const parallelDrain = 1024
 // writes them meanwhile).
 func convertAll[T any](keys []types.NamespacedName, f func(types.NamespacedName) T) []T {
 	out := make([]T, len(keys))
-	workers := runtime.GOMAXPROCS(0)
-	if len(keys) < parallelDrain || workers < 2 {
+	if len(keys) < parallelDrain {
 		for i, k := range keys {
 			out[i] = f(k)
 		}
 		return out
 	}
+	ParallelFor(len(keys), func(i int) { out[i] = f(keys[i]) })
+	return out
+}
+
+// ParallelFor calls f(0) ... f(n-1) on every CPU, in batches of 256, and
+// returns when all have returned; f(i) may write only what belongs to i.
+// (Drain and the simulator's world building share it.)
+func ParallelFor(n int, f func(i int)) {
 	const batch = 256
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for range min(runtime.GOMAXPROCS(0), (n+batch-1)/batch) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(batch)) - batch
-				if i >= len(keys) {
+				if i >= n {
 					return
 				}
-				for j := i; j < min(i+batch, len(keys)); j++ {
-					out[j] = f(keys[j])
+				for j := i; j < min(i+batch, n); j++ {
+					f(j)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	return out
 }
 
 // applyService puts a Service's converted ports (cur) into the state.

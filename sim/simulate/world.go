@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
@@ -268,7 +266,7 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	}
 	// Local endpoint IDs: every endpoint any version had, sorted (each
 	// service port on its own, so on every CPU).
-	parallelFor(len(w.svcs), func(s int) {
+	cluster.ParallelFor(len(w.svcs), func(s int) {
 		sv := &w.svcs[s]
 		seen := map[netip.AddrPort]bool{}
 		for _, g := range sv.gvs {
@@ -309,28 +307,6 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	}
 	w.pickTimeline()
 	return w, nil
-}
-
-// parallelFor calls f(0) ... f(n-1) on every CPU, in batches; f(i) may
-// write only what belongs to i.
-func parallelFor(n int, f func(i int)) {
-	const batch = 256
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), (n+batch-1)/batch) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(batch)) - batch
-				if i >= n {
-					return
-				}
-				for j := i; j < min(i+batch, n); j++ {
-					f(j)
-				}
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // buildModes builds every mode at once, one goroutine each (the rendering
