@@ -257,7 +257,7 @@ func newNodeRun(w *world, md *modeData, ni int, plan *shardPlan, seed uint64, po
 		}
 		// The shard's real table is taken when its connections come
 		// (handleShard): emptying it then brings it into the cache.
-		node.ReserveServices(plan.ports[i])
+		node.ReserveServices(len(plan.members[i]))
 		r.shards[i].node = node
 	}
 	for _, e := range evs {
@@ -664,7 +664,7 @@ func (r *nodeRun) finish() {
 	}
 	r.res.peakLive = peak
 	for k, sh := range r.shards {
-		for s := range r.plan.ports[k] { // the shard's local numbers
+		for s := range len(r.plan.members[k]) { // the shard's local numbers
 			if e, ok := sh.node.Engine(s).(*engine.IPTablesEngine); ok {
 				r.res.recentEvictedLive += int64(e.Stats.RecentEvictedLive)
 			}

@@ -48,7 +48,6 @@ type shardPlan struct {
 	// members are each shard's service ports, in service-port order.
 	members [][]int32
 	live    []int     // conntrack entries to reserve per shard
-	ports   []int     // service ports per shard
 	share   []float64 // each shard's share of the node's connections
 }
 
@@ -83,6 +82,7 @@ func (w *world) planShards(ni int) *shardPlan {
 	acc := 0.0
 	for s := range w.svcs {
 		if weight[s] <= 0 {
+			p.of[s] = -1
 			continue
 		}
 		k := min(n-1, int(acc/total*float64(n)))
@@ -96,12 +96,10 @@ func (w *world) planShards(ni int) *shardPlan {
 			p.live[k] = int(float64(live)*p.share[k]*1.2) + 64
 		}
 	}
-	p.ports = make([]int, n)
 	p.members = make([][]int32, n)
 	for s := range w.svcs {
 		if k := p.of[s]; k >= 0 {
-			p.local[s] = int32(p.ports[k])
-			p.ports[k]++
+			p.local[s] = int32(len(p.members[k]))
 			p.members[k] = append(p.members[k], int32(s))
 		}
 	}
