@@ -26,7 +26,8 @@ import (
 //	KPSIM-READY <uptime> share=  modules loaded, share mounted or not
 //	KPSIM-BEGIN <file> ... KPSIM-END   a result file in base64, when the
 //	                             9p share could not be mounted
-//	KPSIM-EXIT <code>            sim's exit code
+//	KPSIM-EXIT <code>            sim's exit code (on the console and again
+//	                             through /dev/kmsg: the panic flushes that)
 //
 // Then init exits: the kernel panics (panic=-1 reboots at once) and qemu,
 // started with -no-reboot, exits.
@@ -87,6 +88,12 @@ if [ "$share" = no ]; then
 fi
 sync
 echo "KPSIM-EXIT $rc"
+# The last bytes written to the console can still sit in the tty's buffer
+# when init exits and the panic reboots (seen under TCG: the table printed,
+# the exit line lost): say it through the kernel log as well, which printk
+# writes to the serial console itself and the panic flushes. A critical
+# level, so that no console loglevel hides it.
+echo "<2>KPSIM-EXIT $rc" > /dev/kmsg
 exit 0
 `
 
