@@ -15,10 +15,15 @@ package main
 // ("building namespaces (run ID)"), so a kill before that line left nothing.
 //
 // Phases come from the progress lines sim conform writes to stderr (package
-// harness/conform): a kill waits for the marker line of its phase, then a
-// random delay drawn below that phase's duration in an un-killed run of the
-// same backend. The phase a kill hit is the last marker the child printed
-// (stderr is unbuffered, so every line written before the kill is read).
+// harness/conform): the child stops itself (SIGSTOP) right after writing the
+// marker line of the kill's phase (the KPSIM_TEST_STOP_AT hook,
+// cmd/sim/app/stophook.go); the test resumes it and kills it a random delay
+// later, drawn below that phase's duration in an un-killed run of the same
+// backend. So the delay counts from the marker's write, not from when the
+// test read it: under load the read came tens of milliseconds late, past
+// the whole 25 ms build phase. The phase a kill hit is the last marker the
+// child printed (stderr is unbuffered, so every line written before the
+// kill is read).
 
 import (
 	"bufio"
@@ -72,6 +77,18 @@ const (
 )
 
 var phaseNames = [numPhases]string{"start", "setup", "build", "sync", "sampling", "teardown", "remove", "done"}
+
+// phaseMarkers are texts of the progress lines that phaseOf recognises,
+// for the child's stop hook (KPSIM_TEST_STOP_AT, cmd/sim/app/stophook.go):
+// the child stops itself right after writing its phase's line.
+var phaseMarkers = map[phase]string{
+	phaseSetup:    ".yaml)\n",
+	phaseBuild:    ": building namespaces (run ",
+	phaseSync:     ": namespaces built, syncing",
+	phaseSampling: " nodes synced, sampling",
+	phaseTeardown: ": tearing down",
+	phaseRemove:   ": removing namespaces",
+}
 
 func (p phase) String() string { return phaseNames[p] }
 
@@ -137,10 +154,15 @@ type mark struct {
 	at time.Duration
 }
 
-func startChild(t *testing.T, bin string, v variant) *child {
+// startChild starts sim conform; with stopAt set, the child stops itself
+// after writing that phase's marker (resume it with resumeAfterStop).
+func startChild(t *testing.T, bin string, v variant, stopAt phase) *child {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	cmd := exec.CommandContext(ctx, bin, v.args()...)
+	if m, ok := phaseMarkers[stopAt]; ok {
+		cmd.Env = append(os.Environ(), "KPSIM_TEST_STOP_AT="+m)
+	}
 	cmd.Stdout = io.Discard
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
@@ -183,6 +205,28 @@ func (c *child) wait() error {
 	return err
 }
 
+// resumeAfterStop waits (bounded) until the child has stopped itself at
+// its marker, then continues it: the caller's delay counts from there.
+func (c *child) resumeAfterStop() error {
+	pid := c.cmd.Process.Pid
+	stat := fmt.Sprintf("/proc/%d/stat", pid)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return fmt.Errorf("child %d: %w", pid, err)
+		}
+		// The state follows the parenthesised command name.
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("child %d did not stop at its marker within 30 s (stat: %s)", pid, strings.TrimSpace(string(b)))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return c.cmd.Process.Signal(syscall.SIGCONT)
+}
+
 // waitFor returns once the child printed marker p; false if it printed
 // everything without it.
 func (c *child) waitFor(p phase) bool {
@@ -205,7 +249,7 @@ func TestKillConformThenCleanup(t *testing.T) {
 	// it measures each phase's duration for the kill delays.
 	durs := map[variant][numPhases]time.Duration{}
 	for _, v := range variants {
-		c := startChild(t, bin, v)
+		c := startChild(t, bin, v, phaseStart)
 		for range c.marks {
 		}
 		if err := c.wait(); err != nil {
@@ -240,10 +284,15 @@ func TestKillConformThenCleanup(t *testing.T) {
 		frac := 0.8
 		for tries := 1; ; tries++ {
 			delay := time.Duration(rng.Float64() * frac * float64(durs[v][target]))
-			c := startChild(t, bin, v)
+			c := startChild(t, bin, v, target)
 			if !c.waitFor(target) {
 				c.wait()
 				t.Fatalf("kill %d (%s): sim conform never reached %s:\n%s", i, v, target, c.stderr.String())
+			}
+			if err := c.resumeAfterStop(); err != nil {
+				c.cmd.Process.Kill()
+				c.wait()
+				t.Fatalf("kill %d (%s): %v", i, v, err)
 			}
 			time.Sleep(delay)
 			killErr := c.cmd.Process.Signal(syscall.SIGKILL)

@@ -107,7 +107,7 @@ func runConform(c *cobra.Command, s Streams, f *conformFlags, ck *checkerFlags, 
 	if f.dump != "" && (ck.calibrate > 0 || ck.repeat > 0) {
 		return &UsageError{Err: fmt.Errorf("--dump writes one run's node dumps: not with --calibrate (no kernel) or --repeat (many runs)")}
 	}
-	o := conform.Options{Mode: f.mode.m, Subject: f.subject, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, NFTTimeout: f.nftTimeout, Dump: f.dump, Log: s.Err}
+	o := conform.Options{Mode: f.mode.m, Subject: f.subject, Faults: f.faults, IPTablesBackend: f.backend, IPTablesAffinity: f.affinity, NFTablesLayout: f.layout, NFTTimeout: f.nftTimeout, Dump: f.dump, Log: stopAt(s.Err)}
 	if c.Flags().Changed("seed") {
 		o.Seed = &f.seed
 	}
