@@ -15,9 +15,11 @@ type SizeRatio struct {
 }
 
 // EmulationRatio compares the same calibration measured in the VM and on
-// the host (the iptables-legacy one: the same binary, the same input, a CPU
-// bound restore): per size, the VM's full sync over the host's; the ratio
-// applied is their median, Low and High their range. accel says how the VM
+// the host (the same binaries, the same input; `make calibrate-ipvs` uses
+// the nftables fast layout, a netlink transaction that grows linearly on
+// both sides): per size, the VM's full sync over the host's, kept size by
+// size (a point is divided by the ratio at its size); Ratio is their median,
+// Low and High their range. accel says how the VM
 // ran ("tcg", "kvm"). Sizes measured on one side only are left out; none in
 // common is an error.
 func EmulationRatio(vm, host *Calibration, accel string) (*cost.Emulation, []SizeRatio, error) {
@@ -41,14 +43,20 @@ func EmulationRatio(vm, host *Calibration, accel string) (*cost.Emulation, []Siz
 	if len(rs) == 0 {
 		return nil, nil, fmt.Errorf("the references have no size in common")
 	}
+	slices.SortFunc(rs, func(a, b SizeRatio) int { return a.Services - b.Services })
 	ratios := make([]float64, len(rs))
 	var each []string
+	var sizes []cost.EmulationSize
 	for i, r := range rs {
 		ratios[i] = r.Ratio
 		each = append(each, fmt.Sprintf("%d x %d: %.2f", r.Services, r.Endpoints, r.Ratio))
+		if i > 0 && r.Services == rs[i-1].Services {
+			return nil, nil, fmt.Errorf("the references measured %d Services at two endpoint counts: one ratio per size is needed", r.Services)
+		}
+		sizes = append(sizes, cost.EmulationSize{Services: r.Services, Ratio: r.Ratio})
 	}
-	e := &cost.Emulation{Ratio: Median(ratios), Low: slices.Min(ratios), High: slices.Max(ratios),
-		Method: fmt.Sprintf("%s-%s full sync, VM (%s) over host, medians of %d runs per size (%s); ratio = the median of the sizes' ratios, low/high = their range",
+	e := &cost.Emulation{Ratio: Median(ratios), Low: slices.Min(ratios), High: slices.Max(ratios), Sizes: sizes,
+		Method: fmt.Sprintf("%s-%s full sync, VM (%s) over host, medians of %d runs per size (%s); a point is divided by the ratio at its size (interpolated in log Services between sizes, the nearest size's outside them), low/high = the sizes' range",
 			vm.Mode, vm.Variant, accel, runsOf(vm), strings.Join(each, ", "))}
 	return e, rs, nil
 }

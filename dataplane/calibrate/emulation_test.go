@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -31,6 +32,10 @@ func TestEmulationRatio(t *testing.T) {
 	if e.Ratio != 10 || e.Low != 8 || e.High != 12 {
 		t.Errorf("ratio %v (%v-%v), want 10 (8-12)", e.Ratio, e.Low, e.High)
 	}
+	want := []cost.EmulationSize{{Services: 100, Ratio: 10}, {Services: 500, Ratio: 12}, {Services: 1000, Ratio: 8}}
+	if !reflect.DeepEqual(e.Sizes, want) {
+		t.Errorf("sizes %+v, want %+v", e.Sizes, want)
+	}
 	for _, want := range []string{"tcg", "500 x 10: 12.00", "medians of 3 runs"} {
 		if !strings.Contains(e.Method, want) {
 			t.Errorf("method %q does not say %q", e.Method, want)
@@ -56,7 +61,7 @@ func TestEmulationRatioErrors(t *testing.T) {
 // calibration, emulation included.
 func TestCalibrationJSONRoundTrip(t *testing.T) {
 	in := []*Calibration{{Mode: cluster.ModeIPVS, Variant: "netlink", Machine: "qemu microVM, tcg", Source: "sim calibrate --mode ipvs",
-		Emulation: &cost.Emulation{Ratio: 9.5, Low: 8, High: 11, Method: "m"},
+		Emulation: &cost.Emulation{Ratio: 9.5, Low: 8, High: 11, Method: "m", Sizes: []cost.EmulationSize{{Services: 100, Ratio: 8}, {Services: 300, Ratio: 11}}},
 		Points:    []Point{{Services: 100, EndpointsPerService: 10, Objects: 2200, FullSeconds: 1.5, PartialSeconds: 0.7, IncrementalSeconds: 0.01, Runs: 3}}}}
 	b, err := json.Marshal(in)
 	if err != nil {
@@ -66,7 +71,7 @@ func TestCalibrationJSONRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 1 || out[0].Emulation == nil || *out[0].Emulation != *in[0].Emulation {
+	if len(out) != 1 || out[0].Emulation == nil || !reflect.DeepEqual(out[0].Emulation, in[0].Emulation) {
 		t.Fatalf("emulation lost in the round trip: %s", b)
 	}
 	if p := out[0].Points[0]; p.FullSeconds != 1.5 || p.PartialSeconds != 0.7 || p.Services != 100 || out[0].Mode != cluster.ModeIPVS {

@@ -27,8 +27,9 @@ type CalibrateOptions struct {
 }
 
 // Calibrate measures, in fresh namespaces of a kernel with IPVS, a full
-// sync of N ClusterIP Services x E endpoints (virtual servers, real
-// servers, kube-ipvs0 addresses, ipsets, the constant iptables rules) and
+// sync of N ClusterIP Services x E endpoints, all on another node
+// (calibrationConfig), (virtual servers, real servers, kube-ipvs0
+// addresses, ipsets, the constant iptables rules) and
 // a full resync after one endpoint changes: kube-proxy's IPVS proxier has
 // no partial sync, every sync rebuilds the ipsets and queries every
 // virtual server, so that resync is the second figure
@@ -56,9 +57,18 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 	return cal, nil
 }
 
-// calibrationConfig is the node the synthetic Services are programmed on
-// (calibrate.Synthetic's node-1 and pod range); no graceful-deletion loop.
+// calibrationConfig is the node the synthetic Services are programmed on:
+// calibrate.Synthetic's pod range, no graceful-deletion loop, and a node
+// other than node-1, which hosts every synthetic endpoint. A real node hosts
+// few of a Service's endpoints, and each local one is a KUBE-LOOP-BACK
+// entry; that ipset holds at most 65,536 (kube-proxy's maxelem), which a
+// node hosting all of 10,000 Services x 10 endpoints overflows ("Hash is
+// full"), in kube-proxy as here.
 func calibrationConfig(variant string) Config {
-	return Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")},
+	return Config{NodeConfig: dataplane.NodeConfig{NodeName: calibrationNode, ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")},
 		IPTablesVariant: variant, GracefulCheckPeriod: -1}
 }
+
+// calibrationNode is the calibrated node: not node-1, the synthetic
+// endpoints' node.
+const calibrationNode = "node-0"

@@ -42,6 +42,23 @@ func TestCalibrationSyncs(t *testing.T) {
 	}
 }
 
+// The calibrated node hosts none of the synthetic endpoints, so the
+// KUBE-LOOP-BACK ipset stays empty at any size: 10,000 x 10 local endpoints
+// would overflow its 65,536 entries.
+func TestCalibrationNodeIsRemote(t *testing.T) {
+	r, err := NewRenderer(calibrationConfig("legacy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Render(calibrate.Synthetic(20, 3))
+	if n := len(p.Sets[SetLoopBack]); n != 0 {
+		t.Errorf("%d KUBE-LOOP-BACK entries on the calibrated node, want 0 (its endpoints are on node-1)", n)
+	}
+	if len(p.Servers) != 20 || len(p.Servers[0].Dests) != 3 {
+		t.Errorf("%d virtual servers (first with %d real servers), want 20 with 3", len(p.Servers), len(p.Servers[0].Dests))
+	}
+}
+
 func inputs(n, k int) []cost.ServicePortInput {
 	in := make([]cost.ServicePortInput, n)
 	for i := range in {

@@ -36,11 +36,19 @@
 //     when there are at least two points more than the coefficients, else
 //     fixed at 1, the compare count's own exponent, with the band spanning
 //     the fit at k = 1.2 too; Fitted says which.
-//   - nftables, both layouts (nft -f, one transaction): a + b*objects +
-//     c*objects^k, a fixed kernel and userspace cost per chain, rule, set
-//     and element, plus a superlinear term (k scanned over [1.5, 3]) that
-//     the 10,000 and 30,000-Service points of the kube-proxy layout demand;
-//     its kernel-side mechanism is not profiled (README there).
+//   - nftables, kube-proxy layout (nft -f, one transaction): a +
+//     b*objects + c*setWalks^k, a fixed kernel and userspace cost per
+//     chain, rule, set and element, plus the kernel's list walks for each
+//     anonymous set (setWalks = 4·A² + A·(C + 6·N) + 2·N², A anonymous
+//     sets, C chains, N named sets: nf_tables walks the table's sets five
+//     times and the transaction list once per anonymous set; a Service
+//     with two or more endpoints has one, its inline numgen map), k > 1
+//     as the lists outgrow the caches, scanned over [1, 1.5]
+//     (results/calibration/README.md, "nft -f of the kube-proxy layout").
+//     Services with one endpoint have no map and cost only linearly.
+//   - nftables, fast layout: a + b*objects + c*objects^k (k over [1.2,
+//     3]): no anonymous set per Service, so the superlinear term is left
+//     to the points.
 //   - IPVS: a + b*virtualServers + c*realServers, one netlink request per
 //     object as the ipvs proxier reconciles them. A calibration measured in
 //     the microVM (Calibration.Emulation) is divided by the emulated CPU's
@@ -80,6 +88,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -94,11 +103,15 @@ type Counts struct {
 	NatRules    int `json:"natRules,omitempty"`
 	FilterRules int `json:"filterRules,omitempty"`
 	Chains      int `json:"chains,omitempty"`
-	// nftables: chains, rules, map and set elements.
+	// nftables: chains, rules, map and set elements, named sets (ClientIP
+	// affinity's, besides the fixed ones), and anonymous sets and maps
+	// (kube-proxy layout: a service port's inline numgen DNAT map when it
+	// has two or more endpoints, its numgen verdict map under affinity).
 	NFTChains   int `json:"nftChains,omitempty"`
 	NFTRules    int `json:"nftRules,omitempty"`
 	MapElements int `json:"mapElements,omitempty"`
 	Sets        int `json:"sets,omitempty"`
+	AnonSets    int `json:"anonSets,omitempty"`
 	// ipvs: virtual servers, real servers, ipset entries, iptables rules.
 	VirtualServers int `json:"virtualServers,omitempty"`
 	RealServers    int `json:"realServers,omitempty"`
@@ -111,6 +124,12 @@ type Counts struct {
 	// Bytes is the size of a full restore / transaction.
 	Bytes int `json:"bytes"`
 }
+
+// nftFixedSets are kube-proxy v1.37's named sets and maps of the table
+// (cluster-ips, nodeport-ips, hairpin-connections, service-ips,
+// service-nodeports, no-endpoint-services, no-endpoint-nodeports,
+// firewall-ips); ClientIP affinity adds one per endpoint (Counts.Sets).
+const nftFixedSets = 8
 
 // Per-line sizes of kube-proxy's text, measured on rendered rules (the
 // renderer test checks the iptables ones within 10 %).
@@ -189,15 +208,22 @@ func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
 			if !s.Affinity {
 				// One DNAT rule, the endpoints inline in its numgen map:
 				// an anonymous map whose elements the kernel inserts one
-				// by one, as it does a named set's.
+				// by one, as it does a named set's. One endpoint is a
+				// plain `dnat to`, no map (kube-proxy since PR #140723).
 				c.NFTRules++
 				c.MapElements += s.Endpoints
 				c.Bytes += bytesNFTRule + s.Endpoints*bytesNFTInlineEndpoint
+				if s.Endpoints >= 2 {
+					c.AnonSets++
+				}
 				continue
 			}
 			// ClientIP affinity: an endpoint chain (update, DNAT) and a
 			// set per endpoint, a lookup per endpoint and the numgen vmap
-			// in the service chain.
+			// (anonymous, even over one endpoint) in the service chain.
+			if s.Endpoints >= 1 {
+				c.AnonSets++
+			}
 			c.NFTChains += s.Reachable
 			c.Sets += s.Reachable
 			c.NFTRules += 1 + 3*s.Reachable
@@ -346,6 +372,11 @@ func mergeCalibration(cs []Calibration, c Calibration) ([]Calibration, error) {
 	m := &cs[i]
 	if (m.Emulation == nil) != (c.Emulation == nil) {
 		return nil, fmt.Errorf("%s/%s: measured with and without emulation in different files", c.Mode, c.Variant)
+	}
+	if m.Emulation != nil && !reflect.DeepEqual(m.Emulation, c.Emulation) {
+		// Each file's points are divided by its own references' ratios:
+		// one calibration holds one emulation.
+		return nil, fmt.Errorf("%s/%s: files with different emulation ratios (%.3g and %.3g): measure them against the same references", c.Mode, c.Variant, m.Emulation.Ratio, c.Emulation.Ratio)
 	}
 	for _, p := range c.Points {
 		if slices.ContainsFunc(m.Points, func(o Point) bool { return o.Services == p.Services && o.EndpointsPerService == p.EndpointsPerService }) {

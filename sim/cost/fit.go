@@ -41,8 +41,22 @@ var (
 	// of the chains once per parsed command, about half of it on average.
 	fWalk    = feature{"lines*chains", func(c Counts) float64 { return float64(c.Objects) * float64(c.Chains) }}
 	fObjects = feature{"objects", func(c Counts) float64 { return float64(c.Objects) }}
-	fVS      = feature{"virtualServers", func(c Counts) float64 { return float64(c.VirtualServers) }}
-	fRS      = feature{"realServers", func(c Counts) float64 { return float64(c.RealServers) }}
+	// fSetWalks counts the list nodes the kernel visits while nf_tables
+	// adds the anonymous sets of one transaction (results/calibration/
+	// README.md, "Why nft -f of the kube-proxy layout is superlinear"):
+	// each anonymous set walks the table's sets five times (the name
+	// lookup, nf_tables_set_alloc_name's two walks, nft_set_lookup_global
+	// from the element and the lookup expression) and the commit list once
+	// (__nft_set_trans_bind); each named set walks the sets twice. With
+	// every named set and chain queued before the rules, as the renderer
+	// writes them, that is 4·A² + A·(C + 6·N) + 2·N² for A anonymous sets,
+	// C chains and N named sets.
+	fSetWalks = feature{"setWalks", func(c Counts) float64 {
+		a, ch, n := float64(c.AnonSets), float64(c.NFTChains), float64(c.Sets+nftFixedSets)
+		return 4*a*a + a*(ch+6*n) + 2*n*n
+	}}
+	fVS = feature{"virtualServers", func(c Counts) float64 { return float64(c.VirtualServers) }}
+	fRS = feature{"realServers", func(c Counts) float64 { return float64(c.RealServers) }}
 )
 
 // Forms per mode, variant and sync kind; the package doc says why each.
@@ -51,8 +65,10 @@ var (
 		why: "libiptc parses the restore text and replaces each table's blob in one setsockopt, linear in lines, plus a superlinear term that the points from 2,000 Services up demand (slope 1.7 from 2,000 to 10,000; not profiled)"}
 	formNoflush = form{name: "a + b*lines + c*(lines*chains)^k", terms: []feature{fOne, fLines, fWalk}, pow: 2, kMin: 1, kMax: 2, kFixed: 1, kAlt: 1.2,
 		why: "iptables-nft --noflush: linear parse and netlink batch, plus cache_chain_list_insert's walk of a sorted list of chain names once per command (lines x chains strcmp calls; k > 1 as the list outgrows the CPU caches)"}
-	formNFT = form{name: "a + b*objects + c*objects^k", terms: []feature{fOne, fObjects, fObjects}, pow: 2, kMin: 1.5, kMax: 3, kFixed: 2, kAlt: 1.5,
-		why: "nft -f: one kernel transaction, a fixed cost per object (chain, rule, element), plus a superlinear term that the 30,000-Service point demands (raw nft -f 302 s against 32 s at 10,000; the kernel-side mechanism is not profiled yet)"}
+	formNFTKubeProxy = form{name: "a + b*objects + c*setWalks^k", terms: []feature{fOne, fObjects, fSetWalks}, pow: 2, kMin: 1, kMax: 1.5, kFixed: 1, kAlt: 1.1,
+		why: "nft -f: one kernel transaction, a fixed cost per object (chain, rule, element), plus the kernel's walks of the table's sets and of the transaction list for every anonymous set (one inline numgen map per Service with two or more endpoints): quadratic in Services; k > 1 as the lists outgrow the caches"}
+	formNFT = form{name: "a + b*objects + c*objects^k", terms: []feature{fOne, fObjects, fObjects}, pow: 2, kMin: 1.2, kMax: 3, kFixed: 2, kAlt: 1.5,
+		why: "nft -f of the fast layout: one kernel transaction, a fixed cost per object (chain, rule, element); it has no anonymous set per Service (endpoints sit in a few shared maps), and a superlinear term in objects is left to the points to demand"}
 	formNFTPartial = form{name: "a + b*objects", terms: []feature{fOne, fObjects}, pow: -1,
 		why: "a partial transaction changes one Service's objects; nft still loads its cache of the table, linear in the table's objects"}
 	formIPVS = form{name: "a + b*virtualServers + c*realServers", terms: []feature{fOne, fVS, fRS}, pow: -1,
@@ -73,6 +89,9 @@ func formsFor(mode cluster.Mode, variant string) (full form, partial *form) {
 		return formRestore, &p
 	case cluster.ModeNFTables:
 		p := formNFTPartial
+		if variant == "kube-proxy" {
+			return formNFTKubeProxy, &p
+		}
 		return formNFT, &p
 	default:
 		return formIPVS, nil

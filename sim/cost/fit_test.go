@@ -163,6 +163,56 @@ func TestEmulationDividedAndWidened(t *testing.T) {
 	}
 }
 
+// TestEmulationPerSize: with per-size ratios, each point is divided by the
+// ratio at its own size, so VM times that are the host's times the
+// size's ratio fit exactly what the host would have measured.
+func TestEmulationPerSize(t *testing.T) {
+	hostTime := func(c Counts) float64 { return 0.01 + 2e-5*float64(c.VirtualServers) + 5e-6*float64(c.RealServers) }
+	host, err := NewModel(synthetic(cluster.ModeIPVS, "netlink", ladder, 0, hostTime))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Emulation{Ratio: 15, Low: 10, High: 20, Method: "test",
+		Sizes: []EmulationSize{{Services: 100, Ratio: 20}, {Services: 1000, Ratio: 15}, {Services: 2000, Ratio: 10}}}
+	for _, tc := range []struct {
+		services int
+		want     float64
+	}{{50, 20}, {100, 20}, {1000, 15}, {2000, 10}, {5000, 10}, {316, 17.5}} {
+		if got := e.At(tc.services); math.Abs(got-tc.want) > 0.01 {
+			t.Errorf("At(%d) = %g, want %g (log interpolation, nearest size outside)", tc.services, got, tc.want)
+		}
+	}
+	c := synthetic(cluster.ModeIPVS, "netlink", ladder, 0, hostTime)
+	for i := range c.Points {
+		c.Points[i].FullSeconds *= e.At(c.Points[i].Services)
+	}
+	c.Emulation = e
+	vm, err := NewModel(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{100, 1000, 5000, 20000} {
+		at := SyntheticCounts(cluster.ModeIPVS, n, 10)
+		if h, v := host.Full(at).Seconds, vm.Full(at).Seconds; math.Abs(v-h)/h > 1e-6 {
+			t.Errorf("%d Services: per-size emulation gives %g s, the host's own fit %g s", n, v, h)
+		}
+	}
+	if vm.FitError > 1e-9 {
+		t.Errorf("fit error %g: the per-size division should leave the host's exact form", vm.FitError)
+	}
+	// Out of order or outside the range: refused.
+	bad := *e
+	bad.Sizes = []EmulationSize{{Services: 1000, Ratio: 15}, {Services: 100, Ratio: 20}}
+	c.Emulation = &bad
+	if _, err := NewModel(c); err == nil {
+		t.Error("sizes out of order: no error")
+	}
+	bad.Sizes = []EmulationSize{{Services: 100, Ratio: 30}}
+	if _, err := NewModel(c); err == nil {
+		t.Error("a size's ratio outside low-high: no error")
+	}
+}
+
 // TestLeaveOneOut holds out each committed calibration point in turn, fits
 // the rest, and checks that the band at the held-out size contains the
 // measured time. The band is a 95 % interval and the committed points were
@@ -187,8 +237,14 @@ func TestLeaveOneOut(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := m.Full(pointCounts(c.Mode, p))
-			if e.Low > p.FullSeconds || p.FullSeconds > e.High {
-				t.Logf("miss: %s/%s without %d Services: %v (band %.3g-%.3g s), measured %.3g s", c.Mode, c.Variant, p.Services, e, e.Low, e.High, p.FullSeconds)
+			// The model is in host seconds: a point measured under
+			// emulation is compared as the model reads it.
+			y := p.FullSeconds
+			if c.Emulation != nil {
+				y /= c.Emulation.At(p.Services)
+			}
+			if e.Low > y || y > e.High {
+				t.Logf("miss: %s/%s without %d Services: %v (band %.3g-%.3g s), measured %.3g s (host seconds)", c.Mode, c.Variant, p.Services, e, e.Low, e.High, y)
 				miss++
 			}
 			n++
@@ -268,6 +324,24 @@ func TestLoadCalibrationsMergesFiles(t *testing.T) {
 	var ce *CalibrationError
 	if _, err := LoadCalibrations(dir); !errors.As(err, &ce) || !strings.Contains(err.Error(), "measured in two files") {
 		t.Errorf("a size in two files: %v", err)
+	}
+	// Two files of one emulated calibration must share their emulation:
+	// each file's points are divided by its own references' ratios.
+	emulated := func(name string, ratio float64, n int) {
+		text := fmt.Sprintf(`[{"mode": "ipvs", "variant": "netlink", "emulation": {"ratio": %g, "low": %g, "high": %g, "method": "m"}, "points": [%s]}]`, ratio, ratio, ratio, pt(n, 1))
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("b.json", pt(500, 1))
+	emulated("ipvs.json", 10, 100)
+	emulated("ipvs-large.json", 10, 1000)
+	if _, err := LoadCalibrations(dir); err != nil {
+		t.Errorf("two files with the same emulation: %v", err)
+	}
+	emulated("ipvs-large.json", 12, 1000)
+	if _, err := LoadCalibrations(dir); !errors.As(err, &ce) || !strings.Contains(err.Error(), "different emulation ratios") {
+		t.Errorf("two files with different emulations: %v", err)
 	}
 }
 

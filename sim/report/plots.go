@@ -276,12 +276,12 @@ func modelCurve(p *plot.Plot, i int, name string, cal cost.Calibration, eps int,
 	if !main {
 		return nil
 	}
-	ratio := 1.0
-	if cal.Emulation != nil && cal.Emulation.Ratio > 0 {
-		ratio = cal.Emulation.Ratio
-	}
 	var pts plotter.XYs
 	for _, pt := range cal.Points {
+		ratio := 1.0
+		if e := cal.Emulation; e != nil && e.Ratio > 0 {
+			ratio = e.At(pt.Services)
+		}
 		if pt.FullSeconds > 0 {
 			pts = append(pts, plotter.XY{X: float64(pt.Services), Y: pt.FullSeconds / ratio})
 		}

@@ -61,8 +61,9 @@ resync after the endpoint change (and this repository's incremental sync is
 recorded beside it); there is no raw floor. On a kernel without IPVS it runs
 in the microVM of harness/vm (--vm forces the VM for any mode). Under TCG
 the VM's CPU is emulated: --reference-vm and --reference-host name the same
-iptables-legacy calibration measured in the VM and on the host, and their
-ratio is written as the calibration's emulation.`,
+calibration (one mode and variant, e.g. --mode nftables --layout fast)
+measured in the VM and on the host, and their ratio, size by size, is
+written as the calibration's emulation.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if f.fit != "" {
 				if err := f.out.check(); err != nil {
@@ -117,8 +118,8 @@ ratio is written as the calibration's emulation.`,
 	c.Flags().StringVar(&f.file, "write", "results/calibration/<mode>.json", "file to write ('' to only print)")
 	c.Flags().BoolVar(&f.vm, "vm", false, "measure in the qemu microVM (harness/vm; automatic for ipvs on a kernel without IPVS)")
 	c.Flags().DurationVar(&f.vmTimeout, "vm-timeout", 30*time.Minute, "bound on the whole microVM run")
-	c.Flags().StringVar(&f.refVM, "reference-vm", "", "iptables-legacy calibration measured in the VM (with --reference-host: their ratio becomes the emulation)")
-	c.Flags().StringVar(&f.refHost, "reference-host", "", "the same iptables-legacy calibration measured on the host")
+	c.Flags().StringVar(&f.refVM, "reference-vm", "", "a calibration of one mode and variant measured in the VM (with --reference-host: their ratio becomes the emulation)")
+	c.Flags().StringVar(&f.refHost, "reference-host", "", "the same calibration measured on the host")
 	c.Flags().StringVar(&f.fit, "fit", "", "measure nothing: print the cost model fitted to the calibrations in this folder (Markdown; no root needed)")
 	nftTimeoutFlag(c, &f.nftTimeout)
 	return c
@@ -169,10 +170,17 @@ func (f *calibrateFlags) check(c *cobra.Command) error {
 	}
 	if f.refVM != "" {
 		// Read now: a bad reference is bad input before an hour of runs.
-		for _, p := range []string{f.refVM, f.refHost} {
-			if _, err := readReference(p); err != nil {
+		var refs [2]*calibrate.Calibration
+		for i, p := range []string{f.refVM, f.refHost} {
+			r, err := readReference(p)
+			if err != nil {
 				return err
 			}
+			refs[i] = r
+		}
+		if refs[0].Mode != refs[1].Mode || refs[0].Variant != refs[1].Variant {
+			return &UsageError{Err: fmt.Errorf("the references differ: %s/%s in %s, %s/%s in %s; the ratio compares one calibration on both sides",
+				refs[0].Mode, refs[0].Variant, f.refVM, refs[1].Mode, refs[1].Variant, f.refHost)}
 		}
 	}
 	if f.vm && vm.InVM() {

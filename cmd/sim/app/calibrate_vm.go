@@ -66,8 +66,10 @@ func calibrateInVM(ctx context.Context, s Streams, f *calibrateFlags) ([]*calibr
 	return out, nil
 }
 
-// readReference reads the iptables-legacy calibration in a calibration
-// file; a file without one, or unreadable, is bad input.
+// readReference reads the one calibration in a reference file (sim
+// calibrate of a single mode and variant, e.g. --mode nftables --layout
+// fast); a file with none, several or no points, or unreadable, is bad
+// input.
 func readReference(path string) (*calibrate.Calibration, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -77,15 +79,17 @@ func readReference(path string) (*calibrate.Calibration, error) {
 	if err := json.Unmarshal(b, &cs); err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("%s: not a calibration file: %w", path, err)}
 	}
-	for _, c := range cs {
-		if c.Mode == cluster.ModeIPTables && c.Variant == "legacy" {
-			if len(c.Points) == 0 {
-				return nil, &UsageError{Err: fmt.Errorf("%s: the iptables legacy calibration has no points", path)}
-			}
-			return c, nil
+	if len(cs) != 1 {
+		var names []string
+		for _, c := range cs {
+			names = append(names, string(c.Mode)+"/"+c.Variant)
 		}
+		return nil, &UsageError{Err: fmt.Errorf("%s: a reference holds one calibration (sim calibrate of one mode and variant), this one %d: %s", path, len(cs), strings.Join(names, ", "))}
 	}
-	return nil, &UsageError{Err: fmt.Errorf("%s: no iptables legacy calibration in it (sim calibrate --mode iptables --backend legacy writes one)", path)}
+	if len(cs[0].Points) == 0 {
+		return nil, &UsageError{Err: fmt.Errorf("%s: the %s/%s calibration has no points", path, cs[0].Mode, cs[0].Variant)}
+	}
+	return cs[0], nil
 }
 
 // applyEmulation sets every calibration's emulation from the references'
@@ -110,10 +114,7 @@ func applyEmulation(s Streams, f *calibrateFlags, out []*calibrate.Calibration) 
 	for _, r := range rs {
 		fmt.Fprintf(s.Err, "emulation: %5d x %d: VM %.3f s, host %.3f s, ratio %.2f\n", r.Services, r.Endpoints, r.VM, r.Host, r.Ratio)
 	}
-	fmt.Fprintf(s.Err, "emulation: ratio applied %.2f (range %.2f-%.2f)\n", e.Ratio, e.Low, e.High)
-	if e.High > 1.5*e.Low {
-		fmt.Fprintf(s.Err, "emulation: the ratio is not constant across sizes (%.2f to %.2f): the range is the band, read the per-size ratios above\n", e.Low, e.High)
-	}
+	fmt.Fprintf(s.Err, "emulation: each point divided by the ratio at its size (median %.2f, range %.2f-%.2f; the range widens the band)\n", e.Ratio, e.Low, e.High)
 	for _, c := range out {
 		c.Emulation = e
 	}

@@ -32,6 +32,10 @@ func TestCalibrateIPVSFlagErrors(t *testing.T) {
 	good := writeRef(t, "vm.json", "2", "6")
 	nft := filepath.Join(t.TempDir(), "nft.json")
 	os.WriteFile(nft, []byte(`[{"mode":"iptables","variant":"nft","points":[{"services":100,"fullSyncSeconds":1}]}]`), 0o644)
+	two := filepath.Join(t.TempDir(), "two.json")
+	os.WriteFile(two, []byte(`[{"mode":"iptables","variant":"nft","points":[{"services":100,"fullSyncSeconds":1}]},{"mode":"iptables","variant":"legacy","points":[{"services":100,"fullSyncSeconds":1}]}]`), 0o644)
+	empty := filepath.Join(t.TempDir(), "empty.json")
+	os.WriteFile(empty, []byte(`[{"mode":"nftables","variant":"fast","points":[]}]`), 0o644)
 	notJSON := filepath.Join(t.TempDir(), "x.json")
 	os.WriteFile(notJSON, []byte("not json"), 0o644)
 	for _, tc := range []struct {
@@ -45,7 +49,9 @@ func TestCalibrateIPVSFlagErrors(t *testing.T) {
 		{[]string{"--mode", "ipvs", "--vm", "--reference-vm", good}, "go together"},
 		{[]string{"--mode", "iptables", "--reference-vm", good, "--reference-host", good}, "add --vm"},
 		{[]string{"--mode", "ipvs", "--vm", "--reference-vm", good, "--reference-host", "/does/not/exist.json"}, "could not read"},
-		{[]string{"--mode", "ipvs", "--vm", "--reference-vm", good, "--reference-host", nft}, "no iptables legacy"},
+		{[]string{"--mode", "ipvs", "--vm", "--reference-vm", good, "--reference-host", nft}, "the references differ"},
+		{[]string{"--mode", "ipvs", "--vm", "--reference-vm", good, "--reference-host", two}, "holds one calibration"},
+		{[]string{"--mode", "ipvs", "--vm", "--reference-vm", good, "--reference-host", empty}, "has no points"},
 		{[]string{"--mode", "ipvs", "--vm", "--reference-vm", notJSON, "--reference-host", good}, "not a calibration"},
 		{[]string{"--mode", "ipvs", "--vm", "--sizes", "0"}, "out of range"},
 		{[]string{"--mode", "ipvs", "--vm", "--runs", "0"}, "must be positive"},
