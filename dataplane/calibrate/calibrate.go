@@ -88,8 +88,9 @@ type Target struct {
 	// (iptables: kube-proxy's nfacct counters, which the text matches).
 	PrepareRaw func(ns *netns.Namespace) error
 	// ResyncFull makes the second figure a full resync after the one
-	// endpoint change (kube-proxy's IPVS proxier has no partial sync: it
-	// rebuilds every ipset and queries every virtual server each time);
+	// endpoint change (kube-proxy's IPVS proxier has one kind of sync: it
+	// rebuilds every ipset and queries every virtual server each time; the
+	// cost model takes this figure as its steady-state sync);
 	// this repository's incremental sync is then measured too
 	// (Point.IncrementalSeconds).
 	ResyncFull bool

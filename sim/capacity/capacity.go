@@ -211,11 +211,6 @@ func (res *Result) size(l *scenario.Loaded, n int, o Options, ct conntrack, step
 		row := Row{Variant: m.Variant, Node: nc.worstNode, Objects: nc.worst.Objects, MedianObjects: nc.median.Objects, Counts: nc.worst}
 		row.FullSync = m.model.Full(nc.worst)
 		row.PartialSync = m.model.Partial(nc.worst)
-		if m.Mode == cluster.ModeIPVS {
-			// The ipvs proxier has no partial sync: every run reconciles
-			// every virtual server.
-			row.PartialSync = row.FullSync
-		}
 		pc := pacingOf(m.Mode, p, st.ProxiedEndpoints())
 		row.StartUpFullSyncOnly = pc.noPeriodicFull
 		row.Latency = latencyOf(sz.EventRate, res.Seed^uint64(n)*0x9e3779b97f4a7c15^uint64(vi+1), pc, row.FullSync, row.PartialSync)
@@ -235,7 +230,10 @@ func (res *Result) size(l *scenario.Loaded, n int, o Options, ct conntrack, step
 // proxier.go: "Avoid regular full syncs for large clusters"); the nftables
 // proxier makes one per FullSyncPeriod at any size.
 func pacingOf(mode cluster.Mode, p scenario.Proxy, endpoints int) pacing {
-	pc := pacing{maxInterval: time.Hour, noPeriodicFull: mode == cluster.ModeIPTables && endpoints > cluster.LargeClusterEndpoints}
+	// The ipvs proxier's periodic runs reconcile what the kernel already
+	// holds (a steady-state sync, cost.Model.Partial): only its start-up
+	// sync programs everything.
+	pc := pacing{maxInterval: time.Hour, noPeriodicFull: mode == cluster.ModeIPVS || mode == cluster.ModeIPTables && endpoints > cluster.LargeClusterEndpoints}
 	if p.MinSyncPeriod != nil {
 		pc.minSync = p.MinSyncPeriod.Duration
 	}
@@ -343,11 +341,11 @@ func (res *Result) notes(ct conntrack) {
 	res.Notes = append(res.Notes,
 		"figures are the node with the most objects (medianObjectsPerNode is the median node's)",
 		fmt.Sprintf("nodes %s: %s", res.Nodes, nodesNote(res.Nodes)),
-		fmt.Sprintf("event rate %.3g/s at %d Services (%s), proportional to the Service count; programming latency over a seeded Poisson stream of %s (%d-%d events) per size and variant through kube-proxy's sync runner (minSyncPeriod %.3g s, burst 2, one sync at a time), syncs partial except the periodic ones and one per FullSyncPeriod (%s), which take the full time; in iptables mode above %d endpoints (kube-proxy's large-cluster mode) only the start-up sync is full (rows marked startUpFullSyncOnly)", res.EventRate, res.Base.Services, res.EventRateSource, LatencySpan, MinLatencyEvents, MaxLatencyEvents, res.MinSyncPeriod, FullSyncPeriod, cluster.LargeClusterEndpoints),
+		fmt.Sprintf("event rate %.3g/s at %d Services (%s), proportional to the Service count; programming latency over a seeded Poisson stream of %s (%d-%d events) per size and variant through kube-proxy's sync runner (minSyncPeriod %.3g s, burst 2, one sync at a time), syncs partial except the periodic ones and one per FullSyncPeriod (%s), which take the full time; in iptables mode above %d endpoints (kube-proxy's large-cluster mode) and in IPVS mode (whose every later run reconciles what the kernel holds: the calibration's resync) only the start-up sync is full (rows marked startUpFullSyncOnly)", res.EventRate, res.Base.Services, res.EventRateSource, LatencySpan, MinLatencyEvents, MaxLatencyEvents, res.MinSyncPeriod, FullSyncPeriod, cluster.LargeClusterEndpoints),
 		ct.note)
 	for _, m := range res.Models {
 		if m.Emulated {
-			res.Notes = append(res.Notes, fmt.Sprintf("%s: calibrated in the microVM, scaled by the measured emulation ratio", m.Variant))
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: calibrated in the microVM under emulation, each point divided by the VM/host ratio measured at its size (the same calibration in the VM and on the host)", m.Variant))
 		}
 	}
 }

@@ -54,7 +54,8 @@ type Latency struct {
 type pacing struct {
 	minSync, maxInterval time.Duration
 	// noPeriodicFull: only the start-up sync is full (the iptables
-	// proxier in large-cluster mode).
+	// proxier in large-cluster mode; the ipvs proxier, whose every later
+	// run reconciles what the kernel holds).
 	noPeriodicFull bool
 }
 

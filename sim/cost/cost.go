@@ -18,12 +18,15 @@
 // E endpoints), the same axes a simulated node has:
 //
 //   - iptables, legacy backend (iptables-legacy-restore): a + b*lines +
-//     c*lines^k. libiptc parses the text and replaces each table's blob
-//     with one setsockopt, linear in the restore's lines; from 2,000
-//     Services up the points grow faster (slope 1.7 from 2,000 to 10,000
-//     x 10), so a superlinear term with k scanned over [1.2, 3] (fixed at 2
-//     with fewer points, the band spanning k = 1.5 too). Its mechanism in
-//     libiptc is not profiled.
+//     c*chains^k. libiptc parses the text and replaces each table's blob
+//     with one setsockopt, linear in the restore's lines; two userspace
+//     lookups are quadratic in chains (profiled, results/calibration/
+//     README.md): libxtables keeps chain names in a fixed 512-bucket hash
+//     walked with strcmp for every :CHAIN and -j, and libiptc rebuilds its
+//     chain index over the whole list after every 356 new chains. k is
+//     scanned over [1.5, 2.5] (fixed at 2 with fewer points, the band
+//     spanning k = 2.2 too): the cost of a compare grows as the lists
+//     outgrow the caches.
 //   - iptables, nft backend (iptables-nft-restore --noflush, 1.8.9 and
 //     1.8.11): a + b*lines + c*(lines*chains)^k. The parse and the netlink
 //     batch are linear; cache_chain_list_insert (iptables/nft-cache.c)
@@ -46,9 +49,12 @@
 //     as the lists outgrow the caches, scanned over [1, 1.5]
 //     (results/calibration/README.md, "nft -f of the kube-proxy layout").
 //     Services with one endpoint have no map and cost only linearly.
-//   - nftables, fast layout: a + b*objects + c*objects^k (k over [1.2,
-//     3]): no anonymous set per Service, so the superlinear term is left
-//     to the points.
+//   - nftables, fast layout: a + b*chains + c*elements^k (k over [1,
+//     1.5]): a Service's chain and entries, an endpoint's entries in the
+//     few shared endpoint maps; no anonymous set per Service, so no set
+//     walks (the kube-proxy layout's Counts are the axes: the fast
+//     layout's endpoint maps hold about twice as many elements, a factor
+//     the coefficient takes).
 //   - IPVS: a + b*virtualServers + c*realServers, one netlink request per
 //     object as the ipvs proxier reconciles them. A calibration measured in
 //     the microVM (Calibration.Emulation) is divided by the emulated CPU's
@@ -57,8 +63,11 @@
 //     partial restore still rewrites KUBE-SERVICES whole, one rule per
 //     Service), nftables a + b*objects (the transaction changes one
 //     Service's objects, but nft first loads its cache of the table, linear
-//     in the table). IPVS has none: every sync reconciles everything, so
-//     Partial is Full.
+//     in the table). IPVS has one sync function that reconciles every
+//     virtual and real server: Full is a sync into an empty kernel
+//     (start-up), Partial a steady-state run, measured as the resync after
+//     one endpoint change (it lists and compares everything and writes
+//     the difference); the same form, fitted to each.
 //
 // The fit is weighted least squares on relative error, sum of
 // ((f(x)-y)/y)^2, with non-negative coefficients (an exact NNLS over the

@@ -26,7 +26,15 @@ type form struct {
 	// kAlt is the other end of k's plausible range when k is fixed: the
 	// band spans the fit at kAlt too.
 	kAlt float64
-	why  string
+	// kCount is the exponent of the mechanism's own count in the power
+	// feature (1 when the feature is the count of compares or visits, 2
+	// for chains^k, whose compares go as chains²); 0: none. k above it is
+	// the cost of one step growing as the lists outgrow the caches, which
+	// cannot go on past memory latency: beyond the largest measured
+	// feature, the estimate keeps the cost per step of the largest point
+	// (the count's exponent) and the band reaches the fitted k's curve.
+	kCount float64
+	why    string
 }
 
 type feature struct {
@@ -55,30 +63,44 @@ var (
 		a, ch, n := float64(c.AnonSets), float64(c.NFTChains), float64(c.Sets+nftFixedSets)
 		return 4*a*a + a*(ch+6*n) + 2*n*n
 	}}
-	fVS = feature{"virtualServers", func(c Counts) float64 { return float64(c.VirtualServers) }}
-	fRS = feature{"realServers", func(c Counts) float64 { return float64(c.RealServers) }}
+	// fIPTChains are iptables chains: the legacy backend's lookups walk
+	// them (chains/512 names per hash bucket, the whole list per index
+	// rebuild).
+	fIPTChains = feature{"chains", func(c Counts) float64 { return float64(c.Chains) }}
+	// fChains and fElements are a Service's and an endpoint's share of an
+	// nftables transaction: chains (one per Service port) and map elements
+	// (two per Service port and one per endpoint in the kube-proxy layout's
+	// count; the fast layout's endpoint maps hold about two per endpoint,
+	// a constant factor the coefficient takes).
+	fChains   = feature{"chains", func(c Counts) float64 { return float64(c.NFTChains) }}
+	fElements = feature{"elements", func(c Counts) float64 { return float64(c.MapElements) }}
+	fVS       = feature{"virtualServers", func(c Counts) float64 { return float64(c.VirtualServers) }}
+	fRS       = feature{"realServers", func(c Counts) float64 { return float64(c.RealServers) }}
 )
 
 // Forms per mode, variant and sync kind; the package doc says why each.
 var (
-	formRestore = form{name: "a + b*lines + c*lines^k", terms: []feature{fOne, fLines, fLines}, pow: 2, kMin: 1.2, kMax: 3, kFixed: 2, kAlt: 1.5,
-		why: "libiptc parses the restore text and replaces each table's blob in one setsockopt, linear in lines, plus a superlinear term that the points from 2,000 Services up demand (slope 1.7 from 2,000 to 10,000; not profiled)"}
+	formRestore = form{name: "a + b*lines + c*chains^k", terms: []feature{fOne, fLines, fIPTChains}, pow: 2, kMin: 1.5, kMax: 2.5, kFixed: 2, kAlt: 2.2,
+		kCount: 2,
+		why:    "iptables-legacy-restore parses the text and replaces each table's blob in one setsockopt, linear in lines, plus two userspace lookups quadratic in chains: libxtables' 512-bucket table of chain names, walked with strcmp for every :CHAIN and -j, and libiptc's chain index, rebuilt over the whole chain list after every 356 new chains; k > 2 as both outgrow the caches"}
 	formNoflush = form{name: "a + b*lines + c*(lines*chains)^k", terms: []feature{fOne, fLines, fWalk}, pow: 2, kMin: 1, kMax: 2, kFixed: 1, kAlt: 1.2,
-		why: "iptables-nft --noflush: linear parse and netlink batch, plus cache_chain_list_insert's walk of a sorted list of chain names once per command (lines x chains strcmp calls; k > 1 as the list outgrows the CPU caches)"}
+		kCount: 1,
+		why:    "iptables-nft --noflush: linear parse and netlink batch, plus cache_chain_list_insert's walk of a sorted list of chain names once per command (lines x chains strcmp calls; k > 1 as the list outgrows the CPU caches)"}
 	formNFTKubeProxy = form{name: "a + b*objects + c*setWalks^k", terms: []feature{fOne, fObjects, fSetWalks}, pow: 2, kMin: 1, kMax: 1.5, kFixed: 1, kAlt: 1.1,
-		why: "nft -f: one kernel transaction, a fixed cost per object (chain, rule, element), plus the kernel's walks of the table's sets and of the transaction list for every anonymous set (one inline numgen map per Service with two or more endpoints): quadratic in Services; k > 1 as the lists outgrow the caches"}
-	formNFT = form{name: "a + b*objects + c*objects^k", terms: []feature{fOne, fObjects, fObjects}, pow: 2, kMin: 1.2, kMax: 3, kFixed: 2, kAlt: 1.5,
-		why: "nft -f of the fast layout: one kernel transaction, a fixed cost per object (chain, rule, element); it has no anonymous set per Service (endpoints sit in a few shared maps), and a superlinear term in objects is left to the points to demand"}
+		kCount: 1,
+		why:    "nft -f: one kernel transaction, a fixed cost per object (chain, rule, element), plus the kernel's walks of the table's sets and of the transaction list for every anonymous set (one inline numgen map per Service with two or more endpoints): quadratic in Services; k > 1 as the lists outgrow the caches"}
+	formNFTFast = form{name: "a + b*chains + c*elements^k", terms: []feature{fOne, fChains, fElements}, pow: 2, kMin: 1, kMax: 1.5, kFixed: 1, kAlt: 1.1,
+		kCount: 1,
+		why:    "nft -f of the fast layout: one kernel transaction; a Service costs its chain, rules and map entries, an endpoint its entries in the few shared endpoint maps (no anonymous set per Service, so no set walks); k > 1 for the maps' growth (slope 1.06-1.18 in Services from 10,000 to 30,000 x 10)"}
 	formNFTPartial = form{name: "a + b*objects", terms: []feature{fOne, fObjects}, pow: -1,
 		why: "a partial transaction changes one Service's objects; nft still loads its cache of the table, linear in the table's objects"}
 	formIPVS = form{name: "a + b*virtualServers + c*realServers", terms: []feature{fOne, fVS, fRS}, pow: -1,
-		why: "the ipvs proxier reconciles every virtual and real server, one netlink request each"}
+		why: "the ipvs proxier reconciles every virtual and real server, one netlink request each: into an empty kernel (start-up) it creates them all; in a steady-state run (the resync after one endpoint change) it lists and compares them all and writes the difference"}
 	formIPTablesPartial = form{name: "a + b*lines", terms: []feature{fOne, fLines}, pow: -1,
 		why: "a partial restore rewrites KUBE-SERVICES whole (one rule per Service) plus the changed chains: linear in the table"}
 )
 
-// formsFor returns the full and partial sync forms of a mode and variant
-// (partial nil: the mode has no partial sync).
+// formsFor returns the full and partial sync forms of a mode and variant.
 func formsFor(mode cluster.Mode, variant string) (full form, partial *form) {
 	switch mode {
 	case cluster.ModeIPTables:
@@ -92,9 +114,13 @@ func formsFor(mode cluster.Mode, variant string) (full form, partial *form) {
 		if variant == "kube-proxy" {
 			return formNFTKubeProxy, &p
 		}
-		return formNFT, &p
+		return formNFTFast, &p
 	default:
-		return formIPVS, nil
+		// One sync function, whose cost differs by what the kernel holds:
+		// Full is a sync into an empty kernel, Partial a steady-state run
+		// (every sync after start-up, periodic ones included).
+		p := formIPVS
+		return formIPVS, &p
 	}
 }
 
@@ -120,6 +146,8 @@ type fit struct {
 	t          float64 // Student t quantile for a 95 % two-sided interval
 	free       []int   // indices of theta that were free (not at a bound)
 	cov        *mat.SymDense
+	// xmax is the largest value of the power feature over the points.
+	xmax float64
 }
 
 // assumedScatter is the relative scatter assumed when a fit has no
@@ -305,6 +333,11 @@ func relRSS(f form, theta []float64, pts []sample) float64 {
 // free parameters (Gauss-Newton, weighted by 1/y), the basis of the band.
 func finish(f form, theta []float64, kFitted bool, rss float64, pts []sample) fit {
 	ft := fit{f: f, theta: theta, kFitted: kFitted, rms: math.Sqrt(rss / float64(len(pts)))}
+	if f.pow >= 0 {
+		for _, p := range pts {
+			ft.xmax = max(ft.xmax, f.terms[f.pow].of(p.c))
+		}
+	}
 	for j := range f.terms {
 		if theta[j] > 0 {
 			ft.free = append(ft.free, j)
@@ -362,11 +395,25 @@ func finish(f form, theta []float64, kFitted bool, rss float64, pts []sample) fi
 // predict returns the fitted time at c and its relative half-width: the
 // scatter of one sync around the curve plus the parameters' uncertainty at
 // c (which grows away from the points), never below the fit's RMS error.
-func (ft fit) predict(c Counts) (y, rel float64) {
+// up is the extra factor on the band's upper side alone: past the largest
+// measured point of a capped power term (capped), the fitted k's curve
+// over the estimate.
+func (ft fit) predict(c Counts) (y, rel, up float64) {
 	y = ft.f.value(ft.theta, c)
 	if !(y > 0) {
-		return 0, 0
+		return 0, 0, 1
 	}
+	_, rel = ft.spread(c, y)
+	if yc, capped := ft.capped(c); capped {
+		// Past the largest measured point: the cost per step held at
+		// that point's; the fitted k's curve is the band's upper end.
+		return yc, rel, max(1, y/yc)
+	}
+	return y, rel, 1
+}
+
+// spread is the relative half-width of the band at c around y.
+func (ft fit) spread(c Counts, y float64) (float64, float64) {
 	v := ft.s * ft.s
 	if ft.cov != nil {
 		g := ft.f.grad(ft.theta, c)
@@ -376,13 +423,38 @@ func (ft fit) predict(c Counts) (y, rel float64) {
 		}
 		v += mat.Inner(gv, ft.cov, gv) / (y * y)
 	}
-	rel = max(ft.t*math.Sqrt(v), ft.rms, ft.loo)
+	rel := max(ft.t*math.Sqrt(v), ft.rms, ft.loo)
 	if ft.alt != nil {
 		if ya := ft.f.value(ft.alt, c); ya > 0 {
 			rel = max(rel, math.Max(ya/y, y/ya)-1)
 		}
 	}
 	return y, rel
+}
+
+// capped is the estimate past the largest measured value of a power
+// feature whose k exceeds its count's exponent (form.kCount): the power
+// term continues from that point with the count's exponent, i.e. at the
+// cost per step the largest point measured.
+func (ft fit) capped(c Counts) (float64, bool) {
+	f := ft.f
+	if f.pow < 0 || f.kCount <= 0 || ft.xmax <= 0 {
+		return 0, false
+	}
+	k := ft.theta[len(f.terms)]
+	x := f.terms[f.pow].of(c)
+	if x <= ft.xmax || k <= f.kCount {
+		return 0, false
+	}
+	y := 0.0
+	for j, t := range f.terms {
+		if j == f.pow {
+			y += ft.theta[j] * math.Pow(ft.xmax, k) * math.Pow(x/ft.xmax, f.kCount)
+			continue
+		}
+		y += ft.theta[j] * t.of(c)
+	}
+	return y, true
 }
 
 // describe prints the fitted form with its parameters.

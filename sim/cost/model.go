@@ -195,6 +195,10 @@ func NewModel(c Calibration) (Model, error) {
 	} else if m.full.assumed {
 		m.Note = join(m.Note, fmt.Sprintf("%d points, %d free parameters: too few to estimate the scatter, %.0f %% assumed", len(full), len(m.full.free), 100*assumedScatter))
 	}
+	if f := m.full; f.f.kCount > 0 && f.f.pow >= 0 && f.theta[len(f.f.terms)] > f.f.kCount {
+		m.Note = join(m.Note, fmt.Sprintf("past the largest measured point the %s term is held at that point's cost per step (exponent %g, the count's); the fitted k = %.2f is the band's far end",
+			f.f.terms[f.f.pow].name, f.f.kCount, f.theta[len(f.f.terms)]))
+	}
 	if pf != nil && len(part) > 0 {
 		p, err := fitForm(*pf, part)
 		if err != nil {
@@ -230,8 +234,8 @@ func pointCounts(mode cluster.Mode, p Point) Counts {
 
 // Full is the full sync time of a node programming c.
 func (m Model) Full(c Counts) Estimate {
-	y, rel := m.full.predict(c)
-	return m.estimate(c, y, m.widen(m.full, c, rel))
+	y, rel, up := m.full.predict(c)
+	return m.estimate(c, y, m.widen(m.full, c, rel), up)
 }
 
 // widen grows the band with the distance from the measured range, by
@@ -264,15 +268,16 @@ func (m Model) Partial(c Counts) Estimate {
 	if m.partial == nil {
 		return m.Full(c)
 	}
-	y, rel := m.partial.predict(c)
-	return m.estimate(c, y, m.widen(*m.partial, c, rel))
+	y, rel, up := m.partial.predict(c)
+	return m.estimate(c, y, m.widen(*m.partial, c, rel), up)
 }
 
-// estimate builds the band, y/(1+rel) to y*(1+rel) (rel is a 95 %
-// half-width, multiplicative so that it stays positive), widened by an
-// emulation ratio's range, and marks sizes outside the measured range.
-func (m Model) estimate(c Counts, y, rel float64) Estimate {
-	e := Estimate{Seconds: y, Low: y / (1 + rel), High: y * (1 + rel)}
+// estimate builds the band, y/(1+rel) to y*(1+rel)*up (rel is a 95 %
+// half-width, multiplicative so that it stays positive; up widens the upper
+// side alone, fit.predict), widened by an emulation ratio's range, and
+// marks sizes outside the measured range.
+func (m Model) estimate(c Counts, y, rel, up float64) Estimate {
+	e := Estimate{Seconds: y, Low: y / (1 + rel), High: y * (1 + rel) * up}
 	if em := m.emul; em != nil {
 		e.Low /= em.High / em.Ratio
 		e.High *= em.Ratio / em.Low

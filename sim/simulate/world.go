@@ -607,8 +607,8 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 			md.fullSync[ni] = int64(o.SyncTime(md.name, c.Objects, true))
 			md.partSync[ni] = int64(o.SyncTime(md.name, c.Objects, false))
 		case ok:
-			// The ipvs proxier has no partial sync: its Partial is a
-			// full sync (cost.Model).
+			// IPVS: Full is a sync into an empty kernel, Partial a
+			// steady-state run (cost.Model).
 			full, part := model.Full(c), model.Partial(c)
 			md.fullSync[ni], md.partSync[ni] = seconds(full.Seconds), seconds(part.Seconds)
 			if md.fullEst == nil || full.Seconds > md.fullEst.Seconds {

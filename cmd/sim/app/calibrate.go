@@ -57,8 +57,9 @@ Medians of --runs runs. The result is written where the simulator's cost model
 reads it (results/calibration/<mode>.json).
 
 IPVS mode has no partial sync in kube-proxy: its second figure is a full
-resync after the endpoint change (and this repository's incremental sync is
-recorded beside it); there is no raw floor. On a kernel without IPVS it runs
+resync after the endpoint change, which the cost model takes as a
+steady-state sync (and this repository's incremental sync is recorded beside
+it); there is no raw floor. On a kernel without IPVS it runs
 in the microVM of harness/vm (--vm forces the VM for any mode). Under TCG
 the VM's CPU is emulated: --reference-vm and --reference-host name the same
 calibration (one mode and variant, e.g. --mode nftables --layout fast)
