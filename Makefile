@@ -457,7 +457,8 @@ CAPACITY_RUNS = \
 	capacity:scenarios/1000-services.yaml:100,1000,5000,10000,30000 \
 	clusterip-10:results/capacity/scenarios/clusterip-10.yaml:100,1000,5000,10000,30000 \
 	clusterip-50:results/capacity/scenarios/clusterip-50.yaml:5006 \
-	clusterip-1:results/capacity/scenarios/clusterip-1.yaml:44125
+	clusterip-1:results/capacity/scenarios/clusterip-1.yaml:44125 \
+	clusterip-2:results/capacity/scenarios/clusterip-2.yaml:44125
 capacity-results: sim
 	@command -v jq >/dev/null || { echo "capacity-results: jq is missing (Debian package jq)" >&2; exit 3; }
 	set -eo pipefail; for r in $(CAPACITY_RUNS); do \

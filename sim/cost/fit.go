@@ -34,7 +34,12 @@ type form struct {
 	// feature, the estimate keeps the cost per step of the largest point
 	// (the count's exponent) and the band reaches the fitted k's curve.
 	kCount float64
-	why    string
+	// sizeDegree is the power feature's degree in Services at a fixed
+	// shape (2 for lines·chains and setWalks, 1 for chains and elements):
+	// past its largest measured value an estimate is extrapolated by the
+	// feature's ratio to the power 1/sizeDegree, in Services.
+	sizeDegree float64
+	why        string
 }
 
 type feature struct {
@@ -81,17 +86,17 @@ var (
 // Forms per mode, variant and sync kind; the package doc says why each.
 var (
 	formRestore = form{name: "a + b*lines + c*chains^k", terms: []feature{fOne, fLines, fIPTChains}, pow: 2, kMin: 1.5, kMax: 2.5, kFixed: 2, kAlt: 2.2,
-		kCount: 2,
-		why:    "iptables-legacy-restore parses the text and replaces each table's blob in one setsockopt, linear in lines, plus two userspace lookups quadratic in chains: libxtables' 512-bucket table of chain names, walked with strcmp for every :CHAIN and -j, and libiptc's chain index, rebuilt over the whole chain list after every 356 new chains; k > 2 as both outgrow the caches"}
+		kCount: 2, sizeDegree: 1,
+		why: "iptables-legacy-restore parses the text and replaces each table's blob in one setsockopt, linear in lines, plus two userspace lookups quadratic in chains: libxtables' 512-bucket table of chain names, walked with strcmp for every :CHAIN and -j, and libiptc's chain index, rebuilt over the whole chain list after every 356 new chains; k > 2 as both outgrow the caches"}
 	formNoflush = form{name: "a + b*lines + c*(lines*chains)^k", terms: []feature{fOne, fLines, fWalk}, pow: 2, kMin: 1, kMax: 2, kFixed: 1, kAlt: 1.2,
-		kCount: 1,
-		why:    "iptables-nft --noflush: linear parse and netlink batch, plus cache_chain_list_insert's walk of a sorted list of chain names once per command (lines x chains strcmp calls; k > 1 as the list outgrows the CPU caches)"}
+		kCount: 1, sizeDegree: 2,
+		why: "iptables-nft --noflush: linear parse and netlink batch, plus cache_chain_list_insert's walk of a sorted list of chain names once per command (lines x chains strcmp calls; k > 1 as the list outgrows the CPU caches)"}
 	formNFTKubeProxy = form{name: "a + b*objects + c*setWalks^k", terms: []feature{fOne, fObjects, fSetWalks}, pow: 2, kMin: 1, kMax: 1.5, kFixed: 1, kAlt: 1.1,
-		kCount: 1,
-		why:    "nft -f: one kernel transaction, a fixed cost per object (chain, rule, element), plus the kernel's walks of the table's sets and of the transaction list for every anonymous set (one inline numgen map per Service with two or more endpoints): quadratic in Services; k > 1 as the lists outgrow the caches"}
+		kCount: 1, sizeDegree: 2,
+		why: "nft -f: one kernel transaction, a fixed cost per object (chain, rule, element), plus the kernel's walks of the table's sets and of the transaction list for every anonymous set (one inline numgen map per Service with two or more endpoints): quadratic in Services; k > 1 as the lists outgrow the caches"}
 	formNFTFast = form{name: "a + b*chains + c*elements^k", terms: []feature{fOne, fChains, fElements}, pow: 2, kMin: 1, kMax: 1.5, kFixed: 1, kAlt: 1.1,
-		kCount: 1,
-		why:    "nft -f of the fast layout: one kernel transaction; a Service costs its chain, rules and map entries, an endpoint its entries in the few shared endpoint maps (no anonymous set per Service, so no set walks); k > 1 for the maps' growth (slope 1.06-1.18 in Services from 10,000 to 30,000 x 10)"}
+		kCount: 1, sizeDegree: 1,
+		why: "nft -f of the fast layout: one kernel transaction; a Service costs its chain, rules and map entries, an endpoint its entries in the few shared endpoint maps (no anonymous set per Service, so no set walks); k > 1 for the maps' growth (slope 1.06-1.18 in Services from 10,000 to 30,000 x 10)"}
 	formNFTPartial = form{name: "a + b*objects", terms: []feature{fOne, fObjects}, pow: -1,
 		why: "a partial transaction changes one Service's objects; nft still loads its cache of the table, linear in the table's objects"}
 	formIPVS = form{name: "a + b*virtualServers + c*realServers", terms: []feature{fOne, fVS, fRS}, pow: -1,
@@ -455,6 +460,22 @@ func (ft fit) capped(c Counts) (float64, bool) {
 		y += ft.theta[j] * t.of(c)
 	}
 	return y, true
+}
+
+// beyond is how far c's power feature lies past the largest measured one,
+// in Services (the feature's ratio to the power 1/sizeDegree); 0 inside.
+// A shape the calibration did not measure (more Services of fewer
+// endpoints) can be inside the objects range and still past it here.
+func (ft fit) beyond(c Counts) float64 {
+	f := ft.f
+	if f.pow < 0 || f.sizeDegree <= 0 || ft.xmax <= 0 {
+		return 0
+	}
+	x := f.terms[f.pow].of(c)
+	if x <= ft.xmax*(1+1e-9) {
+		return 0
+	}
+	return math.Pow(x/ft.xmax, 1/f.sizeDegree)
 }
 
 // describe prints the fitted form with its parameters.

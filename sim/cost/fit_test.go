@@ -77,6 +77,35 @@ func TestCappedBeyondRange(t *testing.T) {
 	}
 }
 
+// TestExtrapolatedByShape: a node of more Services with fewer endpoints
+// can hold fewer objects than the largest calibration point and still lie
+// past it in the kernel's set walks (quadratic in Services): it is marked
+// extrapolated, by the walks' ratio in Services.
+func TestExtrapolatedByShape(t *testing.T) {
+	c := synthetic(cluster.ModeNFTables, "kube-proxy", ladder, 0, func(c Counts) float64 {
+		return 0.01 + 1e-5*float64(c.Objects) + 3e-9*math.Pow(fSetWalks.of(c), 1.1)
+	})
+	m, err := NewModel(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := SyntheticCounts(cluster.ModeNFTables, 7000, 2)
+	if at.Objects >= m.MaxObjects {
+		t.Fatalf("7,000 x 2 has %d objects, want fewer than the largest point's %d", at.Objects, m.MaxObjects)
+	}
+	e := m.Full(at)
+	want := math.Sqrt(fSetWalks.of(at) / fSetWalks.of(SyntheticCounts(cluster.ModeNFTables, 5000, 10)))
+	if !e.Extrapolated || math.Abs(e.Factor-want) > 0.01 {
+		t.Errorf("7,000 x 2: %v (factor %g), want extrapolated by %g in Services", e, e.Factor, want)
+	}
+	if p := m.Partial(at); !p.Extrapolated {
+		t.Errorf("its partial sync %v is not marked extrapolated", p)
+	}
+	if e := m.Full(SyntheticCounts(cluster.ModeNFTables, 4000, 2)); e.Extrapolated {
+		t.Errorf("4,000 x 2 is inside both ranges: %v", e)
+	}
+}
+
 func TestFitRecoversNoflushExponent(t *testing.T) {
 	const a, b, cc, k = 0.02, 3e-6, 1e-9, 1.15
 	f := func(c Counts) float64 {

@@ -288,6 +288,12 @@ func (m Model) estimate(c Counts, y, rel, up float64) Estimate {
 	case c.Objects < m.MinObjects:
 		e.Extrapolated, e.Factor = true, float64(c.Objects)/float64(m.MinObjects)
 	}
+	// Past the measured range of the full fit's power feature, whatever
+	// the objects say (the full fit's: a partial sync of that node is
+	// outside the range as well).
+	if b := m.full.beyond(c); b > 0 && b > e.Factor {
+		e.Extrapolated, e.Factor = true, b
+	}
 	return e
 }
 

@@ -276,8 +276,13 @@ func modelCurve(p *plot.Plot, i int, name string, cal cost.Calibration, eps int,
 	if !main {
 		return nil
 	}
+	// The points of the plot's shape only: a calibration may hold other
+	// endpoint counts (nftables' 1 and 50), which lie off this curve.
 	var pts plotter.XYs
 	for _, pt := range cal.Points {
+		if pt.EndpointsPerService > 0 && pt.EndpointsPerService != eps {
+			continue
+		}
 		ratio := 1.0
 		if e := cal.Emulation; e != nil && e.Ratio > 0 {
 			ratio = e.At(pt.Services)
