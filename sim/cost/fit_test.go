@@ -51,13 +51,8 @@ func TestFitRecoversLinear(t *testing.T) {
 // curve; inside the range nothing changes.
 func TestCappedBeyondRange(t *testing.T) {
 	const a, b, cc, k = 0.02, 3e-6, 1e-12, 1.6
-	f := func(c Counts) float64 {
-		return a + b*float64(c.Objects) + cc*math.Pow(float64(c.Objects)*float64(c.Chains), k)
-	}
-	m, err := NewModel(synthetic(cluster.ModeIPTables, "nft", ladder, 0, f))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := noflushTruth(a, b, cc, k)
+	m := mustModel(t, synthetic(cluster.ModeIPTables, "nft", ladder, 0, f))
 	last := SyntheticCounts(cluster.ModeIPTables, ladder[len(ladder)-1], 10)
 	if e := m.Full(last); math.Abs(e.Seconds-f(last))/f(last) > 0.01 {
 		t.Errorf("at the largest point: %v, want the fit's %g", e, f(last))
@@ -82,13 +77,9 @@ func TestCappedBeyondRange(t *testing.T) {
 // past it in the kernel's set walks (quadratic in Services): it is marked
 // extrapolated, by the walks' ratio in Services.
 func TestExtrapolatedByShape(t *testing.T) {
-	c := synthetic(cluster.ModeNFTables, "kube-proxy", ladder, 0, func(c Counts) float64 {
+	m := mustModel(t, synthetic(cluster.ModeNFTables, "kube-proxy", ladder, 0, func(c Counts) float64 {
 		return 0.01 + 1e-5*float64(c.Objects) + 3e-9*math.Pow(fSetWalks.of(c), 1.1)
-	})
-	m, err := NewModel(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}))
 	at := SyntheticCounts(cluster.ModeNFTables, 7000, 2)
 	if at.Objects >= m.MaxObjects {
 		t.Fatalf("7,000 x 2 has %d objects, want fewer than the largest point's %d", at.Objects, m.MaxObjects)
@@ -106,11 +97,25 @@ func TestExtrapolatedByShape(t *testing.T) {
 	}
 }
 
-func TestFitRecoversNoflushExponent(t *testing.T) {
-	const a, b, cc, k = 0.02, 3e-6, 1e-9, 1.15
-	f := func(c Counts) float64 {
+func mustModel(t *testing.T, c Calibration) Model {
+	t.Helper()
+	m, err := NewModel(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// noflushTruth is the iptables-nft form with known parameters.
+func noflushTruth(a, b, cc, k float64) func(Counts) float64 {
+	return func(c Counts) float64 {
 		return a + b*float64(c.Objects) + cc*math.Pow(float64(c.Objects)*float64(c.Chains), k)
 	}
+}
+
+func TestFitRecoversNoflushExponent(t *testing.T) {
+	const a, b, cc, k = 0.02, 3e-6, 1e-9, 1.15
+	f := noflushTruth(a, b, cc, k)
 	exact, err := NewModel(synthetic(cluster.ModeIPTables, "nft", ladder, 0, f))
 	if err != nil {
 		t.Fatal(err)
