@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/kpsim/kpsim/dataplane/calibrate"
@@ -81,4 +82,49 @@ func (f *fakes) counts(t *testing.T) (vs, rs int) {
 		vs, rs = vs+1, rs+len(d)
 	}
 	return vs, rs
+}
+
+// cost.Locals and cost.CountOn count KUBE-LOOP-BACK as the renderer writes
+// it: one entry per IPv4 endpoint on the node, whatever its readiness, so
+// a node's ipset entries are its service ports plus its own endpoints, not
+// every endpoint in the cluster.
+func TestLoopBackEntriesMatchCost(t *testing.T) {
+	const n, k = 12, 5
+	st := calibrate.Synthetic(n, k)
+	nodes := []string{"node-0", "node-1", "node-2"}
+	ports := st.SortedServicePorts()
+	eps := make([][]*cluster.Endpoint, len(ports))
+	for i, spn := range ports {
+		for j, e := range st.Endpoints[spn] {
+			e.NodeName = nodes[(i+j)%len(nodes)]
+			e.Ready = j%3 != 0 // not-ready local endpoints hairpin too
+			e.Serving = e.Ready
+		}
+		if i == 0 {
+			st.Endpoints[spn][1].IP = netip.MustParseAddr("fd00::1") // IPv6: no entry
+		}
+		eps[i] = st.Endpoints[spn]
+	}
+	locals := cost.Locals(nodes, eps)
+	in := inputs(n, k)
+	for ni, node := range nodes {
+		cfg := calibrationConfig("legacy")
+		cfg.NodeName = node
+		r, err := NewRenderer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := r.Render(st)
+		c := cost.CountOn(cluster.ModeIPVS, in, locals[ni], true)
+		got, want := c.IPSetEntries, len(p.Sets[SetClusterIP])+len(p.Sets[SetLoopBack])
+		if got != want || len(p.Sets[SetLoopBack]) == 0 {
+			t.Errorf("%s: cost counts %d ipset entries, the renderer writes %d (%d KUBE-CLUSTER-IP, %d KUBE-LOOP-BACK)",
+				node, got, want, len(p.Sets[SetClusterIP]), len(p.Sets[SetLoopBack]))
+		}
+	}
+	for i := range in {
+		if in[i].Local != 0 {
+			t.Fatalf("CountOn left Local %d on input %d", in[i].Local, i)
+		}
+	}
 }

@@ -47,6 +47,11 @@ func countNodes(mode cluster.Mode, st *cluster.State) (nodeCounts, error) {
 	all := make([]cost.Counts, len(nodes))
 	worst := -1
 	var worstIn []cost.ServicePortInput
+	eps := make([][]*cluster.Endpoint, len(names))
+	for i, name := range names {
+		eps[i] = st.Endpoints[name]
+	}
+	locals := cost.Locals(nodes, eps)
 	cache := make([]nodeCache, len(dep))
 	for k, i := range dep {
 		cache[k] = newNodeCache(st.Endpoints[names[i]])
@@ -59,7 +64,7 @@ func countNodes(mode cluster.Mode, st *cluster.State) (nodeCounts, error) {
 				return r.CostInput(names[i])
 			})
 		}
-		all[ni] = cost.Count(mode, in, true)
+		all[ni] = cost.CountOn(mode, in, locals[ni], true)
 		if worst < 0 || all[ni].Objects > all[worst].Objects {
 			worst = ni
 			worstIn = slices.Clone(in)

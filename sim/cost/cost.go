@@ -158,11 +158,60 @@ const (
 // ServicePortInput is what the counting needs of one service port on a node.
 type ServicePortInput struct {
 	Name      cluster.ServicePortName
-	Endpoints int  // endpoints in its chain on this node (after policy)
-	Reachable int  // endpoints with a SEP chain (all locally reachable)
-	Affinity  bool // ClientIP
-	Reject    bool // no endpoints: filter REJECT
-	Drop      bool // Local without local endpoints: filter DROP
+	Endpoints int // endpoints in its chain on this node (after policy)
+	Reachable int // endpoints with a SEP chain (all locally reachable)
+	// Local are the service port's endpoints on this node, whatever their
+	// readiness: IPVS mode's KUBE-LOOP-BACK entries (kube-proxy walks the
+	// whole endpoints map for hairpin masquerading). The rendering does not
+	// know the node's endpoints; the caller sets it per node.
+	Local    int
+	Affinity bool // ClientIP
+	Reject   bool // no endpoints: filter REJECT
+	Drop     bool // Local without local endpoints: filter DROP
+}
+
+// LocalPort is a service port with endpoints on a node: its index in the
+// inputs and how many (ServicePortInput.Local).
+type LocalPort struct{ Port, N int32 }
+
+// Locals indexes endpoints by node: for each of nodes, the service ports
+// of eps (one endpoint list per input, in input order) with IPv4
+// endpoints there, whatever their readiness, as dataplane/ipvs writes
+// KUBE-LOOP-BACK. It is linear in the endpoints.
+func Locals(nodes []string, eps [][]*cluster.Endpoint) [][]LocalPort {
+	at := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		at[n] = i
+	}
+	out := make([][]LocalPort, len(nodes))
+	for p, list := range eps {
+		for _, e := range list {
+			ni, ok := at[e.NodeName]
+			if !ok || !e.IP.Is4() {
+				continue
+			}
+			l := out[ni]
+			if k := len(l) - 1; k >= 0 && l[k].Port == int32(p) {
+				l[k].N++
+				continue
+			}
+			out[ni] = append(l, LocalPort{Port: int32(p), N: 1})
+		}
+	}
+	return out
+}
+
+// CountOn is Count on one node: in with the node's Locals set, and reset
+// to zero when it returns, so one input slice serves every node.
+func CountOn(mode cluster.Mode, in []ServicePortInput, local []LocalPort, masquerade bool) Counts {
+	for _, l := range local {
+		in[l.Port].Local = int(l.N)
+	}
+	c := Count(mode, in, masquerade)
+	for _, l := range local {
+		in[l.Port].Local = 0
+	}
+	return c
 }
 
 // Count computes a node's objects in one mode. masquerade says whether the
@@ -245,7 +294,7 @@ func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
 			c.VirtualServers++
 			c.IPSetEntries++ // KUBE-CLUSTER-IP
 			c.RealServers += s.Endpoints
-			c.IPSetEntries += s.Reachable // KUBE-LOOP-BACK
+			c.IPSetEntries += s.Local // KUBE-LOOP-BACK
 		}
 		c.Objects = c.RealServers + c.VirtualServers + c.IPSetEntries
 		c.Bytes = c.Objects * 64 // netlink messages
@@ -293,11 +342,7 @@ func Defaults() []Calibration {
 // SyntheticObjects is the size measure of services x endpoints ClusterIP
 // Services in kube-proxy's layout: the x axis of every calibration.
 func SyntheticObjects(mode cluster.Mode, services, endpoints int) int {
-	in := make([]ServicePortInput, services)
-	for i := range in {
-		in[i] = ServicePortInput{Endpoints: endpoints, Reachable: endpoints}
-	}
-	return Count(mode, in, true).Objects
+	return pointCounts(mode, Point{Services: services, EndpointsPerService: endpoints}).Objects
 }
 
 // CalibrationError is a calibration file that cannot be used: its path,

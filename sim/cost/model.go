@@ -219,7 +219,9 @@ func join(a, b string) string {
 
 // pointCounts are the Counts of a calibration point's synthetic cluster
 // (services x endpoints ClusterIP Services, calibrate.Synthetic), on the
-// same axes as a simulated node's.
+// same axes as a simulated node's. The calibrated node hosts none of the
+// endpoints (Local 0): sim calibrate programs them on another node, as
+// dataplane/ipvs's calibrationNode says.
 func pointCounts(mode cluster.Mode, p Point) Counts {
 	if p.Services <= 0 || p.EndpointsPerService <= 0 {
 		// Only a size is known: put it on every axis.

@@ -595,12 +595,20 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 		}
 	}
 	in := make([]cost.ServicePortInput, len(w.svcs)) // refilled per node
+	names, eps := make([]string, nn), make([][]*cluster.Endpoint, len(w.svcs))
+	for ni, n := range w.nodes {
+		names[ni] = n.name
+	}
+	for s := range w.svcs {
+		eps[s] = w.gvs[w.svcs[s].gvs[0]].eps
+	}
+	locals := cost.Locals(names, eps)
 	for ni := range w.nodes {
 		for s := range w.svcs {
 			r := md.ruleAt(int(w.svcs[s].gvs[0]), ni)
 			in[s] = r.CostInput(w.svcs[s].name)
 		}
-		c := cost.Count(md.name, in, true)
+		c := cost.CountOn(md.name, in, locals[ni], true)
 		md.counts[ni] = c
 		switch {
 		case o.SyncTime != nil:
