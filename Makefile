@@ -7,7 +7,7 @@
 #                 namespace tier runs and a skipped test is a failure
 #   make test-vm  the IPVS conformance suite, in a qemu microVM when this
 #                 kernel has no IPVS (vm-assets, then sim conform --mode ipvs)
-#   make vm-assets  what the VM tier needs: bin/sim-static, qemu-system-x86
+#   make vm-assets  what the VM tier needs: bin/sim (static), qemu-system-x86
 #                 when the VM will run, and the Debian kernel and busybox in
 #                 ~/.cache/kpsim/vm (idempotent; make test runs it first)
 #   make build    build bin/sim and the upstream programs (make upstream)
@@ -37,6 +37,12 @@ BIN         := bin/sim
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X github.com/kpsim/kpsim/cmd/sim/app.Version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# One build configuration for everything but the race detector: bin/sim is
+# static (it also boots the microVM), and go vet, staticcheck and the
+# upstream programs (built static, as Kubernetes' releases are) compile with
+# the same settings, so a new machine compiles the dependency tree once for
+# them (and once more, with cgo, for go test -race).
+export CGO_ENABLED ?= 0
 # Debian packages the test tiers use: netfilter userland for the namespace
 # tier, iproute2 for inspection, ipvsadm (copied into the microVM: the IPVS
 # dumps of sim conform --dump), gcc and libc6-dev for the race detector
@@ -74,12 +80,18 @@ KUBE_LDFLAGS  = -s -w $(foreach p,k8s.io/client-go/pkg/version k8s.io/component-
 upstream: bin/etcd bin/kube-apiserver bin/kube-proxy
 
 # upstream-bg starts make upstream in the background under nice 19 (its
-# output in $(UPSTREAM_LOG)); upstream-wait waits for it and fails, with the
-# log's tail, if it failed. Without upstream-bg, upstream-wait builds.
+# output in $(UPSTREAM_LOG)), then compiles the module's packages for the
+# race detector (go build -race ./...: the compile test-go would otherwise
+# start with, done in the CPU the tiers before it leave idle; test-go finds
+# it in the build cache). upstream-wait waits for both and fails, with the
+# log, if either failed. Without upstream-bg, upstream-wait builds.
 UPSTREAM_LOG := $(TEST_DIR)/kpsim-upstream-build.log
 upstream-bg:
-	@rm -f $(UPSTREAM_LOG).rc; echo "make test: building the upstream programs in the background (log: $(UPSTREAM_LOG))"; \
-	( nice -n 19 $(MAKE) --no-print-directory upstream > $(UPSTREAM_LOG) 2>&1; echo $$? > $(UPSTREAM_LOG).rc ) </dev/null >/dev/null 2>&1 & \
+	@rm -f $(UPSTREAM_LOG).rc; echo "make test: building the upstream programs, then the race build, in the background (log: $(UPSTREAM_LOG))"; \
+	( nice -n 19 $(MAKE) --no-print-directory upstream > $(UPSTREAM_LOG) 2>&1 && \
+	  { start=$$(date +%s); CGO_ENABLED=1 nice -n 19 $(GO) build -race ./... >> $(UPSTREAM_LOG) 2>&1 && \
+	    echo "compiled ./... for the race detector in $$(( $$(date +%s) - start )) s" >> $(UPSTREAM_LOG); }; \
+	  echo $$? > $(UPSTREAM_LOG).rc ) </dev/null >/dev/null 2>&1 & \
 	echo $$! > $(UPSTREAM_LOG).pid
 
 upstream-wait:
@@ -87,7 +99,7 @@ upstream-wait:
 	start=$$(date +%s); pid=$$(cat $(UPSTREAM_LOG).pid 2>/dev/null); \
 	while [ ! -s $(UPSTREAM_LOG).rc ] && kill -0 "$$pid" 2>/dev/null; do sleep 2; done; \
 	rc=$$(cat $(UPSTREAM_LOG).rc 2>/dev/null || echo "none: the background build is gone"); cat $(UPSTREAM_LOG); \
-	echo "make test: upstream build finished (exit $$rc; waited $$(( $$(date +%s) - start )) s for it)"; \
+	echo "make test: upstream and race builds finished (exit $$rc; waited $$(( $$(date +%s) - start )) s for it)"; \
 	rm -f $(UPSTREAM_LOG) $(UPSTREAM_LOG).rc $(UPSTREAM_LOG).pid; [ "$$rc" = 0 ] || { echo "make upstream failed (see above)"; exit 1; }
 
 bin/kube-apiserver bin/kube-proxy &: $(UPSTREAM)/kubernetes/go.mod $(UPSTREAM)/kubernetes/go.sum
@@ -158,8 +170,10 @@ host-snapshot:
 # test-go runs every package under the race detector, the namespace tier
 # included: its sync loops, probers and observers are where goroutines meet
 # (-race found a sync loop outliving its namespaces and Counters racing
-# Sync there). On two cores the race build adds about 5 minutes to a cold
-# cache and the run takes about twice as long as without it.
+# Sync there). On two cores the race build takes about 5 minutes of a cold
+# cache (upstream-bg does it in the background) and the run takes about
+# twice as long as without it. Test binaries link without symbol tables or
+# DWARF (-s -w: about a fifth of each link; stack traces keep their names).
 # KPSIM_SIM_BIN hands the kill soak (cmd/sim) the sim just built.
 # The longest packages come first on the command line (go test starts
 # packages in that order, two at a time on two cores): the differential test
@@ -168,7 +182,7 @@ host-snapshot:
 TEST_GO_FIRST := ./harness/differential ./harness/conform
 test-go: sim
 	@if [ "$$(id -u)" = 0 ]; then export KPSIM_REQUIRE_ALL=1; fi; \
-	KPSIM_SIM_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m -v $(TEST_GO_FIRST) ./... > $(TEST_LOG) 2>&1; status=$$?; \
+	KPSIM_SIM_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -race -ldflags="-s -w" -count=1 -timeout 30m -v $(TEST_GO_FIRST) ./... > $(TEST_LOG) 2>&1; status=$$?; \
 	grep -E '^(ok|FAIL|panic|---)|^\s+--- (FAIL|SKIP)|^\s+[a-z_]+\.go:[0-9]+:' $(TEST_LOG) | grep -v -- '--- PASS' ; \
 	$(MAKE) --no-print-directory check-skips || status=1; exit $$status
 
@@ -293,7 +307,7 @@ import-fixtures: bin/etcd bin/kube-apiserver
 	@if [ "$$(id -u)" != 0 ]; then echo "make import-fixtures: needs root (it creates network namespaces)"; exit 3; fi
 	flock /tmp/kpsim-heavy.lock $(GO) test -count=1 -run '^TestImportDumps$$' ./harness/upstream/ -update-import
 
-# vm-assets prepares the qemu microVM of harness/vm: a static sim to boot,
+# vm-assets prepares the qemu microVM of harness/vm: bin/sim to boot (static),
 # qemu-system-x86 (installed when missing, and only when the VM will run:
 # this kernel has no IPVS, or VM=1), and the Debian kernel (the package
 # linux-image-amd64 depends on) and busybox-static, fetched into the cache
@@ -301,12 +315,11 @@ import-fixtures: bin/etcd bin/kube-apiserver
 # kernel is fetched on every host: the Go test of the VM's module order runs
 # on it. Idempotent: the cache is reused, apt-get update runs only when apt
 # does not know the kernel package.
-VM_BIN     := bin/sim-static
+VM_BIN     := $(BIN)
 VM_PACKAGE := qemu-system-x86
 VM_NEEDED  := [ -n "$(VM)" ] || ! { [ -e /sys/module/ip_vs ] || [ -e /proc/net/ip_vs ]; }
-vm-assets: deps
+vm-assets: deps sim
 	@if [ "$$(id -u)" != 0 ]; then echo "make vm-assets: needs root (apt-get)"; exit 3; fi
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(VM_BIN) ./cmd/sim
 	@if { $(VM_NEEDED); } && ! command -v qemu-system-x86_64 >/dev/null; then \
 		echo "installing: $(VM_PACKAGE)"; \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \

@@ -43,32 +43,10 @@ func runDir(t *testing.T, o Options, types ...string) *report.Run {
 	return run
 }
 
-// TestConformanceCorrect: the correct dataplane passes every check, on both
-// iptables backends.
-func TestConformanceCorrect(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip", "iptables-nft-restore", "iptables-legacy-restore", "conntrack")
-	for _, backend := range []string{"nft", "legacy"} {
-		t.Run(backend, func(t *testing.T) {
-			run := runDir(t, Options{Mode: "iptables", IPTablesBackend: backend})
-			if f := run.Failed(); len(f) > 0 {
-				for _, s := range run.Suites {
-					for _, c := range s.Checks {
-						if c.Verdict != report.Pass {
-							t.Log(c.Summary())
-						}
-					}
-				}
-				t.Fatalf("the correct dataplane failed %d checks: %v", len(f), f)
-			}
-			checks := 0
-			for _, s := range run.Suites {
-				checks += len(s.Checks)
-			}
-			t.Logf("%s: %d checks passed in %s", backend, checks, run.Duration)
-		})
-	}
-}
+// The correct dataplane passing every check is make conformance's job: it
+// runs the whole suite (many-endpoints included) in the four iptables and
+// nftables configurations with the binary make test built, and writes their
+// JUnit. The Go tests run the faults, under the race detector in make test.
 
 // TestConformanceFaults: every named fault fails the run, and among the
 // failed checks is the one that should catch it.
