@@ -16,8 +16,6 @@ package proxy
 import (
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -232,10 +230,10 @@ func union(a, b []*cluster.Endpoint) []*cluster.Endpoint {
 }
 
 // ExternallyAccessible reports whether the service port has destinations
-// outside the cluster IP: here, a node port (external IPs and load-balancer
-// IPs are not part of the cluster model).
+// outside the cluster IP: a node port, load-balancer (VIP) IPs or external
+// IPs (kube-proxy's BaseServicePortInfo.ExternallyAccessible).
 func ExternallyAccessible(sp *cluster.ServicePort) bool {
-	return sp.NodePort != 0 && (sp.Type == corev1.ServiceTypeNodePort || sp.Type == corev1.ServiceTypeLoadBalancer)
+	return sp.NodePort != 0 || len(sp.LoadBalancerIPs) > 0 || len(sp.ExternalIPs) > 0
 }
 
 // InternalPolicyLocal reports internalTrafficPolicy: Local.

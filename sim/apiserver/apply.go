@@ -335,6 +335,9 @@ func updateService(ctx context.Context, client kubernetes.Interface, ns, name st
 		}
 		s := cur.DeepCopy()
 		changeService(s, e)
+		if err := healthCheckPort(ctx, client, s); err != nil {
+			return err
+		}
 		if equality.Semantic.DeepEqual(s.Spec, cur.Spec) {
 			return nil
 		}
@@ -348,6 +351,40 @@ func updateService(ctx context.Context, client kubernetes.Interface, ns, name st
 		return 0, fmt.Errorf("could not update Service %s/%s: %w", ns, name, err)
 	}
 	return n, nil
+}
+
+// healthCheckPort gives s the healthCheckNodePort the API server's update
+// would (pkg/registry/core/service/storage/alloc.go): a Service that now
+// needs a health check (LoadBalancer, externalTrafficPolicy Local) and has
+// no port gets the lowest one of the node port range that no Service holds
+// (a real API server picks at random; it takes the one given), and one that
+// no longer needs it loses it (the fake clientset does neither).
+func healthCheckPort(ctx context.Context, client kubernetes.Interface, s *corev1.Service) error {
+	if !scenario.NeedsHealthCheck(s) {
+		s.Spec.HealthCheckNodePort = 0
+		return nil
+	}
+	if s.Spec.HealthCheckNodePort != 0 {
+		return nil
+	}
+	all, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	used := map[int32]bool{}
+	for _, o := range all.Items {
+		for _, p := range o.Spec.Ports {
+			used[p.NodePort] = true
+		}
+		used[o.Spec.HealthCheckNodePort] = true
+	}
+	for p := int32(scenario.NodePortMin); p <= scenario.NodePortMax; p++ {
+		if !used[p] {
+			s.Spec.HealthCheckNodePort = p
+			return nil
+		}
+	}
+	return fmt.Errorf("no node port left in %d-%d for the health check of Service %s/%s", scenario.NodePortMin, scenario.NodePortMax, s.Namespace, s.Name)
 }
 
 // changeService applies a service-update event's fields to s. Session

@@ -185,7 +185,48 @@ func upsert(ctx context.Context, client kubernetes.Interface, svcs []*corev1.Ser
 	return int(n.Load()), err
 }
 
+// upsertService creates or updates one Service, then writes its status
+// (the load balancer's ingress) through the status subresource when the
+// API holds another: a controller writes it there, and a create or update
+// of the Service itself never keeps it on a real API server. It returns the
+// number of writes.
 func upsertService(ctx context.Context, client kubernetes.Interface, want *corev1.Service) (int, error) {
+	n, err := upsertServiceSpec(ctx, client, want)
+	if err != nil {
+		return n, err
+	}
+	w, err := writeServiceStatus(ctx, client, want)
+	return n + w, err
+}
+
+// writeServiceStatus brings the API's status.loadBalancer of the Service to
+// want's (Get, UpdateStatus, retried on a conflict); an equal one is not
+// written. It returns 1 when it wrote.
+func writeServiceStatus(ctx context.Context, client kubernetes.Interface, want *corev1.Service) (int, error) {
+	api := client.CoreV1().Services(want.Namespace)
+	n := 0
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if equality.Semantic.DeepEqual(cur.Status.LoadBalancer, want.Status.LoadBalancer) {
+			return nil
+		}
+		cur.Status.LoadBalancer = *want.Status.LoadBalancer.DeepCopy()
+		if _, err := api.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		n = 1
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("could not write the status of Service %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return n, nil
+}
+
+func upsertServiceSpec(ctx context.Context, client kubernetes.Interface, want *corev1.Service) (int, error) {
 	want = forAPI(want)
 	api := client.CoreV1().Services(want.Namespace)
 	_, err := api.Create(ctx, want, metav1.CreateOptions{})
@@ -226,10 +267,11 @@ func upsertService(ctx context.Context, client kubernetes.Interface, want *corev
 	return n, nil
 }
 
-// forAPI returns a copy of s without what a real API rejects and no proxy
-// reads: externalTrafficPolicy on a Service that is not externally
-// reachable (apiservice.ExternallyAccessible), and its status (written by
-// controllers through the status subresource, dropped on create).
+// forAPI returns a copy of s without what a real API rejects or drops on a
+// create: externalTrafficPolicy on a Service that is not externally
+// reachable (apiservice.ExternallyAccessible), which no proxy reads, and its
+// status (written by controllers through the status subresource:
+// writeServiceStatus does that after the create).
 func forAPI(s *corev1.Service) *corev1.Service {
 	s = s.DeepCopy()
 	forCreate(&s.ObjectMeta)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -296,7 +297,7 @@ func (t *Tracker) applyService(key types.NamespacedName, cur []*ServicePort, ch 
 	for _, sp := range cur {
 		seen[sp.Name] = true
 		names = append(names, sp.Name)
-		if old, ok := t.state.Services[sp.Name]; !ok || *old != *sp {
+		if old, ok := t.state.Services[sp.Name]; !ok || !old.Equal(sp) {
 			t.state.Services[sp.Name] = sp
 			ch.Services = append(ch.Services, sp.Name)
 		}
@@ -384,12 +385,17 @@ func servicePorts(s *corev1.Service) []*ServicePort {
 		}
 	}
 	itpLocal := s.Spec.InternalTrafficPolicy != nil && *s.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
-	etpLocal := (s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer) &&
-		s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	// apiservice.ExternalPolicyLocal: an externally accessible Service
+	// (NodePort, LoadBalancer, or ClusterIP with external IPs) with
+	// externalTrafficPolicy Local.
+	external := s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer ||
+		(s.Spec.Type == corev1.ServiceTypeClusterIP || s.Spec.Type == "") && len(s.Spec.ExternalIPs) > 0
+	etpLocal := external && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 	var hcnp int32 // apiservice.NeedsHealthCheck
 	if s.Spec.Type == corev1.ServiceTypeLoadBalancer && etpLocal {
 		hcnp = s.Spec.HealthCheckNodePort
 	}
+	ext := externalAddrs(s)
 	out := make([]*ServicePort, 0, len(s.Spec.Ports))
 	for _, p := range s.Spec.Ports {
 		proto := p.Protocol
@@ -409,9 +415,58 @@ func servicePorts(s *corev1.Service) []*ServicePort {
 			ExternalLocal:    etpLocal,
 
 			HealthCheckNodePort: hcnp,
+			ExternalIPs:         ext.externalIPs,
+			LoadBalancerIPs:     ext.vips,
+			ProxyIPs:            ext.proxyIPs,
+			SourceRanges:        ext.ranges,
 		})
 	}
 	return out
+}
+
+// external are a Service's addresses outside the cluster IP, as
+// kube-proxy's newBaseServiceInfo reads them for the IPv4 family.
+type external struct {
+	externalIPs, vips, proxyIPs []netip.Addr
+	ranges                      []netip.Prefix
+}
+
+// externalAddrs reads spec.externalIPs, status.loadBalancer.ingress and
+// spec.loadBalancerSourceRanges: IPv4 only; an ingress without an IP (a
+// hostname) is skipped, and one with ipMode Proxy is set apart; source
+// ranges are trimmed (the API allows padding), and a zero CIDR among them
+// means "allow any", the same as none. The slices are shared by the
+// Service's ports and never modified.
+func externalAddrs(s *corev1.Service) external {
+	var e external
+	for _, a := range s.Spec.ExternalIPs {
+		if ip, err := netip.ParseAddr(strings.TrimSpace(a)); err == nil && ip.Is4() {
+			e.externalIPs = append(e.externalIPs, ip)
+		}
+	}
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		ip, err := netip.ParseAddr(in.IP)
+		if err != nil || !ip.Is4() {
+			continue
+		}
+		if in.IPMode != nil && *in.IPMode == corev1.LoadBalancerIPModeProxy {
+			e.proxyIPs = append(e.proxyIPs, ip)
+			continue
+		}
+		e.vips = append(e.vips, ip)
+	}
+	for _, r := range s.Spec.LoadBalancerSourceRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(r))
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		if p.Bits() == 0 {
+			e.ranges = nil
+			break
+		}
+		e.ranges = append(e.ranges, p.Masked())
+	}
+	return e
 }
 
 // mergeSlices builds the endpoints of each service port of a Service from its

@@ -57,6 +57,29 @@ type ServicePort struct {
 	// kube-proxy uses it (type LoadBalancer with externalTrafficPolicy
 	// Local), else 0.
 	HealthCheckNodePort int32
+	// ExternalIPs are the Service's spec.externalIPs of the IPv4 family,
+	// in the Service's order (kube-proxy's ExternalIPs()).
+	ExternalIPs []netip.Addr
+	// LoadBalancerIPs are the IPv4 addresses of status.loadBalancer.ingress
+	// whose ipMode is VIP (or unset): the destinations kube-proxy captures
+	// (LoadBalancerVIPs()).
+	LoadBalancerIPs []netip.Addr
+	// ProxyIPs are the ingress addresses with ipMode Proxy: the balancer
+	// proxies to node ports, and kube-proxy writes no rule for them.
+	ProxyIPs []netip.Addr
+	// SourceRanges are the IPv4 loadBalancerSourceRanges, trimmed and in
+	// order; empty when the Service has none or one of them is a zero CIDR
+	// (0.0.0.0/0 allows everything, as kube-proxy reads it).
+	SourceRanges []netip.Prefix
+}
+
+// Equal reports whether two service ports have the same settings.
+func (p *ServicePort) Equal(o *ServicePort) bool {
+	return p.Name == o.Name && p.Type == o.Type && p.ClusterIP == o.ClusterIP && p.Port == o.Port && p.NodePort == o.NodePort &&
+		p.TargetPort == o.TargetPort && p.ClientIPAffinity == o.ClientIPAffinity && p.AffinityTimeout == o.AffinityTimeout &&
+		p.InternalLocal == o.InternalLocal && p.ExternalLocal == o.ExternalLocal && p.Headless == o.Headless &&
+		p.HealthCheckNodePort == o.HealthCheckNodePort && slices.Equal(p.ExternalIPs, o.ExternalIPs) &&
+		slices.Equal(p.LoadBalancerIPs, o.LoadBalancerIPs) && slices.Equal(p.ProxyIPs, o.ProxyIPs) && slices.Equal(p.SourceRanges, o.SourceRanges)
 }
 
 // Endpoint is one backend of a service port, with its EndpointSlice

@@ -344,11 +344,11 @@ func isUDP(sp *cluster.ServicePort) bool { return sp.Name.Protocol == corev1.Pro
 // externallyAccessible says whether a service port has destinations other
 // than its ClusterIP, as kube-proxy documents ServicePort.
 // ExternallyAccessible: "a node port, load-balancer IPs or external IPs".
-// The cluster model carries neither load-balancer ingress IPs nor external
-// IPs, so a node port is the only such destination here. The Service's type
-// alone does not make a port reachable from outside: the API server gives
-// NodePort and LoadBalancer ports their node ports (a LoadBalancer with
-// allocateLoadBalancerNodePorts false has none).
+// The Service's type alone does not make a port reachable from outside: the
+// API server gives NodePort and LoadBalancer ports their node ports (a
+// LoadBalancer with allocateLoadBalancerNodePorts false has none), and a
+// load balancer's address counts only once its controller wrote it into the
+// status, in ipMode VIP (an ipMode Proxy balancer sends to the node ports).
 func externallyAccessible(sp *cluster.ServicePort) bool {
-	return sp.NodePort != 0
+	return sp.NodePort != 0 || len(sp.LoadBalancerIPs) > 0 || len(sp.ExternalIPs) > 0
 }

@@ -62,8 +62,9 @@ type nodePortAllocator struct {
 	next int32
 }
 
-// newNodePortAllocator reserves every node port requested by the objects'
-// Services (validation has made them unique and in range).
+// newNodePortAllocator reserves every node port and health check node port
+// requested by the objects' Services (validation has made them unique and in
+// range).
 func newNodePortAllocator(objects []Object) *nodePortAllocator {
 	a := &nodePortAllocator{used: map[int32]bool{}, next: NodePortMin}
 	for _, o := range objects {
@@ -72,6 +73,9 @@ func newNodePortAllocator(objects []Object) *nodePortAllocator {
 				if p.NodePort != 0 {
 					a.used[p.NodePort] = true
 				}
+			}
+			if s.Spec.HealthCheckNodePort != 0 {
+				a.used[s.Spec.HealthCheckNodePort] = true
 			}
 		}
 	}
@@ -91,9 +95,24 @@ func (a *nodePortAllocator) allocate() (int32, bool) {
 
 // assign gives node ports to the ports of s that need one, as initNodePorts
 // does: a port takes the node port of another port with the same port
-// number (requested or allocated), else the next free one. It reports false
-// when the range is exhausted.
+// number (requested or allocated), else the next free one; then the health
+// check node port, as allocHealthCheckNodePort does. It reports false when
+// the range is exhausted.
 func (a *nodePortAllocator) assign(s *corev1.Service) bool {
+	if !a.assignPorts(s) {
+		return false
+	}
+	if NeedsHealthCheck(s) && s.Spec.HealthCheckNodePort == 0 {
+		p, ok := a.allocate()
+		if !ok {
+			return false
+		}
+		s.Spec.HealthCheckNodePort = p
+	}
+	return true
+}
+
+func (a *nodePortAllocator) assignPorts(s *corev1.Service) bool {
 	if !allocatesNodePorts(s) {
 		return true
 	}

@@ -98,7 +98,7 @@ type validator struct {
 // nodePortOwner is the service port that requested a node port.
 type nodePortOwner struct {
 	service string // "ns/name"
-	port    int32
+	port    int32  // -1: the Service's health check node port
 	path    string
 }
 
@@ -129,6 +129,8 @@ type svcRef struct {
 	generated bool
 	endpoints int // objects only
 	typ       corev1.ServiceType
+	// externalIPs: the Service has spec.externalIPs.
+	externalIPs bool
 }
 
 func (r *svcRef) hasPort(name string) bool { return slices.Contains(r.ports, name) }
@@ -512,6 +514,10 @@ func (v *validator) service(path string, s *corev1.Service) {
 	}
 	v.sessionAffinity(sp, s)
 	v.trafficPolicies(sp, s)
+	v.externalIPs(sp, s)
+	v.sourceRanges(sp, s)
+	v.healthCheckNodePort(sp, key, s)
+	v.loadBalancerStatus(path+".status.loadBalancer", s)
 }
 
 // serviceRef checks the Service's name and registers what the later
@@ -526,7 +532,8 @@ func (v *validator) serviceRef(path string, s *corev1.Service) (string, *svcRef)
 			ok = false
 		}
 	}
-	ref := &svcRef{pods: map[string]bool{}, addrs: map[string]bool{}, typ: s.Spec.Type, headless: s.Spec.ClusterIP == corev1.ClusterIPNone}
+	ref := &svcRef{pods: map[string]bool{}, addrs: map[string]bool{}, typ: s.Spec.Type, headless: s.Spec.ClusterIP == corev1.ClusterIPNone,
+		externalIPs: len(s.Spec.ExternalIPs) > 0}
 	if ok {
 		v.services[key] = ref
 	}
@@ -712,7 +719,7 @@ func (v *validator) sessionAffinity(sp string, s *corev1.Service) {
 }
 
 // trafficPolicies checks the internal and external traffic policies; an
-// external policy of Local needs a Service that has node ports.
+// external policy of Local needs an externally accessible Service.
 func (v *validator) trafficPolicies(sp string, s *corev1.Service) {
 	if s.Spec.InternalTrafficPolicy != nil {
 		switch *s.Spec.InternalTrafficPolicy {
@@ -724,11 +731,172 @@ func (v *validator) trafficPolicies(sp string, s *corev1.Service) {
 	switch s.Spec.ExternalTrafficPolicy {
 	case "":
 	case corev1.ServiceExternalTrafficPolicyCluster, corev1.ServiceExternalTrafficPolicyLocal:
-		if s.Spec.Type == corev1.ServiceTypeClusterIP && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-			v.r.at(sp+".externalTrafficPolicy", "Local applies only to NodePort and LoadBalancer Services")
+		if !externallyAccessible(s) && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+			v.r.at(sp+".externalTrafficPolicy", "Local applies only to externally accessible Services (NodePort, LoadBalancer, or ClusterIP with externalIPs)")
 		}
 	default:
 		v.r.at(sp+".externalTrafficPolicy", "unknown value %q (Cluster or Local)", s.Spec.ExternalTrafficPolicy)
+	}
+}
+
+// externallyAccessible is apiservice.ExternallyAccessible: a NodePort or
+// LoadBalancer Service, or a ClusterIP one with external IPs.
+func externallyAccessible(s *corev1.Service) bool {
+	return s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer ||
+		(s.Spec.Type == corev1.ServiceTypeClusterIP || s.Spec.Type == "") && len(s.Spec.ExternalIPs) > 0
+}
+
+// NeedsHealthCheck is apiservice.NeedsHealthCheck: a LoadBalancer Service
+// with externalTrafficPolicy Local, which the API server gives a
+// healthCheckNodePort and kube-proxy serves a health check on.
+func NeedsHealthCheck(s *corev1.Service) bool {
+	return s.Spec.Type == corev1.ServiceTypeLoadBalancer && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
+// addressProblem says why a must be refused where the API server takes an
+// external or load-balancer address (ValidateEndpointIP), or "".
+func addressProblem(a netip.Addr) string {
+	switch {
+	case a.IsUnspecified():
+		return "may not be unspecified"
+	case a.IsLoopback():
+		return "may not be in the loopback range (127.0.0.0/8)"
+	case a.IsLinkLocalUnicast():
+		return "may not be in the link-local range (169.254.0.0/16)"
+	case a.IsLinkLocalMulticast():
+		return "may not be in the link-local multicast range (224.0.0.0/24)"
+	}
+	return ""
+}
+
+// externalIPs checks spec.externalIPs as the API server does: each a valid
+// address, not unspecified, loopback or link-local. IPv6 ones are accepted
+// and ignored with a warning (IPv4 is what is modelled).
+func (v *validator) externalIPs(sp string, s *corev1.Service) {
+	for i, x := range s.Spec.ExternalIPs {
+		path := fmt.Sprintf("%s.externalIPs[%d]", sp, i)
+		a, err := netip.ParseAddr(x)
+		switch {
+		case err != nil:
+			v.r.at(path, "%q is not a valid IP address", x)
+		case addressProblem(a) != "":
+			v.r.at(path, "%s %s", a, addressProblem(a))
+		case a.Is6():
+			v.warn(path, "IPv6 external IP %s ignored (IPv4 is what is modelled)", a)
+		default:
+			v.externalAddr(path, a, "external IP")
+		}
+	}
+}
+
+// externalAddr warns about an external or load-balancer address inside the
+// cluster's pod or service range: the API server accepts it, and so does
+// kube-proxy, but traffic to it is then indistinguishable from traffic to a
+// pod or a cluster IP. (One in the node network is common: external IPs set
+// to node addresses, MetalLB's layer-2 pools.)
+func (v *validator) externalAddr(path string, a netip.Addr, what string) {
+	for _, r := range []struct {
+		p    netip.Prefix
+		name string
+	}{{v.serviceCIDR, "cluster.serviceCIDR"}, {v.podCIDR, "cluster.podCIDR"}} {
+		if r.p.IsValid() && r.p.Contains(a) {
+			v.warn(path, "%s %s is inside %s %s", what, a, r.name, r.p)
+			return
+		}
+	}
+}
+
+// sourceRanges checks spec.loadBalancerSourceRanges: only on a LoadBalancer
+// Service, each a CIDR (surrounding spaces allowed, as the API allows them).
+func (v *validator) sourceRanges(sp string, s *corev1.Service) {
+	if len(s.Spec.LoadBalancerSourceRanges) == 0 {
+		return
+	}
+	if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		v.r.at(sp+".loadBalancerSourceRanges", "may only be used when type is LoadBalancer (this Service is %s)", s.Spec.Type)
+	}
+	for i, x := range s.Spec.LoadBalancerSourceRanges {
+		path := fmt.Sprintf("%s.loadBalancerSourceRanges[%d]", sp, i)
+		p, err := netip.ParsePrefix(strings.TrimSpace(x))
+		switch {
+		case err != nil:
+			v.r.at(path, "%q is not a CIDR such as 203.0.113.0/24", x)
+		case p.Addr().Is6():
+			v.warn(path, "IPv6 source range %s ignored (IPv4 is what is modelled)", p)
+		}
+	}
+}
+
+// healthCheckNodePort checks spec.healthCheckNodePort as the API server
+// does: set only on a LoadBalancer Service with externalTrafficPolicy Local
+// (the expansion allocates one there when it is unset), inside the node port
+// range, and held by no other Service as a node port or health check port.
+func (v *validator) healthCheckNodePort(sp, key string, s *corev1.Service) {
+	p := s.Spec.HealthCheckNodePort
+	if p == 0 {
+		return
+	}
+	path := sp + ".healthCheckNodePort"
+	switch {
+	case !NeedsHealthCheck(s):
+		v.r.at(path, "%d: may only be set when type is LoadBalancer and externalTrafficPolicy is Local", p)
+		return
+	case p < NodePortMin || p > NodePortMax:
+		v.r.at(path, "%d is outside the node port range %d-%d", p, NodePortMin, NodePortMax)
+		return
+	}
+	if o, taken := v.nodePorts[p]; taken {
+		v.r.at(path, "%d is already allocated to Service %s (%s)", p, o.service, o.path)
+		return
+	}
+	v.nodePorts[p] = nodePortOwner{service: key, port: -1, path: path}
+}
+
+// loadBalancerStatus checks status.loadBalancer.ingress as the API server
+// does (ValidateLoadBalancerStatus): only on a LoadBalancer Service; ip a
+// valid address; ipMode VIP or Proxy, only with an ip, defaulted to VIP when
+// an ip is set; hostname a DNS name, not an address.
+func (v *validator) loadBalancerStatus(lp string, s *corev1.Service) {
+	ing := s.Status.LoadBalancer.Ingress
+	if len(ing) == 0 {
+		return
+	}
+	if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		v.r.at(lp+".ingress", "may only be used when spec.type is LoadBalancer (this Service is %s)", s.Spec.Type)
+		return
+	}
+	for i := range ing {
+		in := &ing[i]
+		ip := fmt.Sprintf("%s.ingress[%d]", lp, i)
+		if in.IP != "" {
+			a, err := netip.ParseAddr(in.IP)
+			switch {
+			case err != nil:
+				v.r.at(ip+".ip", "%q is not a valid IP address", in.IP)
+			case addressProblem(a) != "":
+				v.r.at(ip+".ip", "%s %s", a, addressProblem(a))
+			case a.Is6():
+				v.warn(ip+".ip", "IPv6 load-balancer IP %s ignored (IPv4 is what is modelled)", a)
+			default:
+				v.externalAddr(ip+".ip", a, "load-balancer IP")
+			}
+		}
+		switch {
+		case in.IPMode == nil && in.IP != "":
+			vip := corev1.LoadBalancerIPModeVIP
+			in.IPMode = &vip
+		case in.IPMode != nil && in.IP == "":
+			v.r.at(ip+".ipMode", "may not be set without ip")
+		case in.IPMode != nil && *in.IPMode != corev1.LoadBalancerIPModeVIP && *in.IPMode != corev1.LoadBalancerIPModeProxy:
+			v.r.at(ip+".ipMode", "unknown value %q (VIP or Proxy)", *in.IPMode)
+		}
+		if in.Hostname != "" {
+			if errs := validation.IsDNS1123Subdomain(in.Hostname); len(errs) > 0 {
+				v.r.at(ip+".hostname", "%q is not a DNS name: %s", in.Hostname, errs[0])
+			} else if _, err := netip.ParseAddr(in.Hostname); err == nil {
+				v.r.at(ip+".hostname", "%q must be a DNS name, not an IP address", in.Hostname)
+			}
+		}
 	}
 }
 
@@ -749,6 +917,8 @@ func (v *validator) nodePort(path, key string, s *corev1.Service, p corev1.Servi
 	switch {
 	case !taken:
 		v.nodePorts[p.NodePort] = nodePortOwner{service: key, port: p.Port, path: path}
+	case o.port == -1:
+		v.r.at(path, "node port %d is already allocated to Service %s as its health check node port (%s)", p.NodePort, o.service, o.path)
 	case o.service == key && o.port == p.Port:
 		// TCP and UDP of one port number share their node port.
 	case o.service == key:
@@ -770,6 +940,9 @@ func (v *validator) nodePortDemand() {
 		s, ok := o.Object.(*corev1.Service)
 		if !ok {
 			continue
+		}
+		if NeedsHealthCheck(s) && s.Spec.HealthCheckNodePort == 0 {
+			need++
 		}
 		if need += missingNodePorts(s); need > nodePortRangeSize {
 			report(o.Path+".spec.ports", "the NodePort and LoadBalancer Services up to this one")
@@ -1355,8 +1528,8 @@ func (v *validator) events() {
 			if e.ExternalTrafficPolicy != "" {
 				if e.ExternalTrafficPolicy != "Cluster" && e.ExternalTrafficPolicy != "Local" {
 					v.r.at(ep+".externalTrafficPolicy", "unknown value %q (Cluster or Local)", e.ExternalTrafficPolicy)
-				} else if ok && ref.typ == corev1.ServiceTypeClusterIP {
-					v.r.at(ep+".externalTrafficPolicy", "Service %s is of type ClusterIP; externalTrafficPolicy applies to NodePort and LoadBalancer", e.Service)
+				} else if ok && ref.typ == corev1.ServiceTypeClusterIP && !ref.externalIPs {
+					v.r.at(ep+".externalTrafficPolicy", "Service %s is of type ClusterIP without externalIPs; externalTrafficPolicy applies to externally accessible Services", e.Service)
 				}
 			}
 		}
