@@ -119,8 +119,38 @@ func OverallState() *cluster.State {
 	sp9 := ClusterIPPort(Name("ns9", "svc9", ""), "172.30.0.49", 8080)
 	sp9.Type, sp9.NodePort = corev1.ServiceTypeNodePort, 30080
 	Add(st, sp9, EP("10.180.0.15", 8080, OtherNode, "R"))
+	// svc10: LoadBalancer, externalTrafficPolicy Local with a local
+	// endpoint, an external IP, a load-balancer IP and a source range that
+	// holds ExtIP but not BlockedIP.
+	sp10 := ClusterIPPort(Name("ns10", "svc10", "p80"), "172.30.0.50", 80)
+	sp10.Type, sp10.NodePort, sp10.HealthCheckNodePort, sp10.ExternalLocal = corev1.ServiceTypeLoadBalancer, 30010, 30011, true
+	sp10.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.168.99.10")}
+	sp10.LoadBalancerIPs = []netip.Addr{LBIP}
+	sp10.SourceRanges = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/25")}
+	Add(st, sp10, EP("10.180.0.16", 80, ThisNode, "R"), EP("10.180.0.17", 80, OtherNode, "R"))
+	// svc11: LoadBalancer, Cluster policy, ClientIP affinity, a
+	// load-balancer IP in Proxy mode (no rules) beside a VIP one.
+	sp11 := ClusterIPPort(Name("ns11", "svc11", "p80"), "172.30.0.51", 80)
+	sp11.Type, sp11.NodePort = corev1.ServiceTypeLoadBalancer, 30012
+	sp11.ClientIPAffinity, sp11.AffinityTimeout = true, 10800
+	sp11.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("5.6.7.11")}
+	sp11.ProxyIPs = []netip.Addr{netip.MustParseAddr("5.6.7.12")}
+	Add(st, sp11, EP("10.180.0.18", 80, OtherNode, "R"), EP("10.180.0.19", 80, OtherNode, "R"))
+	// svc12: ClusterIP with an external IP and externalTrafficPolicy
+	// Local, no local endpoint.
+	sp12 := ClusterIPPort(Name("ns12", "svc12", "p80"), "172.30.0.52", 80)
+	sp12.ExternalLocal = true
+	sp12.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.168.99.12")}
+	Add(st, sp12, EP("10.180.0.20", 80, OtherNode, "R"))
 	return st
 }
+
+// LBIP is svc10's load-balancer IP in OverallState; BlockedIP is a client
+// outside its source range (ExtIP is inside it).
+var (
+	LBIP      = netip.MustParseAddr("1.2.3.10")
+	BlockedIP = netip.MustParseAddr("203.0.113.130")
+)
 
 // Flow is one flow of a golden trace table: a client to a service port's
 // address.
@@ -142,7 +172,9 @@ func (f Flow) String() string {
 }
 
 // Flows are the flows of a trace table of st: pod, external and host
-// clients to every cluster IP and node port, in service-port order.
+// clients (and BlockedIP, for a service port with source ranges) to every
+// cluster IP, node port, external IP and load-balancer IP (Proxy mode
+// ones included: no rule takes them), in service-port order.
 func Flows(st *cluster.State) []Flow {
 	var out []Flow
 	for _, n := range st.SortedServicePorts() {
@@ -151,8 +183,17 @@ func Flows(st *cluster.State) []Flow {
 		if sp.NodePort != 0 {
 			dsts = append(dsts, netip.AddrPortFrom(NodeIP, uint16(sp.NodePort)))
 		}
+		for _, l := range [][]netip.Addr{sp.ExternalIPs, sp.LoadBalancerIPs, sp.ProxyIPs} {
+			for _, a := range l {
+				dsts = append(dsts, netip.AddrPortFrom(a, uint16(sp.Port)))
+			}
+		}
 		for _, d := range dsts {
-			for _, src := range []netip.Addr{PodIP, ExtIP, NodeIP} {
+			srcs := []netip.Addr{PodIP, ExtIP, NodeIP}
+			if len(sp.SourceRanges) > 0 {
+				srcs = append(srcs, BlockedIP)
+			}
+			for _, src := range srcs {
 				out = append(out, Flow{Name: n, Src: src, Proto: strings.ToLower(string(n.Protocol)), Dst: d})
 			}
 		}

@@ -99,6 +99,7 @@ type Renderer struct {
 	// Per-render copies of the faults in force.
 	fUniform, fDropLast, fNoTimeout bool
 	fSkew, fLeak, fOverstay         bool
+	fSourceRangesOpen               bool
 }
 
 // NewRenderer returns a renderer for cfg's node. It fails on a bad config.
@@ -217,6 +218,13 @@ type svcInfo struct {
 	clusterIP      netip.Addr
 	port, nodePort int32
 	hcNodePort     int32 // healthCheckNodePort, 0 for none
+	// extKey stands for the external IPs, load-balancer IPs and source
+	// ranges (svcOut's ext), so that svcInfo stays comparable: "" when
+	// there are none.
+	extKey string
+	// usesFW: the KUBE-FW chain is written (load-balancer IPs with source
+	// ranges, and endpoints).
+	usesFW bool
 	// Roles are kube-proxy's role flags of the service port.
 	proxy.Roles
 	sorted          bool // eps sorted by ip:port, without duplicates
@@ -239,8 +247,37 @@ type epOut struct {
 // never modified once made, so renders can share it.
 type svcOut struct {
 	svcInfo
+	// ext are the service port's external destinations (shared with the
+	// cluster state, never modified).
+	ext extAddrs
 	// eps are the reachable endpoints (AllReachable order).
 	eps []epOut
+}
+
+// extAddrs are a service port's destinations outside the cluster IP and
+// its source ranges, as the cluster model carries them.
+type extAddrs struct {
+	externalIPs, lbIPs []netip.Addr
+	ranges             []netip.Prefix
+}
+
+// extAddrsOf takes sp's external destinations and their key.
+func extAddrsOf(sp *cluster.ServicePort) (extAddrs, string) {
+	e := extAddrs{externalIPs: sp.ExternalIPs, lbIPs: sp.LoadBalancerIPs, ranges: sp.SourceRanges}
+	if len(e.externalIPs) == 0 && len(e.lbIPs) == 0 && len(e.ranges) == 0 {
+		return e, ""
+	}
+	b := make([]byte, 0, 64)
+	for _, a := range e.externalIPs {
+		b = append(a.AppendTo(append(b, 'e')), ' ')
+	}
+	for _, a := range e.lbIPs {
+		b = append(a.AppendTo(append(b, 'l')), ' ')
+	}
+	for _, p := range e.ranges {
+		b = append(p.AppendTo(append(b, 's')), ' ')
+	}
+	return e, string(b)
 }
 
 func (o *svcOut) equal(p *svcOut) bool {
@@ -422,6 +459,7 @@ func (r *Renderer) readFaults() {
 	r.fLeak = r.cfg.Faults.Has(proxy.FaultAffinityLeak)
 	// Without a timeout there is nothing to overstay.
 	r.fOverstay = r.cfg.Faults.Has(proxy.FaultAffinityOverstay) && !r.fNoTimeout
+	r.fSourceRangesOpen = r.cfg.Faults.Has(proxy.FaultSourceRangesOpen)
 }
 
 // startSections empties the render buffers and writes the top-level chains
@@ -652,6 +690,10 @@ func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.Servic
 	v := &svc{sp: sp, cat: cat, o: o, large: large}
 	o.clusterIP, o.port, o.nodePort, o.hcNodePort = sp.ClusterIP, sp.Port, sp.NodePort, sp.HealthCheckNodePort
 	o.Roles = cat.Roles(sp)
+	o.ext, o.extKey = extAddrsOf(sp)
+	// kube-proxy: usesFWChain := hasEndpoints && len(LoadBalancerVIPs) > 0
+	// && len(LoadBalancerSourceRanges) > 0.
+	o.usesFW = o.HasEndpoints && len(o.ext.lbIPs) > 0 && len(o.ext.ranges) > 0
 
 	// The top-level lines go first, as in kube-proxy's output.
 	r.writeTop(s, o)
@@ -671,7 +713,7 @@ func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.Servic
 	if prev != nil && o.equal(prev) {
 		return prev
 	}
-	out := &svcOut{svcInfo: o.svcInfo}
+	out := &svcOut{svcInfo: o.svcInfo, ext: o.ext}
 	if len(o.eps) > 0 {
 		out.eps = slices.Clone(o.eps)
 	}
@@ -748,6 +790,11 @@ func (r *Renderer) serviceChains(v *svc, chains, rules *lines) {
 		chains.b = appendChainLine(chains.b, PrefixEXT, &o.h)
 		chains.end()
 		r.externalChainRules(rules, v)
+	}
+	if o.usesFW {
+		chains.b = appendChainLine(chains.b, PrefixFW, &o.h)
+		chains.end()
+		r.firewallChainRules(rules, o)
 	}
 	if o.UsesClusterChain {
 		chains.b = appendChainLine(chains.b, PrefixSVC, &o.h)
@@ -842,7 +889,7 @@ func (o *svcOut) chainNames() []string {
 	for _, c := range []struct {
 		prefix string
 		used   bool
-	}{{PrefixSVC, o.UsesClusterChain}, {PrefixSVL, o.UsesLocalChain}, {PrefixEXT, o.UsesExtChain}} {
+	}{{PrefixSVC, o.UsesClusterChain}, {PrefixSVL, o.UsesLocalChain}, {PrefixEXT, o.UsesExtChain}, {PrefixFW, o.usesFW}} {
 		if c.used {
 			out = append(out, c.prefix+string(o.h[:]))
 		}
@@ -866,7 +913,7 @@ func (o *svcOut) holds(name string, set bool) bool {
 	for _, c := range []struct {
 		prefix string
 		used   bool
-	}{{PrefixSVC, o.UsesClusterChain}, {PrefixSVL, o.UsesLocalChain}, {PrefixEXT, o.UsesExtChain}} {
+	}{{PrefixSVC, o.UsesClusterChain}, {PrefixSVL, o.UsesLocalChain}, {PrefixEXT, o.UsesExtChain}, {PrefixFW, o.usesFW}} {
 		if h, ok := strings.CutPrefix(name, c.prefix); ok {
 			return c.used && string(o.h[:]) == h
 		}
@@ -892,6 +939,9 @@ func (o *svcOut) appendMissing(chains, sets []string, now *svcOut) ([]string, []
 	}
 	if o.UsesLocalChain && !keep.UsesLocalChain {
 		chains = append(chains, PrefixSVL+string(o.h[:]))
+	}
+	if o.usesFW && !keep.usesFW {
+		chains = append(chains, PrefixFW+string(o.h[:]))
 	}
 	if len(o.eps) == 0 {
 		return chains, sets
@@ -932,6 +982,7 @@ func (o *svcOut) index(chains map[string]ChainRef, services map[string]cluster.S
 	chains[PrefixSVC+h] = ChainRef{ServicePort: o.spn, Kind: PrefixSVC}
 	chains[PrefixSVL+h] = ChainRef{ServicePort: o.spn, Kind: PrefixSVL}
 	chains[PrefixEXT+h] = ChainRef{ServicePort: o.spn, Kind: PrefixEXT}
+	chains[PrefixFW+h] = ChainRef{ServicePort: o.spn, Kind: PrefixFW}
 	for i := range o.eps {
 		e := &o.eps[i]
 		key := e.key()
@@ -941,14 +992,19 @@ func (o *svcOut) index(chains map[string]ChainRef, services map[string]cluster.S
 		}
 	}
 	services[ServiceKey(o.proto, o.clusterIP.String(), int(o.port))] = o.spn
-	if o.External {
+	if o.nodePort != 0 {
 		services[ServiceKey(o.proto, "", int(o.nodePort))] = o.spn
+	}
+	for _, l := range [][]netip.Addr{o.ext.externalIPs, o.ext.lbIPs} {
+		for _, a := range l {
+			services[ServiceKey(o.proto, a.String(), int(o.port))] = o.spn
+		}
 	}
 }
 
 // refs is the number of chain and set names index adds.
 func (o *svcOut) refs() int {
-	n := 3 + len(o.eps)
+	n := 4 + len(o.eps)
 	for i := range o.eps {
 		if o.eps[i].hasAff {
 			n++
@@ -1049,8 +1105,104 @@ const nodePortsJumpRule = `-A ` + ChainServices + ` -m comment --comment "kubern
 func (r *Renderer) writeTop(s *sections, o *svcOut) {
 	r.clusterIPRules(&s.natRules, o)
 	r.clusterIPFilterRules(&s.filterRules, o)
+	r.externalIPRules(&s.natRules, &s.filterRules, o)
+	r.loadBalancerRules(&s.natRules, &s.filterRules, o)
 	r.nodePortRules(&s.natRules, &s.filterRules, o)
 	r.healthCheckRule(&s.filterRules, o)
+}
+
+// appendDstMatch appends ` -m <proto> -p <proto> -d <ip> --dport <port>`.
+func appendDstMatch(b []byte, o *svcOut, ip netip.Addr) []byte {
+	b = appendAddr(append(appendMatch(b, o), " -d "...), ip)
+	return strconv.AppendInt(append(b, " --dport "...), int64(o.port), 10)
+}
+
+// externalIPRules send traffic for each external IP to the KUBE-EXT chain
+// when the service port has endpoints (nat KUBE-SERVICES), and REJECT or DROP
+// it when external traffic has nowhere to go (filter
+// KUBE-EXTERNAL-SERVICES), as kube-proxy's "Capture externalIPs".
+func (r *Renderer) externalIPRules(nat, filter *lines, o *svcOut) {
+	for _, ip := range o.ext.externalIPs {
+		if o.HasEndpoints {
+			b := append(append(nat.b, "-A "+ChainServices+` -m comment --comment "`...), o.name...)
+			b = appendDstMatch(append(b, ` external IP"`...), o, ip)
+			nat.b = appendChain(append(b, " -j "...), PrefixEXT, &o.h)
+			nat.end()
+		}
+		if !o.HasExternal {
+			b, target := appendNoEndpoints(append(filter.b, "-A "+ChainExternalServices...), o)
+			filter.b = append(append(appendDstMatch(b, o, ip), " -j "...), target...)
+			filter.end()
+		}
+	}
+}
+
+// loadBalancerRules send traffic for each load-balancer IP to the KUBE-FW
+// chain (source ranges) or straight to KUBE-EXT (nat KUBE-SERVICES), drop
+// what the firewall chain let through without DNAT (filter
+// KUBE-PROXY-FIREWALL), and REJECT or DROP when external traffic has nowhere
+// to go (filter KUBE-EXTERNAL-SERVICES), as kube-proxy's "Capture
+// load-balancer ingress".
+func (r *Renderer) loadBalancerRules(nat, filter *lines, o *svcOut) {
+	target := PrefixEXT
+	if o.usesFW {
+		target = PrefixFW
+	}
+	for _, ip := range o.ext.lbIPs {
+		if o.HasEndpoints {
+			b := append(append(nat.b, "-A "+ChainServices+` -m comment --comment "`...), o.name...)
+			b = appendDstMatch(append(b, ` loadbalancer IP"`...), o, ip)
+			nat.b = appendChain(append(b, " -j "...), target, &o.h)
+			nat.end()
+		}
+		if o.usesFW && !r.fSourceRangesOpen {
+			b := append(append(filter.b, "-A "+ChainProxyFirewall+` -m comment --comment "`...), o.name...)
+			b = appendChain(append(b, " traffic not accepted by "...), PrefixFW, &o.h)
+			filter.b = append(appendDstMatch(append(b, '"'), o, ip), " -j DROP"...)
+			filter.end()
+		}
+	}
+	if !o.HasExternal {
+		for _, ip := range o.ext.lbIPs {
+			b, target := appendNoEndpoints(append(filter.b, "-A "+ChainExternalServices...), o)
+			filter.b = append(append(appendDstMatch(b, o, ip), " -j "...), target...)
+			filter.end()
+		}
+	}
+}
+
+// firewallChainRules fill KUBE-FW: traffic from each source range goes on
+// to KUBE-EXT (and from the load-balancer IPs themselves when a range holds
+// the node's address: a VIP-like balancer's address is local, so the node
+// reaches it from that address); the rest falls through, undNATed, to
+// KUBE-PROXY-FIREWALL's DROP. The last rule only comments on that.
+func (r *Renderer) firewallChainRules(w *lines, o *svcOut) {
+	head := func() []byte {
+		b := appendChain(append(w.b, "-A "...), PrefixFW, &o.h)
+		return append(append(append(b, ` -m comment --comment "`...), o.name...), ` loadbalancer IP"`...)
+	}
+	var nodeIP netip.Addr
+	if len(r.cfg.NodeIPs) > 0 {
+		nodeIP = r.cfg.NodeIPs[0]
+	}
+	allowFromNode := false
+	for _, p := range o.ext.ranges {
+		b := append(append(head(), " -s "...), p.String()...)
+		w.b = appendChain(append(b, " -j "...), PrefixEXT, &o.h)
+		w.end()
+		allowFromNode = allowFromNode || p.Contains(nodeIP)
+	}
+	if allowFromNode {
+		for _, ip := range o.ext.lbIPs {
+			b := appendAddr(append(head(), " -s "...), ip)
+			w.b = appendChain(append(b, " -j "...), PrefixEXT, &o.h)
+			w.end()
+		}
+	}
+	b := appendChain(append(w.b, "-A "...), PrefixFW, &o.h)
+	b = append(append(b, ` -m comment --comment "other traffic to `...), o.name...)
+	w.b = append(b, ` will be dropped by KUBE-PROXY-FIREWALL"`...)
+	w.end()
 }
 
 // healthCheckRule accepts connections to the Service's healthCheckNodePort
@@ -1124,7 +1276,7 @@ func (r *Renderer) clusterIPFilterRules(w *lines, o *svcOut) {
 // the localhost one through its nfacct counter when that exists, and
 // REJECT or DROP it when there is nowhere to send it (filter).
 func (r *Renderer) nodePortRules(nat, filter *lines, o *svcOut) {
-	if !o.External {
+	if o.nodePort == 0 {
 		return
 	}
 	if o.HasEndpoints && r.nfLocalhost {

@@ -57,6 +57,28 @@ const (
 	// (ClientBucket) is remembered for 2 x timeoutSeconds, the others for
 	// timeoutSeconds.
 	FaultAffinityOverstay Fault = "affinity-overstay"
+	// FaultLocalMasquerade masquerades external traffic under
+	// externalTrafficPolicy Local as under Cluster: the backends see the
+	// node's address instead of the client's, the one thing Local promises.
+	FaultLocalMasquerade Fault = "local-masquerade"
+	// FaultLocalIgnored sends external traffic under externalTrafficPolicy
+	// Local to the Cluster endpoints (every node's), without masquerade, and
+	// never drops it on a node without a local endpoint. Internal traffic
+	// keeps its policy (unlike FaultIgnoreLocalPolicy, which makes every
+	// endpoint local to both policies).
+	FaultLocalIgnored Fault = "local-ignored"
+	// FaultHealthCheckStale makes each node's health check server answer
+	// from the state before the last sync: a node that just lost its last
+	// local endpoint still answers 200, one that just got its first 503.
+	FaultHealthCheckStale Fault = "healthcheck-stale"
+	// FaultSourceRangesOpen leaves out the firewall drop of
+	// loadBalancerSourceRanges: connections from outside the ranges reach
+	// the Service through its load-balancer IPs.
+	FaultSourceRangesOpen Fault = "source-ranges-open"
+	// FaultHairpinNoMasquerade leaves out hairpin masquerade: a pod that
+	// reaches itself through its Service gets the packet with its own
+	// address as the source, which its kernel drops as martian.
+	FaultHairpinNoMasquerade Fault = "hairpin-no-masquerade"
 )
 
 // faultDocs documents each fault in one line, in the order they are listed.
@@ -73,6 +95,11 @@ var faultDocs = []struct {
 	{FaultSkewAtMDE, "the first endpoint's share is raised by the default MDE, 10 % relative"},
 	{FaultAffinityLeak, "a tenth of the clients (by source hash) lose affinity inside the timeout"},
 	{FaultAffinityOverstay, "half the clients (by source hash) keep affinity for twice the timeout"},
+	{FaultLocalMasquerade, "external traffic under externalTrafficPolicy Local is masqueraded as under Cluster"},
+	{FaultLocalIgnored, "external traffic under externalTrafficPolicy Local goes to every node's endpoints"},
+	{FaultHealthCheckStale, "the health check node ports answer from the state before the last sync"},
+	{FaultSourceRangesOpen, "loadBalancerSourceRanges are not enforced: every source reaches the load-balancer IPs"},
+	{FaultHairpinNoMasquerade, "a pod reaching itself through its Service is not masqueraded"},
 }
 
 // ErrUnknownFault is wrapped by ParseFaults for a name that is not a fault.

@@ -7,8 +7,11 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -64,4 +67,60 @@ func SkipIfShort(t testing.TB, why string) {
 	if testing.Short() {
 		skipOrFail(t, "-short: "+why)
 	}
+}
+
+// UpstreamSource returns the path of a file of the pinned
+// k8s.io/kubernetes release's source (rel, e.g.
+// "pkg/proxy/iptables/proxier_test.go") in the Go module cache, where
+// `make upstream` leaves it (the release pinned in
+// harness/upstream/tools/kubernetes/go.mod). Without it the test skips (or
+// fails under make test) saying how to get it.
+func UpstreamSource(t testing.TB, rel string) string {
+	t.Helper()
+	dir, err := upstreamDir()
+	if err != nil {
+		skipOrFail(t, "needs the source of the pinned k8s.io/kubernetes release in the Go module cache (run make upstream): "+err.Error())
+		return ""
+	}
+	path := filepath.Join(dir, filepath.FromSlash(rel))
+	if _, err := os.Stat(path); err != nil {
+		skipOrFail(t, "needs the source of the pinned k8s.io/kubernetes release in the Go module cache (run make upstream): "+err.Error())
+	}
+	return path
+}
+
+// upstreamDir is the module cache folder of the pinned k8s.io/kubernetes.
+func upstreamDir() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	const nested = "harness/upstream/tools/kubernetes/go.mod"
+	var mod []byte
+	for d := wd; ; d = filepath.Dir(d) {
+		if mod, err = os.ReadFile(filepath.Join(d, filepath.FromSlash(nested))); err == nil {
+			break
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no %s above %s", nested, wd)
+		}
+	}
+	version := ""
+	for _, l := range strings.Split(string(mod), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "k8s.io/kubernetes" {
+			version = f[1]
+		}
+	}
+	if version == "" {
+		return "", fmt.Errorf("%s requires no k8s.io/kubernetes", nested)
+	}
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMODCACHE: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "k8s.io", "kubernetes@"+version)
+	if _, err := os.Stat(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
 }

@@ -372,7 +372,7 @@ func servicePorts(s *corev1.Service) []*ServicePort {
 	if s.Spec.Type == corev1.ServiceTypeExternalName || s.Spec.ClusterIP == "" || s.Spec.ClusterIP == corev1.ClusterIPNone {
 		return nil
 	}
-	ip, err := netip.ParseAddr(s.Spec.ClusterIP)
+	ip, err := ParseAddrSloppy(s.Spec.ClusterIP)
 	if err != nil {
 		return nil
 	}
@@ -440,12 +440,12 @@ type external struct {
 func externalAddrs(s *corev1.Service) external {
 	var e external
 	for _, a := range s.Spec.ExternalIPs {
-		if ip, err := netip.ParseAddr(strings.TrimSpace(a)); err == nil && ip.Is4() {
+		if ip, err := ParseAddrSloppy(strings.TrimSpace(a)); err == nil && ip.Is4() {
 			e.externalIPs = append(e.externalIPs, ip)
 		}
 	}
 	for _, in := range s.Status.LoadBalancer.Ingress {
-		ip, err := netip.ParseAddr(in.IP)
+		ip, err := ParseAddrSloppy(in.IP)
 		if err != nil || !ip.Is4() {
 			continue
 		}
@@ -456,7 +456,7 @@ func externalAddrs(s *corev1.Service) external {
 		e.vips = append(e.vips, ip)
 	}
 	for _, r := range s.Spec.LoadBalancerSourceRanges {
-		p, err := netip.ParsePrefix(strings.TrimSpace(r))
+		p, err := ParsePrefixSloppy(strings.TrimSpace(r))
 		if err != nil || !p.Addr().Is4() {
 			continue
 		}
@@ -548,7 +548,7 @@ func endpointOf(e *discoveryv1.Endpoint, port int32) *Endpoint {
 	if len(e.Addresses) == 0 {
 		return nil
 	}
-	ip, err := netip.ParseAddr(e.Addresses[0])
+	ip, err := ParseAddrSloppy(e.Addresses[0])
 	if err != nil {
 		return nil
 	}
@@ -601,4 +601,63 @@ func endpointsEqual(a, b []*Endpoint) bool {
 		}
 	}
 	return true
+}
+
+// ParseAddrSloppy parses an address as kube-proxy does
+// (netutils.ParseIPSloppy): like netip.ParseAddr, but an IPv4 octet may
+// have leading zeros, read as decimal ("172.30.0.041" is 172.30.0.41).
+// Objects an API server accepted before Kubernetes 1.33's stricter
+// validation can hold such addresses.
+func ParseAddrSloppy(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err == nil || strings.Contains(s, ":") {
+		return a, err
+	}
+	if t, ok := trimOctets(s); ok {
+		return netip.ParseAddr(t)
+	}
+	return a, err
+}
+
+// ParsePrefixSloppy is netip.ParsePrefix with ParseAddrSloppy's octets and a
+// prefix length that may have leading zeros ("203.0.113.000/025").
+func ParsePrefixSloppy(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err == nil {
+		return p, nil
+	}
+	addr, bits, ok := strings.Cut(s, "/")
+	if !ok {
+		return p, err
+	}
+	a, aerr := ParseAddrSloppy(addr)
+	if aerr != nil {
+		return p, err
+	}
+	if t := strings.TrimLeft(bits, "0"); t != bits {
+		if t == "" {
+			t = "0"
+		}
+		bits = t
+	}
+	return netip.ParsePrefix(a.String() + "/" + bits)
+}
+
+// trimOctets drops the leading zeros of each of four dotted decimal octets.
+func trimOctets(s string) (string, bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 {
+		return "", false
+	}
+	for i, p := range parts {
+		if p == "" || len(p) > 3 || strings.Trim(p, "0123456789") != "" {
+			return "", false
+		}
+		if t := strings.TrimLeft(p, "0"); t == "" {
+			parts[i] = "0"
+		} else {
+			parts[i] = t
+		}
+	}
+	return strings.Join(parts, "."), true
 }
