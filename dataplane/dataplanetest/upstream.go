@@ -45,6 +45,28 @@ func UpstreamExpectation(file, fn string, n int) (string, error) {
 	}
 }
 
+// UpstreamVar reads the dedent.Dedent(`...`) literal a package-level
+// variable of a kube-proxy test file is set to ("var baseRules =
+// dedent.Dedent(`...`)"), dedented.
+func UpstreamVar(file, name string) (string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	src := string(data)
+	decl := "\nvar " + name + " = dedent.Dedent(`"
+	i := strings.Index(src, decl)
+	if i < 0 {
+		return "", fmt.Errorf("%s: no variable %s set to a dedent literal", file, name)
+	}
+	body := src[i+len(decl):]
+	k := strings.Index(body, "`")
+	if k < 0 {
+		return "", fmt.Errorf("%s: %s: unterminated literal", file, name)
+	}
+	return dedent(body[:k]), nil
+}
+
 // dedent removes the longest whitespace prefix common to every non-blank
 // line, and a leading newline.
 func dedent(s string) string {

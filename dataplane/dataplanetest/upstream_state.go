@@ -29,8 +29,21 @@ const (
 // endpoint on no node; svc3 NodePort; svc4 type NodePort without a node
 // port but with an external IP, one endpoint on this node; svc5
 // LoadBalancer, Cluster policy, a source range written with a leading
-// space, ClientIP affinity; svc6 ClusterIP without endpoints.
+// space, ClientIP affinity; svc6 ClusterIP without endpoints. The
+// iptables test leaves every endpoint but 10.180.0.5 on no node; the
+// nftables test (withNodes) puts 10.180.0.1 and 10.180.0.3 on this node and
+// 10.180.0.2 and 10.180.0.4 on another.
 func OverallObjects() ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+	return overallObjects(false)
+}
+
+// OverallObjectsWithNodes is TestOverallNFTablesRules' variant of
+// OverallObjects: every endpoint names its node.
+func OverallObjectsWithNodes() ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+	return overallObjects(true)
+}
+
+func overallObjects(withNodes bool) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 	svc := func(ns, name string, mut func(*corev1.Service)) *corev1.Service {
 		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, SessionAffinity: corev1.ServiceAffinityNone}}
@@ -74,13 +87,17 @@ func OverallObjects() ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: eps,
 			Ports: []discoveryv1.EndpointPort{{Name: &pn, Port: &pp, Protocol: &proto}}}
 	}
-	node := UpstreamNode
+	node, other := UpstreamNode, "other-node"
+	this, that := (*string)(nil), (*string)(nil)
+	if withNodes {
+		this, that = &node, &other
+	}
 	slices := []*discoveryv1.EndpointSlice{
-		slice("ns1", "svc1", discoveryv1.Endpoint{Addresses: []string{"10.180.0.1"}}),
-		slice("ns2", "svc2", discoveryv1.Endpoint{Addresses: []string{"10.180.0.2"}}),
-		slice("ns3", "svc3", discoveryv1.Endpoint{Addresses: []string{"10.180.0.3"}}),
-		slice("ns4", "svc4", discoveryv1.Endpoint{Addresses: []string{"10.180.0.4"}}, discoveryv1.Endpoint{Addresses: []string{"10.180.0.5"}, NodeName: &node}),
-		slice("ns5", "svc5", discoveryv1.Endpoint{Addresses: []string{"10.180.0.3"}}),
+		slice("ns1", "svc1", discoveryv1.Endpoint{Addresses: []string{"10.180.0.1"}, NodeName: this}),
+		slice("ns2", "svc2", discoveryv1.Endpoint{Addresses: []string{"10.180.0.2"}, NodeName: that}),
+		slice("ns3", "svc3", discoveryv1.Endpoint{Addresses: []string{"10.180.0.3"}, NodeName: this}),
+		slice("ns4", "svc4", discoveryv1.Endpoint{Addresses: []string{"10.180.0.4"}, NodeName: that}, discoveryv1.Endpoint{Addresses: []string{"10.180.0.5"}, NodeName: &node}),
+		slice("ns5", "svc5", discoveryv1.Endpoint{Addresses: []string{"10.180.0.3"}, NodeName: this}),
 	}
 	return svcs, slices
 }
@@ -168,8 +185,9 @@ func CanonicalRestore(text string) (string, error) {
 // BadIPObjects are kube-proxy's TestBadIPs input (v1.37.2): one
 // LoadBalancer Service whose addresses and source range have leading zeros
 // ("172.30.0.041", "203.0.113.000/025"), which kube-proxy parses sloppily,
-// as an API server before 1.33's strict validation stored them.
-func BadIPObjects() ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+// as an API server before 1.33's strict validation stored them. The
+// nftables test (withNode) puts the endpoint on this node.
+func BadIPObjects(withNode bool) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 	pn, pp, proto := "p80", int32(80), corev1.ProtocolTCP
 	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "svc1"}, Spec: corev1.ServiceSpec{
 		Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "172.30.0.041", SessionAffinity: corev1.ServiceAffinityNone,
@@ -180,5 +198,9 @@ func BadIPObjects() ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 	sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "svc1-1", Labels: map[string]string{discoveryv1.LabelServiceName: "svc1"}},
 		AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.180.00.001"}}},
 		Ports: []discoveryv1.EndpointPort{{Name: &pn, Port: &pp, Protocol: &proto}}}
+	if withNode {
+		node := UpstreamNode
+		sl.Endpoints[0].NodeName = &node
+	}
 	return []*corev1.Service{s}, []*discoveryv1.EndpointSlice{sl}
 }

@@ -99,7 +99,8 @@ type Renderer struct {
 	// Per-render copies of the faults in force.
 	fUniform, fDropLast, fNoTimeout bool
 	fSkew, fLeak, fOverstay         bool
-	fSourceRangesOpen               bool
+	fSourceRangesOpen, fLocalMasq   bool
+	fHairpinNoMasq                  bool
 }
 
 // NewRenderer returns a renderer for cfg's node. It fails on a bad config.
@@ -460,6 +461,8 @@ func (r *Renderer) readFaults() {
 	// Without a timeout there is nothing to overstay.
 	r.fOverstay = r.cfg.Faults.Has(proxy.FaultAffinityOverstay) && !r.fNoTimeout
 	r.fSourceRangesOpen = r.cfg.Faults.Has(proxy.FaultSourceRangesOpen)
+	r.fLocalMasq = r.cfg.Faults.Has(proxy.FaultLocalMasquerade)
+	r.fHairpinNoMasq = r.cfg.Faults.Has(proxy.FaultHairpinNoMasquerade)
 }
 
 // startSections empties the render buffers and writes the top-level chains
@@ -1331,9 +1334,12 @@ func (r *Renderer) externalChainRules(w *lines, v *svc) {
 		w.b = appendChain(append(b, " -j "...), target, h)
 		w.end()
 	}
-	if !v.o.ExternalLocal {
+	if !v.o.ExternalLocal || r.fLocalMasq {
+		// Under the local-masquerade fault, Local traffic is masqueraded
+		// too, before the short-circuits.
 		rule("masquerade traffic for ", "", ChainMarkMasq, nil)
-	} else {
+	}
+	if v.o.ExternalLocal {
 		if r.cidr != "" {
 			rule("pod traffic for ", " -s "+r.cidr, PrefixSVC, &o.h)
 		}
@@ -1343,7 +1349,7 @@ func (r *Renderer) externalChainRules(w *lines, v *svc) {
 	if o.HasExternal {
 		b := appendChain(append(w.b, "-A "...), PrefixEXT, &o.h)
 		prefix := PrefixSVC
-		if v.o.ExternalLocal {
+		if v.o.ExternalToLocal {
 			prefix = PrefixSVL
 		}
 		w.b = appendChain(append(b, " -j "...), prefix, &o.h)
@@ -1487,10 +1493,12 @@ func (r *Renderer) endpointRules(w *lines, v *svc, ep *cluster.Endpoint, e *epOu
 		}
 		return b
 	}
-	b := appendAddr(append(head(w.b), " -s "...), ep.IP)
-	w.b = append(b, " -j "+ChainMarkMasq...)
-	w.end()
-	b = head(w.b)
+	if !r.fHairpinNoMasq {
+		b := appendAddr(append(head(w.b), " -s "...), ep.IP)
+		w.b = append(b, " -j "+ChainMarkMasq...)
+		w.end()
+	}
+	b := head(w.b)
 	if v.sp.ClientIPAffinity {
 		if e.hasAff {
 			r.addSetRules(w, v, e, head)

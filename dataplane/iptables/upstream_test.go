@@ -25,7 +25,7 @@ func TestOverallIPTablesRules(t *testing.T) {
 // TestBadIPs is kube-proxy's TestBadIPs: addresses and a source range with
 // leading zeros, read as kube-proxy reads them.
 func TestBadIPs(t *testing.T) {
-	compareUpstream(t, "TestBadIPs", dataplanetest.StateOf(dataplanetest.BadIPObjects()))
+	compareUpstream(t, "TestBadIPs", dataplanetest.StateOf(dataplanetest.BadIPObjects(false)))
 }
 
 // compareUpstream renders st as kube-proxy's fake proxier's node and holds

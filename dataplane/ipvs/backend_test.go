@@ -222,12 +222,12 @@ func TestPartialSyncMatchesFull(t *testing.T) {
 	svc1 := name("ns1", "svc1", "p80")
 	st.Endpoints[svc1] = append(st.Endpoints[svc1], ep("10.180.0.99", 80, thisNode, "R"))
 	delete(st.Services, name("ns6", "svc6", "p80"))
-	add(st, clusterIPPort(name("ns10", "svc10", "p80"), "172.30.0.50", 80), ep("10.180.3.1", 80, otherNode, "R"))
+	add(st, clusterIPPort(name("ns20", "svc20", "p80"), "172.30.0.60", 80), ep("10.180.3.1", 80, otherNode, "R"))
 	st.Services[name("ns2", "svc2", "p80")].ClientIPAffinity = true
 	st.Services[name("ns2", "svc2", "p80")].AffinityTimeout = 60
 	before = calls()
 	f.sync(t, st, false)
-	// svc1 +1 dest, svc6 -1 service, svc10 +1 service +1 dest, svc2 update.
+	// svc1 +1 dest, svc6 -1 service, svc20 +1 service +1 dest, svc2 update.
 	if got := calls() - before; got != 5 {
 		t.Errorf("partial sync made %d ipvs calls, want 5 (%v)", got, f.ipvs.Calls)
 	}

@@ -141,6 +141,11 @@ func FaultMapping() []string {
 		proxy.FaultKeepDeletedEndpoint: "endpoints removed from the slices stay real servers (weight 1)",
 		proxy.FaultDropLastEndpoint:    "the last endpoint (by address) is never added as a real server; a lone endpoint leaves the virtual server empty (rejects)",
 		proxy.FaultSkewAtMDE:           "with k real servers the first (by address) gets weight 11(k-1) and the others 10k-11 (rr and lc become wrr and wlc): wrr gives the first exactly 1.1/k of each rotation, wlc, sed and nq on average; refused with sh, dh and mh",
+		proxy.FaultLocalMasquerade:     "the Local ipsets (KUBE-LOAD-BALANCER-LOCAL, KUBE-NODE-PORT-LOCAL-*, KUBE-EXTERNAL-IP-LOCAL) stay empty: external traffic under externalTrafficPolicy Local is masqueraded",
+		proxy.FaultLocalIgnored:        "the external virtual servers (node ports, external and load-balancer IPs) of an externalTrafficPolicy Local Service get the cluster's real servers",
+		proxy.FaultHealthCheckStale:    "the health check servers answer from the state before the last sync (mode-independent: dataplane.HealthServer)",
+		proxy.FaultSourceRangesOpen:    "KUBE-SOURCE-RANGES-FIREWALL has no DROP: sources outside loadBalancerSourceRanges reach the load-balancer IPs",
+		proxy.FaultHairpinNoMasquerade: "KUBE-LOOP-BACK stays empty: an endpoint reaching itself through a virtual server is not masqueraded",
 	}
 	for _, f := range []proxy.Fault{proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay} {
 		m[f] = "not built (the backend refuses it): " + f.NotBuilt(cluster.ModeIPVS)

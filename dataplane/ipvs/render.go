@@ -54,6 +54,17 @@ type Plan struct {
 	// with a Local policy and no local endpoint, by "internal" or
 	// "external".
 	NoLocalEndpoints map[string]int
+	// lbNoNodeAccess are the load-balancer ip,proto:port destinations with
+	// source ranges none of which holds the node's address: the node may
+	// not reach them (KUBE-IPVS-OUT-FILTER drops it), in render order.
+	lbNoNodeAccess []lbEntry
+}
+
+// lbEntry is a load-balancer destination of KUBE-IPVS-OUT-FILTER.
+type lbEntry struct {
+	ip    netip.Addr
+	proto string
+	port  int32
 }
 
 // Server returns the planned virtual server with key k.
@@ -129,7 +140,7 @@ func (r *Renderer) Render(st *cluster.State) *Plan {
 		p.Sets[name] = slices.Compact(entries)
 	}
 	slices.SortFunc(p.Servers, func(a, b *VirtualServer) int { return a.Key.Compare(b.Key) })
-	p.Restore, p.RestoreLines = r.iptablesRules(p.Sets)
+	p.Restore, p.RestoreLines = r.iptablesRules(p.Sets, p.lbNoNodeAccess)
 	for k, set := range noLocal {
 		p.NoLocalEndpoints[k] = len(set)
 	}
@@ -144,7 +155,7 @@ func (r *Renderer) servicePort(p *Plan, spn cluster.ServicePortName, sp *cluster
 	// Hairpin: every local endpoint (whatever its readiness, as kube-proxy
 	// walks the whole endpoints map) masquerades traffic to itself.
 	for _, ep := range eps {
-		if ep.NodeName == r.cfg.NodeName && ep.IP.Is4() {
+		if ep.NodeName == r.cfg.NodeName && ep.IP.Is4() && !r.cfg.Faults.Has(proxy.FaultHairpinNoMasquerade) {
 			p.Sets[SetLoopBack] = append(p.Sets[SetLoopBack], fmt.Sprintf("%s,%s:%d,%s", ep.IP, proto, ep.Port, ep.IP))
 		}
 	}
@@ -154,9 +165,76 @@ func (r *Renderer) servicePort(p *Plan, spn cluster.ServicePortName, sp *cluster
 	vs.Dests = r.dests(r.endpointsFor(spn, sp, cat, proxy.InternalPolicyLocal(sp), noLocal))
 	p.Servers = append(p.Servers, vs)
 
-	if sp.NodePort == 0 || len(r.cfg.NodeIPs) == 0 {
+	external := func() []Dest {
+		local := proxy.ExternalPolicyLocal(sp) && !r.cfg.Faults.Has(proxy.FaultLocalIgnored)
+		return r.dests(r.endpointsFor(spn, sp, cat, local, noLocal))
+	}
+	// The Local sets exempt their destinations from masquerade; under the
+	// local-masquerade fault nothing is exempt.
+	localSets := proxy.ExternalPolicyLocal(sp) && !r.cfg.Faults.Has(proxy.FaultLocalMasquerade)
+	for _, a := range sp.ExternalIPs {
+		e := fmt.Sprintf("%s,%s:%d", a, proto, sp.Port)
+		if localSets {
+			p.Sets[SetExternalIPLocal] = append(p.Sets[SetExternalIPLocal], e)
+		} else {
+			p.Sets[SetExternalIP] = append(p.Sets[SetExternalIP], e)
+		}
+		v := r.virtualServer(spn, sp, a, uint16(sp.Port))
+		v.Bind = !slices.Contains(r.cfg.NodeIPs, a)
+		v.Dests = external()
+		p.Servers = append(p.Servers, v)
+	}
+	for _, a := range sp.LoadBalancerIPs {
+		r.loadBalancer(p, spn, sp, a, proto, localSets)
+		v := r.virtualServer(spn, sp, a, uint16(sp.Port))
+		v.Bind = !slices.Contains(r.cfg.NodeIPs, a)
+		v.Dests = external()
+		p.Servers = append(p.Servers, v)
+	}
+	if sp.NodePort != 0 && len(r.cfg.NodeIPs) > 0 {
+		r.nodePort(p, spn, sp, proto, localSets, external())
+	}
+	// kube-proxy skips the health check port when it cannot program the
+	// node port (no node address).
+	if sp.HealthCheckNodePort != 0 && (sp.NodePort == 0 || len(r.cfg.NodeIPs) > 0) {
+		p.Sets[SetHealthCheckNodePort] = append(p.Sets[SetHealthCheckNodePort], strconv.Itoa(int(sp.HealthCheckNodePort)))
+	}
+}
+
+// loadBalancer adds a load-balancer IP's ipset entries: KUBE-LOAD-BALANCER
+// (masquerade unless -LOCAL has it too), and with source ranges
+// KUBE-LOAD-BALANCER-FW, one KUBE-LOAD-BALANCER-SOURCE-CIDR entry per range
+// and, when a range holds the node's address, KUBE-LOAD-BALANCER-SOURCE-IP
+// for the address itself (else the node is kept off it, lbNoNodeAccess).
+func (r *Renderer) loadBalancer(p *Plan, spn cluster.ServicePortName, sp *cluster.ServicePort, a netip.Addr, proto string, localSets bool) {
+	e := fmt.Sprintf("%s,%s:%d", a, proto, sp.Port)
+	p.Sets[SetLoadBalancer] = append(p.Sets[SetLoadBalancer], e)
+	if localSets {
+		p.Sets[SetLoadBalancerLocal] = append(p.Sets[SetLoadBalancerLocal], e)
+	}
+	if len(sp.SourceRanges) == 0 {
 		return
 	}
+	p.Sets[SetLoadBalancerFW] = append(p.Sets[SetLoadBalancerFW], e)
+	var nodeIP netip.Addr
+	if len(r.cfg.NodeIPs) > 0 {
+		nodeIP = r.cfg.NodeIPs[0]
+	}
+	allowFromNode := false
+	for _, c := range sp.SourceRanges {
+		p.Sets[SetLoadBalancerSourceCI] = append(p.Sets[SetLoadBalancerSourceCI], fmt.Sprintf("%s,%s:%d,%s", a, proto, sp.Port, c))
+		allowFromNode = allowFromNode || c.Contains(nodeIP)
+	}
+	if allowFromNode {
+		p.Sets[SetLoadBalancerSourceIP] = append(p.Sets[SetLoadBalancerSourceIP], fmt.Sprintf("%s,%s:%d,%s", a, proto, sp.Port, a))
+	} else {
+		p.lbNoNodeAccess = append(p.lbNoNodeAccess, lbEntry{ip: a, proto: proto, port: sp.Port})
+	}
+}
+
+// nodePort adds a node port's ipset entries and one virtual server per node
+// address, with the external endpoints.
+func (r *Renderer) nodePort(p *Plan, spn cluster.ServicePortName, sp *cluster.ServicePort, proto string, localSets bool, ext []Dest) {
 	switch proto {
 	case "tcp", "udp":
 		set := SetNodePortTCP
@@ -165,19 +243,18 @@ func (r *Renderer) servicePort(p *Plan, spn cluster.ServicePortName, sp *cluster
 			set, local = SetNodePortUDP, SetNodePortLocalUDP
 		}
 		p.Sets[set] = append(p.Sets[set], strconv.Itoa(int(sp.NodePort)))
-		if proxy.ExternalPolicyLocal(sp) {
+		if localSets {
 			p.Sets[local] = append(p.Sets[local], strconv.Itoa(int(sp.NodePort)))
 		}
 	case "sctp":
 		for _, a := range r.cfg.NodeIPs {
 			e := fmt.Sprintf("%s,sctp:%d", a, sp.NodePort)
 			p.Sets[SetNodePortSCTP] = append(p.Sets[SetNodePortSCTP], e)
-			if proxy.ExternalPolicyLocal(sp) {
+			if localSets {
 				p.Sets[SetNodePortLocalSCTP] = append(p.Sets[SetNodePortLocalSCTP], e)
 			}
 		}
 	}
-	ext := r.dests(r.endpointsFor(spn, sp, cat, proxy.ExternalPolicyLocal(sp), noLocal))
 	for _, a := range r.cfg.NodeIPs {
 		nv := r.virtualServer(spn, sp, a, uint16(sp.NodePort))
 		nv.Dests = ext

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kpsim/kpsim/dataplane/iptables"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 )
 
 // The ipsets, by kube-proxy's names.
@@ -173,7 +174,7 @@ func MissingJumpRules(save string) string {
 // iptablesRules is writeIptablesRules for the sets' current contents: the
 // chains declared (which flushes them under --noflush) and the constant
 // rules, filter table first. It returns the text and its line count.
-func (r *Renderer) iptablesRules(sets map[string][]string) (string, int) {
+func (r *Renderer) iptablesRules(sets map[string][]string, lbNoNodeAccess []lbEntry) (string, int) {
 	mark := r.cfg.masqMark()
 	var nat, filter []string
 	nat = append(nat, fmt.Sprintf("-A %s -s 127.0.0.0/8 -j RETURN", ChainServices))
@@ -207,10 +208,34 @@ func (r *Renderer) iptablesRules(sets map[string][]string) (string, int) {
 			nat = append(nat, head+" src,dst -j "+ChainMarkMasq)
 		}
 	}
+	// externalIPRules: traffic to an external IP is accepted from off the
+	// machine (not from a bridge port, not from a local address) and when
+	// the address is local; KUBE-EXTERNAL-IP's is masqueraded first.
+	externalIPRules := func(set string, masq bool) {
+		if len(sets[set]) == 0 {
+			return
+		}
+		head := fmt.Sprintf("-A %s -m comment --comment %q -m set --match-set %s dst,dst", ChainServices, setInfo(set).comment, set)
+		if masq {
+			nat = append(nat, head+" -j "+ChainMarkMasq)
+		}
+		nat = append(nat,
+			head+" -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT",
+			head+" -m addrtype --dst-type LOCAL -j ACCEPT")
+	}
+	externalIPRules(SetExternalIP, true)
+	externalIPRules(SetExternalIPLocal, false)
 	nat = append(nat,
 		fmt.Sprintf("-A %s -m addrtype --dst-type LOCAL -j %s", ChainServices, ChainNodePort),
 		fmt.Sprintf("-A %s -j %s", ChainLoadBalancer, ChainMarkMasq))
-	filter = append(filter, fmt.Sprintf("-A %s -j DROP", ChainSourceRangesFW))
+	if !r.cfg.Faults.Has(proxy.FaultSourceRangesOpen) {
+		filter = append(filter, fmt.Sprintf("-A %s -j DROP", ChainSourceRangesFW))
+	}
+	// The node may not reach a load-balancer IP whose source ranges leave
+	// it out (IPVS sees it with the address as source and destination).
+	for _, e := range lbNoNodeAccess {
+		filter = append(filter, fmt.Sprintf("-A %s -s %s -m ipvs --vaddr %s --vproto %s --vport %d -j DROP", ChainIPVSOutFilter, e.ip, e.ip, e.proto, e.port))
+	}
 	// acceptIPVSTraffic: the end of KUBE-SERVICES.
 	for _, s := range []string{SetClusterIP, SetLoadBalancer} {
 		if len(sets[s]) > 0 {

@@ -175,7 +175,12 @@ func (r *Renderer) baseRules(b *baseRecord, h *hookChains) {
 	h.in.addRule("ct state new jump "+nodePortCheck.name, "")
 	h.in.addRule("ct state new jump "+svcCheck.name, "")
 	h.fwd.addRule("ct state new jump "+svcCheck.name, "")
-	h.out.addRule("ct state new jump "+svcCheck.name, "")
+	// The node's own traffic is checked after its DNAT, as kube-proxy
+	// v1.37 checks it (filter-output at priority 0): before it, traffic the
+	// external chain short-circuits (the host to an external IP of a Local
+	// Service without a local endpoint) would still carry the external
+	// destination and meet its drop.
+	h.outPost.addRule("ct state new jump "+svcCheck.name, "")
 	h.pre.addRule("ct state new jump "+fw.name, "")
 	h.out.addRule("ct state new jump "+fw.name, "")
 	h.natOut.addRule("jump "+services.name, "")

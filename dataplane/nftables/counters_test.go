@@ -90,7 +90,8 @@ func TestCountersFake(t *testing.T) {
 			"ns3/svc3:p80 10.180.2.3:80 packets=0",
 			"ns5/svc5:p80 DROP packets=0",
 			"ns6/svc6:p80 REJECT packets=0",
-			"ns10/svc10:p80 DROP packets=0",
+			"ns13/svc13:p80 DROP packets=0",
+			"ns12/svc12:p80 DROP packets=0",
 			"ns8/svc8:dns 10.180.0.14:53 packets=0",
 		} {
 			if !strings.Contains(got, want) {

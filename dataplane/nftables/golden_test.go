@@ -14,13 +14,13 @@ import (
 )
 
 // overallState is the kit's overall fixture with one Service the layouts
-// also distinguish: svc10, a NodePort with externalTrafficPolicy Local
+// also distinguish: svc13, a NodePort with externalTrafficPolicy Local
 // without a local endpoint.
 func overallState() *cluster.State {
 	st := dataplanetest.OverallState()
-	sp10 := clusterIPPort(name("ns10", "svc10", "p80"), "172.30.0.50", 80)
-	sp10.Type, sp10.NodePort, sp10.ExternalLocal = corev1.ServiceTypeNodePort, 30010, true
-	add(st, sp10, ep("10.180.0.16", 80, otherNode, "R"))
+	sp13 := clusterIPPort(name("ns13", "svc13", "p80"), "172.30.0.53", 80)
+	sp13.Type, sp13.NodePort, sp13.ExternalLocal = corev1.ServiceTypeNodePort, 30013, true
+	add(st, sp13, ep("10.180.0.21", 80, otherNode, "R"))
 	return st
 }
 

@@ -70,7 +70,8 @@ const (
 const (
 	PrefixService  = "service-"  // Cluster policy chain
 	PrefixLocal    = "local-"    // Local policy chain
-	PrefixExternal = "external-" // external destinations (node ports)
+	PrefixExternal = "external-" // external destinations (node ports, external and load-balancer IPs)
+	PrefixFirewall = "firewall-" // loadBalancerSourceRanges of the load-balancer IPs
 	PrefixEndpoint = "endpoint-" // kube-proxy layout: one endpoint of a ClientIP affinity Service
 	PrefixAffinity = "affinity-" // ClientIP affinity set of one endpoint
 )
@@ -123,6 +124,9 @@ func LocalChain(spn cluster.ServicePortName) string { return PrefixLocal + Servi
 
 // ExternalChain is the service port's external-destinations chain.
 func ExternalChain(spn cluster.ServicePortName) string { return PrefixExternal + ServicePortBase(spn) }
+
+// FirewallChain is the service port's loadBalancerSourceRanges chain.
+func FirewallChain(spn cluster.ServicePortName) string { return PrefixFirewall + ServicePortBase(spn) }
 
 // EndpointChain is the kube-proxy layout's chain of one endpoint ("ip:port").
 func EndpointChain(spn cluster.ServicePortName, endpoint string) string {

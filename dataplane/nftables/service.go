@@ -7,6 +7,7 @@ package nftables
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +27,10 @@ type view struct {
 	proto string // lower case
 	cat   proxy.Categorized
 
-	clusterChain, localChain, extChain string
+	clusterChain, localChain, extChain, fwChain string
+	// usesFW: kube-proxy's usesFWChain, load-balancer IPs with source
+	// ranges (unlike iptables mode, whether or not there are endpoints).
+	usesFW bool
 
 	// Roles are kube-proxy's role flags of the service port.
 	proxy.Roles
@@ -56,14 +60,15 @@ func (v *view) affinitySet(ep *cluster.Endpoint) string   { return PrefixAffinit
 func newView(spn cluster.ServicePortName, sp *cluster.ServicePort, cat proxy.Categorized) *view {
 	v := &view{
 		spn: spn, sp: sp, name: spn.String(), proto: protocol(spn), cat: cat,
-		clusterChain: ServiceChain(spn), localChain: LocalChain(spn), extChain: ExternalChain(spn),
+		clusterChain: ServiceChain(spn), localChain: LocalChain(spn), extChain: ExternalChain(spn), fwChain: FirewallChain(spn),
 	}
 	v.Roles = cat.Roles(sp)
+	v.usesFW = len(sp.LoadBalancerIPs) > 0 && len(sp.SourceRanges) > 0
 	v.internalChain, v.externalPolicyChain = v.clusterChain, v.clusterChain
 	if v.InternalLocal {
 		v.internalChain = v.localChain
 	}
-	if v.ExternalLocal {
+	if v.ExternalToLocal {
 		v.externalPolicyChain = v.localChain
 	}
 	return v
@@ -90,6 +95,9 @@ func (r *Renderer) buildRecord(v *view) *svcRecord {
 	}
 	if v.UsesExtChain {
 		r.externalRules(rec.ensureChain(v.extChain), v)
+	}
+	if v.usesFW {
+		r.firewallRules(rec.ensureChain(v.fwChain), v)
 	}
 	r.affinitySets(rec, v)
 	if v.UsesClusterChain {
@@ -128,15 +136,21 @@ func (r *Renderer) kubeProxyRecord(rec *svcRecord, v *view) {
 		if aff {
 			rec.ensureChain(v.endpointChain(ep))
 		}
-		if ep.NodeName != "" && ep.NodeName == r.cfg.NodeName {
+		if ep.NodeName != "" && ep.NodeName == r.cfg.NodeName && !r.cfg.Faults.Has(proxy.FaultHairpinNoMasquerade) {
 			ip := ep.IP.String()
 			rec.addShared(SetHairpinConnections, false, []string{ip, ip, v.proto, strconv.Itoa(int(ep.Port))}, nil, "")
 		}
 	}
 	r.policyChains(rec, v)
 	r.dispatchElements(rec, v, "goto "+v.internalChain, "goto "+v.extChain)
+	if v.usesFW {
+		rec.ensureChain(v.fwChain)
+	}
 	if v.UsesExtChain {
 		r.kubeProxyExternalRules(rec.chain(v.extChain), v)
+	}
+	if v.usesFW {
+		r.firewallRules(rec.chain(v.fwChain), v)
 	}
 	r.affinitySets(rec, v)
 	policy := r.kubeProxyDNATRules
@@ -161,9 +175,10 @@ func (r *Renderer) kubeProxyRecord(rec *svcRecord, v *view) {
 // host traffic short-circuited to the Cluster chain (host traffic
 // masqueraded); then the external policy chain.
 func (r *Renderer) kubeProxyExternalRules(c *chainRec, v *view) {
-	if !v.ExternalLocal {
+	if !v.ExternalLocal || r.cfg.Faults.Has(proxy.FaultLocalMasquerade) {
 		c.addRule(r.markRule(), "masquerade")
-	} else {
+	}
+	if v.ExternalLocal {
 		if r.cfg.ClusterCIDR.IsValid() {
 			c.addRule(fmt.Sprintf("ip saddr %s goto %s", r.cfg.ClusterCIDR.Masked(), v.clusterChain), "short-circuit pod traffic")
 		}
@@ -195,7 +210,32 @@ func (r *Renderer) dispatchElements(rec *svcRecord, v *view, internal, nodePort 
 	} else {
 		add(MapNoEndpointServices, true, []string{ip, v.proto, port}, []string{internalVerdict}, v.name)
 	}
-	if proxy.ExternallyAccessible(v.sp) {
+	// External IPs, then load-balancer IPs, as kube-proxy's "Capture
+	// externalIPs" and "Capture load-balancer ingress".
+	for _, a := range v.sp.ExternalIPs {
+		key := []string{a.String(), v.proto, port}
+		if v.HasEndpoints {
+			add(MapServiceIPs, true, key, []string{nodePort}, "")
+		}
+		if !v.HasExternal {
+			add(MapNoEndpointServices, true, key, []string{externalVerdict}, v.name)
+		}
+	}
+	for _, a := range v.sp.LoadBalancerIPs {
+		key := []string{a.String(), v.proto, port}
+		if v.HasEndpoints {
+			add(MapServiceIPs, true, key, []string{nodePort}, "")
+		}
+		if v.usesFW {
+			add(MapFirewallIPs, true, key, []string{"goto " + v.fwChain}, "")
+		}
+	}
+	if !v.HasExternal {
+		for _, a := range v.sp.LoadBalancerIPs {
+			add(MapNoEndpointServices, true, []string{a.String(), v.proto, port}, []string{externalVerdict}, v.name)
+		}
+	}
+	if v.sp.NodePort != 0 {
 		np := strconv.Itoa(int(v.sp.NodePort))
 		if v.HasEndpoints {
 			add(MapServiceNodePorts, true, []string{v.proto, np}, []string{nodePort}, "")
@@ -204,6 +244,33 @@ func (r *Renderer) dispatchElements(rec *svcRecord, v *view, internal, nodePort 
 			add(MapNoEndpointNodePorts, true, []string{v.proto, np}, []string{externalVerdict}, v.name)
 		}
 	}
+}
+
+// firewallRules fill the firewall chain of loadBalancerSourceRanges: drop
+// what comes from outside every range (and, when a range holds the node's
+// address, from outside the load-balancer IPs too: a VIP-like balancer's
+// address is local, so the node reaches it from there). Under the
+// source-ranges-open fault the chain is empty.
+func (r *Renderer) firewallRules(c *chainRec, v *view) {
+	if r.cfg.Faults.Has(proxy.FaultSourceRangesOpen) {
+		return
+	}
+	var nodeIP netip.Addr
+	if len(r.cfg.NodeIPs) > 0 {
+		nodeIP = r.cfg.NodeIPs[0]
+	}
+	var srcs []string
+	allowFromNode := false
+	for _, p := range v.sp.SourceRanges {
+		srcs = append(srcs, p.String())
+		allowFromNode = allowFromNode || p.Contains(nodeIP)
+	}
+	if allowFromNode {
+		for _, a := range v.sp.LoadBalancerIPs {
+			srcs = append(srcs, a.String())
+		}
+	}
+	c.addRule("ip saddr != { "+strings.Join(srcs, " , ")+" } drop", "")
 }
 
 // masqueradeRules mark traffic to the cluster IP from outside the pod range
@@ -223,9 +290,10 @@ func (r *Renderer) masqueradeRules(c *chainRec, v *view) {
 // host traffic to the Cluster chain (masquerading host traffic) and send the
 // rest to the Local chain.
 func (r *Renderer) externalRules(c *chainRec, v *view) {
-	if !v.ExternalLocal {
+	if !v.ExternalLocal || r.cfg.Faults.Has(proxy.FaultLocalMasquerade) {
 		c.addRule("jump "+ChainMarkForMasquerade, "")
-	} else {
+	}
+	if v.ExternalLocal {
 		if r.cfg.ClusterCIDR.IsValid() {
 			c.addRule(fmt.Sprintf("ip saddr %s goto %s", r.cfg.ClusterCIDR.Masked(), v.clusterChain), "short-circuit pod traffic")
 		}
@@ -340,7 +408,9 @@ func (r *Renderer) counter() string {
 // under the faults that change the spread (a cascade is how they are
 // written in iptables, and they are test-only).
 func (r *Renderer) cascade(v *view) bool {
-	return v.sp.ClientIPAffinity || r.cfg.Faults.Has(proxy.FaultUniformProbability) || r.cfg.Faults.Has(proxy.FaultDropLastEndpoint) ||
+	// External and load-balancer IPs reach the service port on its own
+	// port, not the node port the shared external maps are keyed by.
+	return v.sp.ClientIPAffinity || len(v.sp.ExternalIPs) > 0 || len(v.sp.LoadBalancerIPs) > 0 || r.cfg.Faults.Has(proxy.FaultUniformProbability) || r.cfg.Faults.Has(proxy.FaultDropLastEndpoint) ||
 		r.cfg.Faults.Has(proxy.FaultSkewAtMDE)
 }
 
@@ -543,6 +613,9 @@ func (r *Renderer) fastMapRecord(rec *svcRecord, v *view) {
 			// replaced by selection chains keyed by node port.
 			c := &chainRec{name: v.extChain}
 			rec.chains = append(rec.chains, c)
+			if r.cfg.Faults.Has(proxy.FaultLocalMasquerade) {
+				c.addRule("jump "+ChainMarkForMasquerade, "")
+			}
 			short := endpoints(kindNodePortCluster, []string{v.proto, np}, v.cat.Cluster)
 			if r.cfg.ClusterCIDR.IsValid() {
 				c.addRule(fmt.Sprintf("ip saddr %s %s", r.cfg.ClusterCIDR.Masked(), short), "short-circuit pod traffic")
@@ -550,7 +623,7 @@ func (r *Renderer) fastMapRecord(rec *svcRecord, v *view) {
 			c.addRule("fib saddr type local jump "+ChainMarkForMasquerade, "masquerade local traffic")
 			c.addRule("fib saddr type local "+short, "short-circuit local traffic")
 			if v.HasExternal {
-				c.addRule(endpoints(kindNodePortLocal, []string{v.proto, np}, v.cat.Local), "")
+				c.addRule(endpoints(kindNodePortLocal, []string{v.proto, np}, v.cat.External(v.sp)), "")
 			}
 			nodePort = "goto " + c.name
 		}
@@ -565,6 +638,9 @@ func (r *Renderer) fastMapRecord(rec *svcRecord, v *view) {
 // (or of no known node) can send such traffic here: another node's pod is
 // DNATed by its own node.
 func (r *Renderer) hairpinElements(rec *svcRecord, v *view) {
+	if r.cfg.Faults.Has(proxy.FaultHairpinNoMasquerade) {
+		return
+	}
 	for _, ep := range v.cat.AllReachable {
 		if ep.NodeName != "" && ep.NodeName != r.cfg.NodeName {
 			continue

@@ -52,6 +52,9 @@ type Categorized struct {
 	// LocalTerminating reports that Local fell back to serving and
 	// terminating endpoints.
 	LocalTerminating bool
+	// ExternalToCluster is the local-ignored fault in force: external
+	// traffic goes to the Cluster set whatever its policy.
+	ExternalToCluster bool
 }
 
 // Categorizer holds what eligibility depends on besides the endpoints: the
@@ -71,6 +74,9 @@ type Categorizer struct {
 	// IgnoreLocalPolicy is the ignore-local-policy fault: every endpoint
 	// looks local to the Local set.
 	IgnoreLocalPolicy bool
+	// LocalIgnored is the local-ignored fault: external traffic under
+	// externalTrafficPolicy Local goes to the Cluster set.
+	LocalIgnored bool
 }
 
 // Categorize splits a service port's endpoints for node (in zone) into the
@@ -87,7 +93,7 @@ func Categorize(eps []*cluster.Endpoint, sp *cluster.ServicePort, node string, z
 // used. The lists come out in kube-proxy's order (SortEndpoints); eps is not
 // modified.
 func (c Categorizer) Categorize(eps []*cluster.Endpoint, sp *cluster.ServicePort) Categorized {
-	var out Categorized
+	out := Categorized{ExternalToCluster: c.LocalIgnored}
 	if !slices.IsSortedFunc(eps, CompareEndpoints) {
 		eps = slices.Clone(eps)
 		SortEndpoints(eps)
@@ -274,7 +280,7 @@ func (c Categorized) Internal(sp *cluster.ServicePort) []*cluster.Endpoint {
 // destinations) that is not short-circuited: the Local set under
 // externalTrafficPolicy Local, else the Cluster set.
 func (c Categorized) External(sp *cluster.ServicePort) []*cluster.Endpoint {
-	if ExternalPolicyLocal(sp) {
+	if ExternalPolicyLocal(sp) && !c.ExternalToCluster {
 		return c.Local
 	}
 	return c.Cluster

@@ -174,13 +174,15 @@ func (fs Faults) Names() []string {
 }
 
 // Categorizer is the endpoint eligibility of node with the faults that act
-// on it (FaultKeepNotReady, FaultIgnoreLocalPolicy) in force.
+// on it (FaultKeepNotReady, FaultIgnoreLocalPolicy, FaultLocalIgnored) in
+// force.
 func (fs Faults) Categorizer(node string, preferSameNode bool) Categorizer {
 	return Categorizer{
 		Node:              node,
 		PreferSameNode:    preferSameNode,
 		KeepNotReady:      fs.Has(FaultKeepNotReady),
 		IgnoreLocalPolicy: fs.Has(FaultIgnoreLocalPolicy),
+		LocalIgnored:      fs.Has(FaultLocalIgnored),
 	}
 }
 

@@ -25,6 +25,10 @@ type Roles struct {
 	// HasExternal: external traffic has an endpoint to go to, likewise
 	// (read only when External).
 	HasExternal bool
+	// ExternalToLocal: external traffic that is not short-circuited goes
+	// to the Local set (externalTrafficPolicy Local; not under the
+	// local-ignored fault, which sends it to the Cluster set).
+	ExternalToLocal bool
 	// UsesClusterChain: the Cluster set is used (kube-proxy's KUBE-SVC-
 	// chain is written).
 	UsesClusterChain bool
@@ -48,7 +52,8 @@ func (c Categorized) Roles(sp *cluster.ServicePort) Roles {
 		HasEndpoints:  c.HasAny,
 	}
 	r.HasInternal = r.HasEndpoints && !(r.InternalLocal && len(c.Local) == 0)
-	r.HasExternal = r.HasEndpoints && !(r.ExternalLocal && len(c.Local) == 0)
+	r.ExternalToLocal = r.ExternalLocal && !c.ExternalToCluster
+	r.HasExternal = r.HasEndpoints && !(r.ExternalToLocal && len(c.Local) == 0)
 	r.UsesClusterChain = len(c.Cluster) > 0 && UsesClusterEndpoints(sp)
 	r.UsesLocalChain = len(c.Local) > 0 && UsesLocalEndpoints(sp)
 	r.UsesExtChain = r.HasEndpoints && r.External
