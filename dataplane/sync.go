@@ -46,6 +46,29 @@ type Syncer struct {
 	// appliedAt when that sync finished.
 	applied   uint64
 	appliedAt time.Time
+	// health follows the syncs (SetHealth); nil: none.
+	health *HealthServer
+	// healthErr is the health server's last error (a port it could not
+	// open), reported beside the sync's.
+	healthErr error
+}
+
+// SetHealth makes the syncer drive kube-proxy's health servers as
+// kube-proxy's proxier does: a queued change is reported as it arrives,
+// a successful sync marks the proxy updated and then brings the health
+// check node ports up to date. Call it before Run.
+func (s *Syncer) SetHealth(h *HealthServer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.health = h
+}
+
+// HealthError is the health server's error of the last successful sync
+// (nil: every health check node port is served).
+func (s *Syncer) HealthError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.healthErr
 }
 
 // NewSyncer builds a syncer; metrics may be nil (a private set is made).
@@ -115,6 +138,10 @@ func (s *Syncer) SyncOnce() error {
 		}
 	}
 	s.triggers = nil
+	if s.health != nil {
+		s.health.Updated()
+		s.healthErr = s.health.Sync(st)
+	}
 	close(s.synced)
 	s.synced = make(chan struct{})
 	return nil
@@ -151,12 +178,23 @@ func (s *Syncer) Run(ctx context.Context) error {
 	defer timer.Stop()
 	dirty := true // the first sync
 	var next time.Time
+	s.mu.Lock()
+	health := s.health
+	s.mu.Unlock()
+	if health != nil {
+		// As kube-proxy's SyncLoop: fresh at start, in case no sync ever
+		// succeeds.
+		health.Updated()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.tracker.Changed():
 			dirty = true
+			if health != nil {
+				health.Queued()
+			}
 		case <-timer.C:
 		}
 		now := s.now()

@@ -9,6 +9,7 @@ package backends
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -164,4 +165,28 @@ func renderIPTables(st *cluster.State, cfg iptables.Config) (Rendered, error) {
 	b.WriteString("# jump rules from the built-in chains, applied once per namespace:\n")
 	b.WriteString(rs.Jumps)
 	return Rendered{Settings: "affinity " + string(r.Config().Affinity), Text: b.String()}, nil
+}
+
+// NewHealth starts kube-proxy's health servers for a node in its namespace:
+// /healthz and /livez on the node's address, port dataplane.HealthzPort
+// (kube-proxy's --healthz-bind-address as the harness passes it), and the
+// health check node ports on the addresses kube-proxy's default
+// --nodeport-addresses gives the mode: the node's address in nftables mode
+// ("primary"), every address of the namespace in iptables and IPVS mode.
+// Nothing listens outside ns. healthTimeout is kube-proxy's, twice
+// --iptables-sync-period.
+func NewHealth(mode cluster.Mode, ns *netns.Namespace, node dataplane.NodeConfig, nodeIP netip.Addr, healthTimeout time.Duration) (*dataplane.HealthServer, error) {
+	cfg := dataplane.HealthConfig{
+		NodeName: node.NodeName, HealthTimeout: healthTimeout, Faults: node.Faults,
+		Healthz: netip.AddrPortFrom(nodeIP, dataplane.HealthzPort),
+		Listen: func(a netip.AddrPort) (net.Listener, error) {
+			var l net.Listener
+			err := ns.Do(func() (err error) { l, err = net.Listen("tcp4", a.String()); return err })
+			return l, err
+		},
+	}
+	if mode == cluster.ModeNFTables {
+		cfg.Addrs = []netip.Addr{nodeIP}
+	}
+	return dataplane.NewHealthServer(cfg)
 }

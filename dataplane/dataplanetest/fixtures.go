@@ -7,6 +7,7 @@ package dataplanetest
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -199,4 +200,32 @@ func Flows(st *cluster.State) []Flow {
 		}
 	}
 	return out
+}
+
+// StandpointOf is where a Flow's client stands and the destination kind
+// it addresses, in the oracle's terms, on ThisNode: PodIP is a pod, NodeIP
+// the host, any other source a client outside the cluster; the
+// destination is the cluster IP, a node port, an external IP or a
+// load-balancer IP of sp (ok false for one kube-proxy writes no rule for:
+// an ipMode Proxy ingress address).
+func StandpointOf(f Flow, sp *cluster.ServicePort) (cluster.Standpoint, cluster.Via, bool) {
+	from := cluster.Standpoint{Where: cluster.Outside, Node: ThisNode, Addr: f.Src}
+	switch f.Src {
+	case PodIP:
+		from.Where = cluster.InPod
+	case NodeIP:
+		from.Where = cluster.OnHost
+	}
+	d := f.Dst.Addr()
+	switch {
+	case d == sp.ClusterIP:
+		return from, cluster.ViaClusterIP, true
+	case d == NodeIP:
+		return from, cluster.ViaNodePort, true
+	case slices.Contains(sp.ExternalIPs, d):
+		return from, cluster.ViaExternalIP, true
+	case slices.Contains(sp.LoadBalancerIPs, d):
+		return from, cluster.ViaLoadBalancer, true
+	}
+	return from, "", false
 }

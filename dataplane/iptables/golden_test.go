@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kpsim/kpsim/dataplane/dataplanetest"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/oracle"
 )
 
 // overallState is the kit's overall fixture as it is: one Service of each
@@ -135,4 +137,47 @@ func TestHealthCheckNodePort(t *testing.T) {
 			t.Errorf("local endpoint %v: no %q in\n%s", local, want, f.Dump())
 		}
 	}
+}
+
+// TestTraceAgreesWithOracle: every flow of the overall fixture (pod, host
+// and outside clients, a client outside the source ranges, to cluster IPs,
+// node ports, external and load-balancer IPs) reaches the endpoints the
+// oracle expects, masqueraded exactly where it expects the node's address;
+// under each fault of external traffic some flow does not.
+func TestTraceAgreesWithOracle(t *testing.T) {
+	st := overallState()
+	for _, fault := range []proxy.Fault{"", proxy.FaultLocalMasquerade, proxy.FaultLocalIgnored, proxy.FaultSourceRangesOpen} {
+		f, _, _ := load(t, testConfig(fault), st)
+		var bad []string
+		for _, fl := range dataplanetest.Flows(st) {
+			res, err := f.Trace(fl.Src, fl.Proto, fl.Dst.Addr(), int(fl.Dst.Port()), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want, ok := expectFlow(cluster.ModeIPTables, st, fl); ok {
+				if msg := dataplanetest.Agree(fl, res, want); msg != "" {
+					bad = append(bad, msg)
+				}
+			}
+		}
+		switch {
+		case fault == "" && len(bad) > 0:
+			t.Errorf("the traces disagree with the oracle:\n%s", strings.Join(bad, "\n"))
+		case fault != "" && len(bad) == 0:
+			t.Errorf("fault %s: every trace agrees with the oracle", fault)
+		}
+	}
+}
+
+// expectFlow is the oracle's expectation for a flow of the kit (false for a
+// destination kube-proxy writes no rule for).
+func expectFlow(mode cluster.Mode, st *cluster.State, fl dataplanetest.Flow) (dataplanetest.Expected, bool) {
+	sp := st.Services[fl.Name]
+	from, via, ok := dataplanetest.StandpointOf(fl, sp)
+	if !ok {
+		return dataplanetest.Expected{}, false
+	}
+	want := oracle.Oracle{}.ExpectFrom(mode, sp, st.Endpoints[fl.Name], from, via, st.Nodes[thisNode].Zone)
+	return dataplanetest.Expected{Outcome: want.String(), Reason: want.Reason,
+		Masq: func(e string) bool { return want.SourceOf(e) == oracle.SourceNode }}, true
 }

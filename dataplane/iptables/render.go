@@ -696,7 +696,9 @@ func (r *Renderer) renderService(spn cluster.ServicePortName, sp *cluster.Servic
 	o.ext, o.extKey = extAddrsOf(sp)
 	// kube-proxy: usesFWChain := hasEndpoints && len(LoadBalancerVIPs) > 0
 	// && len(LoadBalancerSourceRanges) > 0.
-	o.usesFW = o.HasEndpoints && len(o.ext.lbIPs) > 0 && len(o.ext.ranges) > 0
+	// Under the source-ranges-open fault the ranges are ignored: the
+	// load-balancer IPs go straight to KUBE-EXT and nothing is dropped.
+	o.usesFW = o.HasEndpoints && len(o.ext.lbIPs) > 0 && len(o.ext.ranges) > 0 && !r.fSourceRangesOpen
 
 	// The top-level lines go first, as in kube-proxy's output.
 	r.writeTop(s, o)
@@ -1158,7 +1160,7 @@ func (r *Renderer) loadBalancerRules(nat, filter *lines, o *svcOut) {
 			nat.b = appendChain(append(b, " -j "...), target, &o.h)
 			nat.end()
 		}
-		if o.usesFW && !r.fSourceRangesOpen {
+		if o.usesFW {
 			b := append(append(filter.b, "-A "+ChainProxyFirewall+` -m comment --comment "`...), o.name...)
 			b = appendChain(append(b, " traffic not accepted by "...), PrefixFW, &o.h)
 			filter.b = append(appendDstMatch(append(b, '"'), o, ip), " -j DROP"...)

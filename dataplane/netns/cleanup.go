@@ -288,13 +288,13 @@ func (c *cleaner) markers() error {
 
 func roleOrder(r Role) int {
 	switch r {
-	case RoleClient:
+	case RoleClient, RoleOutside:
 		return 0
 	case RoleBackend:
 		return 1
 	case RoleNode:
 		return 2
-	case RoleControlPlane:
+	case RoleControlPlane, RoleRouter:
 		return 3
 	}
 	return 4

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // Config is everything a Topology creates. It is plain data, so tests can
@@ -25,6 +26,29 @@ type Config struct {
 	// directly on the fabric (a /32 link route when outside each other's
 	// prefix). The zero value builds none.
 	ControlPlane netip.Prefix
+	// Outside, when set, is the world outside the cluster: a router on the
+	// fabric, which every node uses as its default gateway, and client
+	// namespaces behind it.
+	Outside *OutsideConfig
+}
+
+// OutsideConfig is the world outside the cluster: a router namespace
+// (RouterName) with a port on the fabric and a link to each outside client
+// namespace (OutsideName). Nodes route everything they have no other route
+// for to it; it forwards to the outside clients and, for addresses routed
+// to the cluster later (load-balancer and external IPs: Topology.Route),
+// to the nodes. Nothing in it leads anywhere else: it has no route to the
+// host.
+type OutsideConfig struct {
+	// Router is the router's fabric address with the node network's prefix
+	// length (a gateway on the nodes' subnet).
+	Router netip.Prefix
+	// Gateway is the router's address on every client link, each outside
+	// client's gateway (as a pod's is its node's).
+	Gateway netip.Addr
+	// Clients are the outside clients, by group and index; Addrs are
+	// their addresses (/32s), the first one the default source.
+	Clients []ClientConfig
 }
 
 // NodeConfig is one node: its namespace, its backend namespace and its client
@@ -54,6 +78,10 @@ type ClientConfig struct {
 	// Addrs are the pod's source addresses, the pod IP first; more than one
 	// when the group asks for several sourceIPs.
 	Addrs []netip.Addr
+	// Endpoint reports a pod that is also an endpoint: its first address
+	// is an endpoint of a Service (not in the node's backend namespace),
+	// and traffic to it arrives in this namespace (hairpin).
+	Endpoint bool
 }
 
 // Validate checks what a Topology needs of a Config: a run ID, distinct node
@@ -111,6 +139,9 @@ func (c *Config) Validate() error {
 		}
 		names := map[string]bool{}
 		for _, cl := range n.Clients {
+			if cl.Endpoint && slices.Contains(n.Endpoints, cl.Addrs[0]) {
+				return fmt.Errorf("invalid topology: endpoint %s on %s is both a pod of its own and in the backend namespace", cl.Addrs[0], n.Name)
+			}
 			if len(cl.Addrs) == 0 {
 				return fmt.Errorf("invalid topology: client %s-%d on %s has no address", cl.Group, cl.Index, n.Name)
 			}
@@ -124,6 +155,33 @@ func (c *Config) Validate() error {
 					return fmt.Errorf("invalid topology: client %s-%d address %s is outside node %s's pod CIDR %s", cl.Group, cl.Index, a, n.Name, n.PodCIDR)
 				}
 				if err := claim(a, fmt.Sprintf("client %s-%d on %s", cl.Group, cl.Index, n.Name)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if o := c.Outside; o != nil {
+		if err := claim(o.Router.Addr(), "the router"); err != nil {
+			return err
+		}
+		if err := claim(o.Gateway, "the router's client gateway"); err != nil {
+			return err
+		}
+		if len(o.Clients) > maxLinkIndex+1 {
+			return fmt.Errorf("invalid topology: %d outside clients, at most %d", len(o.Clients), maxLinkIndex+1)
+		}
+		names := map[string]bool{}
+		for _, cl := range o.Clients {
+			if len(cl.Addrs) == 0 {
+				return fmt.Errorf("invalid topology: outside client %s-%d has no address", cl.Group, cl.Index)
+			}
+			ns := OutsideName(c.RunID, cl.Group, cl.Index)
+			if names[ns] {
+				return fmt.Errorf("invalid topology: two outside clients are named %s", ns)
+			}
+			names[ns] = true
+			for _, a := range cl.Addrs {
+				if err := claim(a, fmt.Sprintf("outside client %s-%d", cl.Group, cl.Index)); err != nil {
 					return err
 				}
 			}
@@ -143,6 +201,12 @@ func (c *Config) NamespaceNames() []string {
 		out = append(out, NodeName(c.RunID, n.Name), BackendName(c.RunID, n.Name))
 		for _, cl := range n.Clients {
 			out = append(out, ClientName(c.RunID, n.Name, cl.Group, cl.Index))
+		}
+	}
+	if c.Outside != nil {
+		out = append(out, RouterName(c.RunID))
+		for _, cl := range c.Outside.Clients {
+			out = append(out, OutsideName(c.RunID, cl.Group, cl.Index))
 		}
 	}
 	return out

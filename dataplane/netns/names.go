@@ -24,6 +24,8 @@ const (
 	controlPlaneSuffix = "_cp"
 	backendSuffix      = "_be"
 	clientInfix        = "_c-"
+	routerSuffix       = "_router"
+	outsideInfix       = "_x-"
 )
 
 // maxLabel bounds a node or client label inside names: a netns name is a
@@ -141,6 +143,17 @@ func ClientName(id, node, group string, index int) string {
 	return NodeName(id, node) + clientInfix + Label(group) + "-" + strconv.Itoa(index)
 }
 
+// RouterName is the name of run id's router: the edge between the fabric
+// and the world outside the cluster (Config.Outside).
+func RouterName(id string) string { return RunPrefix(id) + routerSuffix }
+
+// OutsideName is the name of the namespace of outside client index
+// (0-based) of client group: a machine outside the cluster, behind the
+// router.
+func OutsideName(id, group string, index int) string {
+	return RunPrefix(id) + outsideInfix + Label(group) + "-" + strconv.Itoa(index)
+}
+
 // Role is what a namespace of a run is for.
 type Role string
 
@@ -151,6 +164,8 @@ const (
 	RoleNode         Role = "node"
 	RoleBackend      Role = "backend"
 	RoleClient       Role = "client"
+	RoleRouter       Role = "router"
+	RoleOutside      Role = "outside"
 )
 
 // RoleOf tells the role of a namespace name made by this package, from its
@@ -164,6 +179,10 @@ func RoleOf(name string) Role {
 		return RoleFabric
 	case rest == controlPlaneSuffix:
 		return RoleControlPlane
+	case rest == routerSuffix:
+		return RoleRouter
+	case strings.HasPrefix(rest, outsideInfix):
+		return RoleOutside
 	case strings.HasSuffix(rest, backendSuffix):
 		return RoleBackend
 	case strings.Contains(rest, clientInfix):
@@ -186,8 +205,11 @@ func uplinkLink(id string) string            { return LinkTag(id) + "eth0" }
 func backendPortLink(id string) string       { return LinkTag(id) + "be" }
 func clientPortLink(id string, j int) string { return LinkTag(id) + "c" + strconv.Itoa(j) }
 func podLink(id string) string               { return LinkTag(id) + "eth0" }
+func outsidePortLink(id string, j int) string {
+	return LinkTag(id) + "x" + strconv.Itoa(j)
+}
 
-var linkRe = regexp.MustCompile(`^kp([0-9a-f]{6})(eth0|br|be|f[0-9]{1,6}|c[0-9]{1,6})$`)
+var linkRe = regexp.MustCompile(`^kp([0-9a-f]{6})(eth0|br|be|f[0-9]{1,6}|c[0-9]{1,6}|x[0-9]{1,6})$`)
 
 // MatchLink reports whether a link (its own name and alternative names) is
 // one of ours selected by prefix (a valid cleanup prefix): its name or an

@@ -12,6 +12,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Topology is a run's set of namespaces and links (see README.md for the
@@ -49,6 +51,9 @@ type Topology struct {
 	cp     *Namespace
 	nodes  []*Node
 	byName map[string]*Node
+	// router and outside are the world outside the cluster (Config.Outside).
+	router  *Namespace
+	outside []*Client
 }
 
 // Node is one node's namespaces, as built.
@@ -64,10 +69,14 @@ type Node struct {
 	index int // 1-based, in the fabric port's name
 }
 
-// Client is one client pod's namespace, as built.
+// Client is one client's namespace, as built: a pod, a node's own
+// namespace (a host-network client) or a machine outside the cluster.
 type Client struct {
 	Config ClientConfig
-	// Node is the name of the node the pod runs on.
+	// Where says which of the three it is.
+	Where cluster.Where
+	// Node is the name of the node the pod runs on, or whose namespace a
+	// host client is; "" for a client outside the cluster.
 	Node string
 	NS   *Namespace
 }
@@ -125,11 +134,33 @@ func (t *Topology) Clients() []*Client {
 	return out
 }
 
-// BackendFor returns the backend namespace that holds endpoint address a.
+// Outside lists the clients outside the cluster (Config.Outside).
+func (t *Topology) Outside() []*Client { return t.outside }
+
+// Router is the router namespace (Config.Outside), nil without one.
+func (t *Topology) Router() *Namespace { return t.router }
+
+// Hosts lists one host-network client per node: the node's own namespace,
+// sending from the node's address.
+func (t *Topology) Hosts() []*Client {
+	out := make([]*Client, 0, len(t.nodes))
+	for _, n := range t.nodes {
+		out = append(out, &Client{Config: ClientConfig{Group: "host", Addrs: []netip.Addr{n.Config.Addr.Addr()}}, Where: cluster.OnHost, Node: n.Config.Name, NS: n.NS})
+	}
+	return out
+}
+
+// BackendFor returns the namespace that holds endpoint address a: its
+// node's backend namespace, or its own pod namespace (ClientConfig.Endpoint).
 func (t *Topology) BackendFor(a netip.Addr) (*Namespace, bool) {
 	for _, n := range t.nodes {
 		if _, found := slices.BinarySearchFunc(n.Config.Endpoints, a, netip.Addr.Compare); found {
 			return n.Backends, true
+		}
+		for _, c := range n.Clients {
+			if c.Config.Endpoint && c.Config.Addrs[0] == a {
+				return c.NS, true
+			}
 		}
 	}
 	return nil, false
@@ -233,10 +264,18 @@ func (t *Topology) build(check func() error) error {
 	if err := t.controlPlaneRoutes(); err != nil {
 		return err
 	}
+	if t.cfg.Outside != nil {
+		if err := check(); err != nil {
+			return err
+		}
+		if err := t.buildOutside(br.Index); err != nil {
+			return err
+		}
+	}
 	// Pod namespaces need no netlink socket once built; node namespaces keep
-	// theirs for the backends.
+	// theirs for the backends, the router for Route.
 	for _, ns := range t.all {
-		if ns.Role == RoleBackend || ns.Role == RoleClient {
+		if ns.Role == RoleBackend || ns.Role == RoleClient || ns.Role == RoleOutside {
 			ns.closeNetlink()
 		}
 	}
@@ -262,6 +301,12 @@ var (
 	nodeSysctls = []sysctl{
 		{"net/ipv4/ip_forward", "1", false},
 	}
+	// The router spreads a multipath route's connections by their layer-4
+	// hash (addresses, protocol and ports), as an ECMP balancer does.
+	routerSysctls = []sysctl{
+		{"net/ipv4/ip_forward", "1", false},
+		{"net/ipv4/fib_multipath_hash_policy", "1", false},
+	}
 	// With br_netfilter loaded, bridged frames would cross the fabric's
 	// (empty) iptables and conntrack; keep the fabric a plain wire.
 	fabricSysctls = []sysctl{
@@ -283,6 +328,8 @@ func (t *Topology) newNamespace(name string, role Role) (*Namespace, error) {
 	switch role {
 	case RoleNode:
 		sysctls = append(sysctls, nodeSysctls...)
+	case RoleRouter:
+		sysctls = append(sysctls, routerSysctls...)
 	case RoleFabric:
 		sysctls = append(sysctls, fabricSysctls...)
 	}
@@ -486,7 +533,7 @@ func (t *Topology) buildClient(n *Node, j int) error {
 	if err != nil {
 		return err
 	}
-	cl := &Client{Config: c, Node: n.Config.Name, NS: ns}
+	cl := &Client{Config: c, Where: cluster.InPod, Node: n.Config.Name, NS: ns}
 	n.Clients = append(n.Clients, cl)
 	rest := name[len(RunPrefix(id)):]
 	nl, eth, err := vethPair(n.NS, clientPortLink(id, j), RunPrefix(id)+rest+"-port",
@@ -505,6 +552,12 @@ func (t *Topology) buildClient(n *Node, j int) error {
 		return err
 	}
 	if err := podRoutes(ch, ns, eth, n.Config.Gateway, c.Addrs[0]); err != nil {
+		return err
+	}
+	// The node side holds the gateway, as the ptp CNI plugin gives it to
+	// every pod's link: a connection masqueraded toward the pod (hairpin)
+	// leaves from it.
+	if err := addAddr(nh, n.NS, nl, netip.PrefixFrom(n.Config.Gateway, 32)); err != nil {
 		return err
 	}
 	if err := setUp(nh, n.NS, nl); err != nil {
@@ -618,6 +671,151 @@ func (t *Topology) nodeRoutes(n *Node) error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// buildOutside creates the router (fabric port after the nodes'), every
+// outside client behind it, and each node's default route via the router.
+func (t *Topology) buildOutside(bridgeIndex int) error {
+	id, o := t.cfg.RunID, t.cfg.Outside
+	r, err := t.newNamespace(RouterName(id), RoleRouter)
+	if err != nil {
+		return err
+	}
+	t.router = r
+	up, port, err := vethPair(r, uplinkLink(id), RunPrefix(id)+"router-eth0",
+		t.fabric, fabricPortLink(id, len(t.nodes)+1), RunPrefix(id)+"fabric-router")
+	if err != nil {
+		return err
+	}
+	fh, _ := t.fabric.Netlink()
+	if err := fh.LinkSetMasterByIndex(port, bridgeIndex); err != nil {
+		return fmt.Errorf("could not attach %s to the bridge in %s: %w", port.Attrs().Name, t.fabric.Name, err)
+	}
+	if err := setUp(fh, t.fabric, port); err != nil {
+		return err
+	}
+	rh, _ := r.Netlink()
+	if err := addAddr(rh, r, up, o.Router); err != nil {
+		return err
+	}
+	if err := setUp(rh, r, up); err != nil {
+		return err
+	}
+	for _, n := range t.nodes {
+		if !o.Router.Masked().Contains(n.Config.Addr.Addr()) {
+			if err := linkRoute(rh, r, up, netip.PrefixFrom(n.Config.Addr.Addr(), 32)); err != nil {
+				return err
+			}
+		}
+	}
+	for j, c := range o.Clients {
+		if err := t.buildOutsideClient(r, j, c); err != nil {
+			return err
+		}
+	}
+	for _, n := range t.nodes {
+		h, err := n.NS.Netlink()
+		if err != nil {
+			return err
+		}
+		nup, err := h.LinkByName(uplinkLink(id))
+		if err != nil {
+			return fmt.Errorf("could not find the uplink in %s: %w", n.NS.Name, err)
+		}
+		if !n.Config.Addr.Masked().Contains(o.Router.Addr()) {
+			if err := linkRoute(h, n.NS, nup, netip.PrefixFrom(o.Router.Addr(), 32)); err != nil {
+				return err
+			}
+		}
+		if err := viaRoute(h, n.NS, nup, netip.Prefix{}, o.Router.Addr(), netip.Addr{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildOutsideClient creates outside client j: its addresses as /32s, a
+// link to the router (whose side holds the gateway) and a default route
+// via it, the router's /32 routes back.
+func (t *Topology) buildOutsideClient(r *Namespace, j int, c ClientConfig) error {
+	id, o := t.cfg.RunID, t.cfg.Outside
+	name := OutsideName(id, c.Group, c.Index)
+	ns, err := t.newNamespace(name, RoleOutside)
+	if err != nil {
+		return err
+	}
+	t.outside = append(t.outside, &Client{Config: c, Where: cluster.Outside, NS: ns})
+	rest := name[len(RunPrefix(id)):]
+	rl, eth, err := vethPair(r, outsidePortLink(id, j), RunPrefix(id)+rest+"-port",
+		ns, podLink(id), RunPrefix(id)+rest+"-eth0")
+	if err != nil {
+		return err
+	}
+	rh, _ := r.Netlink()
+	ch, _ := ns.Netlink()
+	for _, a := range c.Addrs {
+		if err := addAddr(ch, ns, eth, netip.PrefixFrom(a, 32)); err != nil {
+			return err
+		}
+	}
+	if err := setUp(ch, ns, eth); err != nil {
+		return err
+	}
+	if err := podRoutes(ch, ns, eth, o.Gateway, c.Addrs[0]); err != nil {
+		return err
+	}
+	if err := addAddr(rh, r, rl, netip.PrefixFrom(o.Gateway, 32)); err != nil {
+		return err
+	}
+	if err := setUp(rh, r, rl); err != nil {
+		return err
+	}
+	for _, a := range c.Addrs {
+		if err := linkRoute(rh, r, rl, netip.PrefixFrom(a, 32)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Route makes the router send dst to the nodes at the given addresses: one
+// next hop, or a multipath route whose connections the router spreads by
+// their layer-4 hash, as an ECMP load balancer does (MetalLB's BGP mode,
+// a cloud balancer in front of the nodes). No address removes the route.
+// Equivalent to `ip route replace dst nexthop via a1 nexthop via a2 ...` in
+// the router namespace.
+func (t *Topology) Route(dst netip.Prefix, via []netip.Addr) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.router == nil || t.closed {
+		return errors.New("could not route: the topology has no router")
+	}
+	h, err := t.router.Netlink()
+	if err != nil {
+		return err
+	}
+	up, err := h.LinkByName(uplinkLink(t.cfg.RunID))
+	if err != nil {
+		return fmt.Errorf("could not find the uplink in %s: %w", t.router.Name, err)
+	}
+	r := &netlink.Route{Dst: ipNet(dst)}
+	if len(via) == 0 {
+		if err := h.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("could not delete the route to %s in %s: %w", dst, t.router.Name, err)
+		}
+		return nil
+	}
+	if len(via) == 1 {
+		r.LinkIndex, r.Gw = up.Attrs().Index, net.IP(via[0].AsSlice())
+	} else {
+		for _, a := range via {
+			r.MultiPath = append(r.MultiPath, &netlink.NexthopInfo{LinkIndex: up.Attrs().Index, Gw: net.IP(a.AsSlice()), Hops: 0})
+		}
+	}
+	if err := h.RouteReplace(r); err != nil {
+		return fmt.Errorf("could not route %s via %v in %s: %w", dst, via, t.router.Name, err)
 	}
 	return nil
 }

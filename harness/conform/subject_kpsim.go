@@ -44,6 +44,9 @@ type node struct {
 	backend dataplane.Backend
 	tracker *cluster.Tracker
 	syncer  *dataplane.Syncer
+	// health is kube-proxy's health servers of the node (health check node
+	// ports, /healthz).
+	health *dataplane.HealthServer
 }
 
 func (k *kpsimProxies) start(ctx context.Context, topo *netns.Topology) error {
@@ -76,6 +79,15 @@ func (k *kpsimProxies) startNode(ctx, syncCtx context.Context, n *netns.Node) er
 	}
 	sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: px.MinSyncPeriod.Duration, SyncPeriod: px.SyncPeriod.Duration,
 		RetryPeriod: time.Second}, b, tr, nil)
+	h, err := backends.NewHealth(k.s.o.Mode, n.NS, dataplane.NodeConfig{NodeName: n.Config.Name, Faults: k.faults}, n.Config.Addr.Addr(), 2*px.SyncPeriod.Duration)
+	if err != nil {
+		if c, ok := b.(io.Closer); ok {
+			_ = c.Close()
+		}
+		return err
+	}
+	sy.SetHealth(h)
+	k.list = append(k.list, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy, health: h})
 	first := sy.Synced()
 	k.syncers.Add(1)
 	go func() {
@@ -88,7 +100,6 @@ func (k *kpsimProxies) startNode(ctx, syncCtx context.Context, n *netns.Node) er
 		_, _, last := sy.Stats()
 		return fmt.Errorf("node %s: the first sync did not complete within %s: %v", n.Config.Name, settleTimeout, last)
 	}
-	k.list = append(k.list, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy})
 	return nil
 }
 
@@ -185,6 +196,9 @@ func (k *kpsimProxies) stop() {
 
 func (k *kpsimProxies) close() {
 	for _, n := range k.list {
+		if n.health != nil {
+			_ = n.health.Close()
+		}
 		// A backend holding sockets in its namespace (IPVS) keeps the
 		// namespace alive until they are closed.
 		if c, ok := n.backend.(io.Closer); ok {

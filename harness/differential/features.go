@@ -63,6 +63,32 @@ func serviceFeatures(f map[string]int, s *corev1.Service) {
 	if d := s.Spec.TrafficDistribution; d != nil {
 		f["trafficDistribution:"+*d]++
 	}
+	if len(s.Spec.ExternalIPs) > 0 {
+		f["externalIPs"]++
+		if s.Spec.Type == corev1.ServiceTypeClusterIP {
+			f["externalIPs on ClusterIP"]++
+		}
+	}
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		switch {
+		case in.IP == "":
+			f["ingress hostname"]++
+		case in.IPMode != nil && *in.IPMode == corev1.LoadBalancerIPModeProxy:
+			f["ingress ipMode Proxy"]++
+		default:
+			f["ingress ipMode VIP"]++
+		}
+	}
+	for _, r := range s.Spec.LoadBalancerSourceRanges {
+		switch strings.TrimSpace(r) {
+		case "0.0.0.0/0":
+			f["source range 0.0.0.0/0"]++
+		case "198.18.0.0/15":
+			f["source range holding the node"]++
+		default:
+			f["source range"]++
+		}
+	}
 }
 
 func sliceFeatures(f map[string]int, s *discoveryv1.EndpointSlice, node string) {

@@ -285,6 +285,7 @@ func (g *gen) newService(i int) *svcModel {
 		}
 		svc.Spec.Ports = append(svc.Spec.Ports, sp)
 	}
+	g.externals(svc, i)
 	g.policies(svc, i)
 	m := &svcModel{svc: svc}
 	m.hints = pick(g.r, []string{"", "zone", "node", "partial"}, []int{5, 2, 2, 1})
@@ -311,12 +312,83 @@ func (g *gen) policies(svc *corev1.Service, i int) {
 	if g.r.IntN(4) == 0 {
 		svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
 	}
-	if svc.Spec.Type != corev1.ServiceTypeClusterIP && g.r.IntN(2) == 0 {
+	if externallyAccessible(svc) && g.r.IntN(2) == 0 {
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 			svc.Spec.HealthCheckNodePort = g.nodePort(i, 2)
 		}
 	}
+}
+
+// externallyAccessible is apiservice.ExternallyAccessible.
+func externallyAccessible(s *corev1.Service) bool {
+	return s.Spec.Type != corev1.ServiceTypeClusterIP || len(s.Spec.ExternalIPs) > 0
+}
+
+// externalAddr is the k-th external address of service i of the scenario
+// (external IPs k 0-1, load-balancer ingress k 2-4): 100.64.0.0/10 (RFC
+// 6598, outside every cluster range of the comparison), one /24 per seed
+// modulo MaxSeeds.
+func (g *gen) externalAddr(i, k int) netip.Addr {
+	ip := netip.AddrFrom4([4]byte{100, 64 + byte(g.seed%MaxSeeds/256), byte(g.seed % MaxSeeds % 256), byte(1 + i*8 + k)})
+	g.ips[ip] = true
+	return ip
+}
+
+// sourceRanges are the loadBalancerSourceRanges drawn from: one with the
+// spaces the API allows, one holding the compared node's address (kube-
+// proxy then lets the node reach its load-balancer IPs), the pod range, and
+// the zero CIDR (allow any, the same as none).
+var sourceRanges = []string{" 203.0.113.0/25", "198.51.100.0/24", "198.18.0.0/15", "10.128.0.0/9", "0.0.0.0/0"}
+
+// externals draws service i's external destinations: external IPs (any
+// type), and for a LoadBalancer its ingress (as a controller writes it to
+// the status: VIP-mode, Proxy-mode or hostname-only entries) and source
+// ranges.
+func (g *gen) externals(svc *corev1.Service, i int) {
+	if g.r.IntN(4) == 0 {
+		for k := range 1 + g.r.IntN(2) {
+			svc.Spec.ExternalIPs = append(svc.Spec.ExternalIPs, g.externalAddr(i, k).String())
+		}
+	}
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return
+	}
+	if g.r.IntN(4) != 0 {
+		svc.Status.LoadBalancer.Ingress = g.ingress(i)
+	}
+	if g.r.IntN(2) == 0 {
+		svc.Spec.LoadBalancerSourceRanges = g.ranges()
+	}
+}
+
+// ingress draws 1-3 load-balancer ingress entries of service i.
+func (g *gen) ingress(i int) []corev1.LoadBalancerIngress {
+	var out []corev1.LoadBalancerIngress
+	for k := range 1 + g.r.IntN(3) {
+		in := corev1.LoadBalancerIngress{IP: g.externalAddr(i, 2+k).String()}
+		switch pick(g.r, []string{"vip", "nil", "proxy", "hostname"}, []int{4, 3, 2, 1}) {
+		case "vip":
+			in.IPMode = ptr.To(corev1.LoadBalancerIPModeVIP)
+		case "proxy":
+			in.IPMode = ptr.To(corev1.LoadBalancerIPModeProxy)
+		case "hostname":
+			in = corev1.LoadBalancerIngress{Hostname: fmt.Sprintf("lb-%d-%d.example.com", i, k)}
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+// ranges draws 1-2 distinct source ranges.
+func (g *gen) ranges() []string {
+	n := 1 + g.r.IntN(2)
+	perm := g.r.Perm(len(sourceRanges))
+	var out []string
+	for _, j := range perm[:n] {
+		out = append(out, sourceRanges[j])
+	}
+	return out
 }
 
 // size draws the number of endpoints of a slice: mostly a few, sometimes

@@ -2,6 +2,7 @@ package differential
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -83,14 +84,17 @@ func checkStepWrites(t *testing.T, sc *Scenario) {
 // TestGenerateDisjoint checks that scenarios sharing one API (seeds
 // distinct modulo MaxSeeds) use disjoint ClusterIPs, endpoint addresses and
 // node ports, inside the configured ranges.
+// externalRange holds the external and load-balancer IPs (externalAddr).
+var externalRange = netip.MustParsePrefix("100.64.0.0/10")
+
 func TestGenerateDisjoint(t *testing.T) {
 	cfg := DefaultGenConfig()
 	owner := map[string]uint64{}
 	for seed := range uint64(MaxSeeds) {
 		sc := Generate(seed+1000, cfg)
 		for ip := range sc.IPs {
-			if !cfg.ServiceCIDR.Contains(ip) && !cfg.PodCIDR.Contains(ip) {
-				t.Fatalf("seed %d: address %s outside the service and pod ranges", sc.Seed, ip)
+			if !cfg.ServiceCIDR.Contains(ip) && !cfg.PodCIDR.Contains(ip) && !externalRange.Contains(ip) {
+				t.Fatalf("seed %d: address %s outside the service, pod and external ranges", sc.Seed, ip)
 			}
 			k := ip.String()
 			if o, ok := owner[k]; ok && o != sc.Seed {
@@ -132,6 +136,8 @@ func wantFeatures() []string {
 		"empty slice", "several slices", "slice of 100+ endpoints", "slice deleted",
 		"ready", "conditions nil", "terminating serving", "terminating not serving", "not ready",
 		"endpoint on the node", "endpoint elsewhere", "node hints", "zone hints", "no hints",
+		"externalIPs", "externalIPs on ClusterIP", "ingress ipMode VIP", "ingress ipMode Proxy", "ingress hostname",
+		"source range", "source range 0.0.0.0/0", "source range holding the node",
 	}
 	for _, a := range Actions {
 		want = append(want, "step:"+a)

@@ -143,11 +143,12 @@ func (g *gen) deleteService(i int, w *writes) {
 }
 
 // updateService changes one setting of Service i: affinity, its timeout,
-// internal or external traffic policy, or a port number.
+// internal or external traffic policy, its external destinations, or a port
+// number.
 func (g *gen) updateService(i int, w *writes) {
 	m := g.svcs[i]
 	s := m.svc.DeepCopy()
-	switch g.r.IntN(4) {
+	switch g.r.IntN(5) {
 	case 0:
 		if s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 			s.Spec.SessionAffinity, s.Spec.SessionAffinityConfig = corev1.ServiceAffinityNone, nil
@@ -161,8 +162,10 @@ func (g *gen) updateService(i int, w *writes) {
 		} else {
 			s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
 		}
+	case 4:
+		g.updateExternals(s, i)
 	case 2:
-		if s.Spec.Type != corev1.ServiceTypeClusterIP {
+		if externallyAccessible(s) {
 			if s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
 				s.Spec.ExternalTrafficPolicy, s.Spec.HealthCheckNodePort = corev1.ServiceExternalTrafficPolicyCluster, 0
 			} else {
@@ -180,6 +183,38 @@ func (g *gen) updateService(i int, w *writes) {
 	}
 	m.svc = s
 	w.svcs[s.Name] = s
+}
+
+// updateExternals changes the external destinations of Service s (index
+// i): a LoadBalancer's ingress (a controller rewriting the status) or
+// source ranges, or anyone's external IPs. A ClusterIP Service that loses
+// its last external IP loses its externalTrafficPolicy with it (the API
+// allows the policy only on externally accessible Services).
+func (g *gen) updateExternals(s *corev1.Service, i int) {
+	lb := s.Spec.Type == corev1.ServiceTypeLoadBalancer
+	switch k := g.r.IntN(3); {
+	case lb && k == 0:
+		if len(s.Status.LoadBalancer.Ingress) > 0 && g.r.IntN(3) == 0 {
+			s.Status.LoadBalancer.Ingress = nil
+		} else {
+			s.Status.LoadBalancer.Ingress = g.ingress(i)
+		}
+	case lb && k == 1:
+		if len(s.Spec.LoadBalancerSourceRanges) > 0 && g.r.IntN(2) == 0 {
+			s.Spec.LoadBalancerSourceRanges = nil
+		} else {
+			s.Spec.LoadBalancerSourceRanges = g.ranges()
+		}
+	default:
+		if len(s.Spec.ExternalIPs) > 0 {
+			s.Spec.ExternalIPs = nil
+		} else {
+			s.Spec.ExternalIPs = []string{g.externalAddr(i, g.r.IntN(2)).String()}
+		}
+		if !externallyAccessible(s) {
+			s.Spec.ExternalTrafficPolicy = ""
+		}
+	}
 }
 
 // scaleUp adds endpoints: to an existing slice, or in a new one.

@@ -213,11 +213,17 @@ func writeServiceStatus(ctx context.Context, client kubernetes.Interface, want *
 		if equality.Semantic.DeepEqual(cur.Status.LoadBalancer, want.Status.LoadBalancer) {
 			return nil
 		}
+		rv := cur.ResourceVersion
 		cur.Status.LoadBalancer = *want.Status.LoadBalancer.DeepCopy()
-		if _, err := api.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		got, err := api.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		if err != nil {
 			return err
 		}
-		n = 1
+		// An update the API's defaults make a no-op (an ingress without
+		// ipMode gets VIP) keeps the resource version and sends no event.
+		if got.ResourceVersion != rv || rv == "" { // the fake clientset keeps no versions
+			n = 1
+		}
 		return nil
 	})
 	if err != nil {
@@ -327,7 +333,12 @@ func mergeService(cur, want *corev1.Service) *corev1.Service {
 	if spec.InternalTrafficPolicy == nil {
 		spec.InternalTrafficPolicy = old.InternalTrafficPolicy
 	}
-	if spec.ExternalTrafficPolicy == "" && spec.Type == old.Type {
+	// An unset policy keeps the API's (its default, Cluster), unless the
+	// Service is no longer externally accessible (the API refuses a
+	// policy there).
+	external := spec.Type == corev1.ServiceTypeNodePort || spec.Type == corev1.ServiceTypeLoadBalancer ||
+		(spec.Type == corev1.ServiceTypeClusterIP || spec.Type == "") && len(spec.ExternalIPs) > 0
+	if spec.ExternalTrafficPolicy == "" && spec.Type == old.Type && external {
 		spec.ExternalTrafficPolicy = old.ExternalTrafficPolicy
 	}
 	if spec.HealthCheckNodePort == 0 {

@@ -350,6 +350,10 @@ func nodeInfo(n *corev1.Node) *Node {
 		}
 	}
 	out.PodCIDR, _ = netip.ParsePrefix(n.Spec.PodCIDR)
+	out.Leaving = !n.DeletionTimestamp.IsZero()
+	for _, t := range n.Spec.Taints {
+		out.Leaving = out.Leaving || t.Key == "ToBeDeletedByClusterAutoscaler"
+	}
 	return out
 }
 
@@ -359,7 +363,7 @@ func nodesEqual(a, b map[string]*Node) bool {
 	}
 	for k, x := range a {
 		y, ok := b[k]
-		if !ok || x.Zone != y.Zone || x.IP != y.IP || x.PodCIDR != y.PodCIDR {
+		if !ok || x.Zone != y.Zone || x.IP != y.IP || x.PodCIDR != y.PodCIDR || x.Leaving != y.Leaving {
 			return false
 		}
 	}

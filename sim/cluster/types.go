@@ -126,6 +126,10 @@ type Node struct {
 	IP      netip.Addr
 	PodCIDR netip.Prefix
 	Labels  map[string]string
+	// Leaving reports a node being deleted (deletionTimestamp set) or
+	// tainted ToBeDeletedByClusterAutoscaler: kube-proxy's /healthz then
+	// answers 503, so that load balancers drain it (NodeEligible).
+	Leaving bool
 }
 
 // Changes names the service ports whose Service or endpoints changed since the

@@ -81,8 +81,9 @@ func Render(mode Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, nodeNam
 // RenderExternal returns the rules for traffic from outside the cluster to
 // a NodePort or LoadBalancer service port arriving at this node
 // (externalTrafficPolicy). In IPVS mode, Local with no local endpoint falls
-// back to the cluster endpoints without masquerade, so replies never reach
-// the client: it is rendered as DROP with that reason. It is meaningful only
+// back to the cluster endpoints without masquerade: they get the
+// connection, its replies never reach the client (Reason says so). It is
+// meaningful only
 // for a service port reachable from outside (proxy.ExternallyAccessible).
 func RenderExternal(mode Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, nodeName, nodeZone string, ids *Interner, opts RenderOptions) Rules {
 	cat := categorize(sp, eps, nodeName, nodeZone, opts)
@@ -93,7 +94,14 @@ func RenderExternal(mode Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint,
 	case !cat.HasAny:
 		r.Verdict, r.Reason = Reject, name+" has no endpoints"
 	case len(chain) == 0 && mode == IPVS:
-		r.Verdict, r.Reason = Drop, name+" has no local endpoints (ipvs forwards to cluster endpoints without SNAT; replies are lost)"
+		// syncEndpoint's fallback (kubernetes PR #97081): the cluster's
+		// endpoints get the connection without SNAT, and their replies
+		// never reach the client.
+		if r.Backends = backends(cat.Cluster, ids); len(r.Backends) == 0 {
+			r.Verdict, r.Reason = Reject, name+" has no endpoints"
+		} else {
+			r.Reason = name + " has no local endpoints: ipvs forwards to the cluster's endpoints without SNAT, and their replies are lost"
+		}
 	case len(chain) == 0:
 		r.Verdict, r.Reason = Drop, name+" has no local endpoints"
 	default:

@@ -18,6 +18,7 @@ package oracle
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -68,6 +69,49 @@ type Outcome struct {
 	// Deviations name documented ways in which the mode's kube-proxy
 	// departs from the documentation for this service port.
 	Deviations []string
+	// Source is the address the endpoints see as the connection's source
+	// (Kind Endpoints only; SourceOf gives it per endpoint).
+	Source Source
+	// Client is the client's address when the outcome depends on it: a
+	// connection that reaches the endpoint holding that address (a pod
+	// reaching itself through its Service) is masqueraded, whatever Source
+	// says (hairpin).
+	Client netip.Addr
+	// RepliesLost reports connections that reach an endpoint whose replies
+	// cannot reach the client (the backend sees them; the client's
+	// connection fails): IPVS's fallback without SNAT.
+	RepliesLost bool
+}
+
+// Source is what a backend sees as a connection's source address.
+type Source int
+
+// The sources a backend can see.
+const (
+	// SourceClient is the client's own address.
+	SourceClient Source = iota
+	// SourceNode is an address of the node that decided the connection
+	// (it was masqueraded).
+	SourceNode
+)
+
+// String is "client" or "node".
+func (s Source) String() string {
+	if s == SourceNode {
+		return "node"
+	}
+	return "client"
+}
+
+// SourceOf is the source the endpoint ("ip:port") sees: the node's address
+// when the client reaches itself (hairpin), else Source.
+func (o Outcome) SourceOf(endpoint string) Source {
+	if o.Client.IsValid() {
+		if ap, err := netip.ParseAddrPort(endpoint); err == nil && ap.Addr() == o.Client {
+			return SourceNode
+		}
+	}
+	return o.Source
 }
 
 // Endpoints lists the eligible endpoints, sorted.
@@ -100,6 +144,9 @@ type Oracle struct {
 	IPVSScheduler string
 	// RecentCapacity is ip_list_tot; 0 means DefaultRecentCapacity.
 	RecentCapacity int
+	// MasqueradeAll is kube-proxy's --masquerade-all: every connection to
+	// a cluster IP is masqueraded.
+	MasqueradeAll bool
 }
 
 // Expect is Oracle{}.Expect.
@@ -160,8 +207,8 @@ func (o Oracle) Expect(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluste
 // externalTrafficPolicy Local uses the node's endpoints (ready, else
 // serving and terminating) and drops without one; Cluster uses the
 // cluster's. In ipvs mode, Local without a local endpoint forwards to the
-// cluster's endpoints without SNAT, so replies are lost: a deviation whose
-// effect is a drop.
+// cluster's endpoints without SNAT: they receive the connection, its
+// replies do not reach the client (RepliesLost), a deviation.
 func (o Oracle) ExpectExternal(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, node, nodeZone string) Outcome {
 	name := sp.Name.String()
 	if !anyUsable(eps) {
@@ -178,11 +225,13 @@ func (o Oracle) ExpectExternal(mode cluster.Mode, sp *cluster.ServicePort, eps [
 		out.Deviations = o.modeDeviations(mode, sp, out)
 		return out
 	}
-	out := Outcome{Kind: Drop, Reason: name + " has no endpoint on node " + node + " (externalTrafficPolicy Local)"}
 	if mode == cluster.ModeIPVS {
-		out.Deviations = append(out.Deviations, "ipvs: externalTrafficPolicy Local without a local endpoint forwards to the cluster's endpoints without SNAT, so replies do not reach the client")
+		out := uniform(o.clusterSet(eps, node, nodeZone), name+": no endpoint on node "+node+"; ipvs forwards to the cluster's endpoints without SNAT")
+		out.RepliesLost = out.Kind == Endpoints
+		out.Deviations = append(out.Deviations, "ipvs: externalTrafficPolicy Local without a local endpoint forwards to the cluster's endpoints without SNAT, so replies do not reach the client; the documentation says the traffic is dropped")
+		return out
 	}
-	return out
+	return Outcome{Kind: Drop, Reason: name + " has no endpoint on node " + node + " (externalTrafficPolicy Local)"}
 }
 
 // ExpectShortCircuit gives the outcome of a connection from a pod or from
@@ -351,4 +400,141 @@ func isUDP(sp *cluster.ServicePort) bool { return sp.Name.Protocol == corev1.Pro
 // status, in ipMode VIP (an ipMode Proxy balancer sends to the node ports).
 func externallyAccessible(sp *cluster.ServicePort) bool {
 	return sp.NodePort != 0 || len(sp.LoadBalancerIPs) > 0 || len(sp.ExternalIPs) > 0
+}
+
+// ExpectFrom gives the outcome of a new connection from a client standing at
+// from to the service port through via, the source its endpoint sees
+// included. It is the one entry point for every kind of client:
+//
+//   - to the cluster IP: Expect's outcome for the deciding node; a pod's
+//     address is kept (unless masqueradeAll), the node's own traffic and
+//     traffic from outside the pod range leave with a node address;
+//   - from outside to a node port, external IP or load-balancer IP entering
+//     at from.Node: ExpectExternal's outcome (externalTrafficPolicy Local
+//     keeps the client's address and uses that node's endpoints, Cluster
+//     masquerades and uses the cluster's);
+//   - from a pod or the host to an external destination: short-circuited
+//     to the cluster's endpoints (ExpectShortCircuit), masqueraded under
+//     Cluster, a pod's address kept under Local, the host's always the
+//     node's;
+//   - to a load-balancer IP of a Service with loadBalancerSourceRanges,
+//     from an address in none of them: dropped (node ports are not
+//     subject to the ranges; the node itself may reach its load-balancer IPs
+//     when a range holds its address);
+//   - a pod reaching itself through the Service is masqueraded (hairpin:
+//     Outcome.SourceOf).
+func (o Oracle) ExpectFrom(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, from cluster.Standpoint, via cluster.Via, zone string) Outcome {
+	name := sp.Name.String()
+	if via == cluster.ViaLoadBalancer && len(sp.SourceRanges) > 0 && anyUsable(eps) && !inRanges(sp.SourceRanges, from.Addr) {
+		return Outcome{Kind: Drop, Reason: fmt.Sprintf("%s: %s is outside every loadBalancerSourceRanges entry", name, from.Addr)}
+	}
+	var out Outcome
+	switch {
+	case via == cluster.ViaClusterIP:
+		out = o.Expect(mode, sp, eps, from.Node, zone)
+		if from.Where != cluster.InPod || o.MasqueradeAll {
+			out.Source = SourceNode
+		}
+	case from.Where == cluster.Outside:
+		out = o.ExpectExternal(mode, sp, eps, from.Node, zone)
+		if !sp.ExternalLocal {
+			out.Source = SourceNode
+		}
+	default:
+		out = o.ExpectShortCircuit(mode, sp, eps, from.Node, zone)
+		if from.Where == cluster.OnHost || !sp.ExternalLocal {
+			out.Source = SourceNode
+		}
+	}
+	if from.Where == cluster.InPod {
+		out.Client = from.Addr
+	}
+	return out
+}
+
+// inRanges reports whether a lies in one of the ranges.
+func inRanges(ranges []netip.Prefix, a netip.Addr) bool {
+	for _, r := range ranges {
+		if r.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// HealthCheck is what a node's health check node port answers for a
+// Service: the number of the node's ready endpoints (distinct addresses
+// over the Service's ports), and 200 when there is one, 503 when there is
+// none. A load balancer following it sends only to nodes that answer 200.
+type HealthCheck struct {
+	LocalEndpoints int
+	Status         int
+}
+
+// ExpectHealthCheck gives the answer of node's health check node port for
+// the Service of the given service ports' endpoints (all ports of one
+// Service), as the documentation of externalTrafficPolicy Local and the
+// health check describes it: ready endpoints only (a terminating one fails
+// the check, so that the balancer drains the node).
+func ExpectHealthCheck(epsByPort [][]*cluster.Endpoint, node string) HealthCheck {
+	ips := map[netip.Addr]bool{}
+	for _, eps := range epsByPort {
+		for _, e := range eps {
+			if e.Ready && e.NodeName == node {
+				ips[e.IP] = true
+			}
+		}
+	}
+	hc := HealthCheck{LocalEndpoints: len(ips), Status: 503}
+	if hc.LocalEndpoints > 0 {
+		hc.Status = 200
+	}
+	return hc
+}
+
+// ExpectBalanced gives the outcome of a connection from outside to a
+// load-balancer IP when the balancer spreads connections evenly over
+// nodes: over every node when it does not follow health checks, else over
+// the nodes whose check passes (those with a local ready endpoint, under
+// externalTrafficPolicy Local). Each node's share is then split as
+// ExpectFrom splits it there; a node that drops (Local without a local
+// endpoint) gives its share to DROP, whose probability is in DropShare.
+func (o Oracle) ExpectBalanced(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, nodes []string, zones map[string]string, client netip.Addr, followsHealth bool) (Outcome, float64) {
+	name := sp.Name.String()
+	use := nodes
+	if followsHealth && sp.ExternalLocal {
+		var healthy []string
+		for _, n := range nodes {
+			if ExpectHealthCheck([][]*cluster.Endpoint{eps}, n).Status == 200 {
+				healthy = append(healthy, n)
+			}
+		}
+		if len(healthy) > 0 {
+			use = healthy // none healthy: cloud balancers send to every node
+		}
+	}
+	probs := map[string]float64{}
+	drop := 0.0
+	out := Outcome{Kind: Endpoints, Reason: name + ": spread evenly over nodes " + strings.Join(use, ", ")}
+	for _, n := range use {
+		per := o.ExpectFrom(mode, sp, eps, cluster.Standpoint{Where: cluster.Outside, Node: n, Addr: client}, cluster.ViaLoadBalancer, zones[n])
+		switch per.Kind {
+		case Endpoints:
+			for e, p := range per.Probs {
+				probs[e] += p / float64(len(use))
+			}
+			out.Source = per.Source
+			out.RepliesLost = out.RepliesLost || per.RepliesLost
+		case Reject:
+			return per, 0
+		default:
+			drop += 1 / float64(len(use))
+		}
+		out.Deviations = append(out.Deviations, per.Deviations...)
+	}
+	if len(probs) == 0 {
+		return Outcome{Kind: Drop, Reason: name + ": every node the balancer uses drops"}, 1
+	}
+	out.Probs = probs
+	return out, drop
 }

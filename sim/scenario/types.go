@@ -51,6 +51,10 @@ type Cluster struct {
 	// NodeNetwork holds the nodes' own addresses (default 198.18.0.0/16, the
 	// range RFC 2544 reserves for benchmarking).
 	NodeNetwork string `json:"nodeNetwork,omitempty"`
+	// ExternalNetwork holds the addresses of clients outside the cluster
+	// (traffic.clients with where: external; default 203.0.113.0/24,
+	// TEST-NET-3).
+	ExternalNetwork string `json:"externalNetwork,omitempty"`
 	// Nodes lists nodes by name; NodeCount generates them instead.
 	Nodes []NodeSpec `json:"nodes,omitempty"`
 	// NodeCount generates that many nodes named by NodeNamePattern.
@@ -150,14 +154,20 @@ type DurationDist struct {
 	Mean metav1.Duration `json:"mean"`
 }
 
-// Client is a group of client pods.
+// Client is a group of clients: pods (the default), host-network processes
+// of nodes, or machines outside the cluster.
 type Client struct {
 	Name string `json:"name"`
-	// Nodes the client pods run on; empty means every node.
+	// Where the clients stand: pod (default), host or external.
+	Where cluster.Where `json:"where,omitempty"`
+	// Nodes the client pods (or host clients) run on; empty means every
+	// node. For external clients: the nodes their connections enter at
+	// (node ports and external IPs); empty means every node.
 	Nodes []string `json:"nodes,omitempty"`
 	// PodsPerNode is the number of client pods on each of those nodes.
 	PodsPerNode int `json:"podsPerNode,omitempty"`
-	// SourceIPs is the number of distinct source addresses per client pod.
+	// SourceIPs is the number of distinct source addresses per client pod
+	// (per outside client: from cluster.externalNetwork).
 	SourceIPs int `json:"sourceIPs,omitempty"`
 	// SourcePorts is random (default), sequential or fixed.
 	SourcePorts string `json:"sourcePorts,omitempty"`
@@ -216,6 +226,31 @@ const (
 	CheckNoEndpoints          = "no-endpoints"
 	CheckFlapping             = "flapping"
 	CheckTerminating          = "terminating"
+	// CheckExternalDistribution: new connections from outside through a
+	// node port, external IP or load-balancer IP entering at each node:
+	// the shares of the endpoints that node sends to.
+	CheckExternalDistribution = "external-distribution"
+	// CheckExternalLocalBalance: connections from outside to a
+	// load-balancer IP spread evenly over the nodes by the load balancer
+	// (following health checks): each pod's share under
+	// externalTrafficPolicy Local, nothing lost.
+	CheckExternalLocalBalance = "external-local-balance"
+	// CheckExternalAffinity: ClientIP affinity through a node port or
+	// load-balancer IP, per entry node and across entry nodes.
+	CheckExternalAffinity = "external-affinity"
+	// CheckSourceAddress: the source address each backend sees.
+	CheckSourceAddress = "source-address"
+	// CheckHealthCheck: each node's healthCheckNodePort answer, following
+	// readiness changes.
+	CheckHealthCheck = "health-check"
+	// CheckSourceRanges: loadBalancerSourceRanges let allowed sources in
+	// and drop the others.
+	CheckSourceRanges = "source-ranges"
+	// CheckHairpin: a backend pod reaching its own Service.
+	CheckHairpin = "hairpin"
+	// CheckServiceCIDR: an unknown port of a cluster IP is rejected and an
+	// unallocated address of the service range dropped (nftables mode).
+	CheckServiceCIDR = "service-cidr"
 )
 
 // Check defaults, documented in scenarios/README.md.
@@ -231,8 +266,16 @@ type Check struct {
 	Type    string `json:"type"`
 	Service string `json:"service"`
 	Port    string `json:"port,omitempty"`
-	// ClientNodes restricts the check to clients on these nodes.
+	// ClientNodes restricts the check to clients on these nodes (for
+	// clients outside the cluster: the nodes their connections enter at).
 	ClientNodes []string `json:"clientNodes,omitempty"`
+	// From is where the check's clients stand: pod, host or external (the
+	// check type's default when empty).
+	From cluster.Where `json:"from,omitempty"`
+	// Via is the destination the clients connect to: cluster-ip,
+	// node-port, external-ip or load-balancer (the check type's default
+	// when empty).
+	Via cluster.Via `json:"via,omitempty"`
 	Alpha       float64  `json:"alpha,omitempty"`
 	MDE         float64  `json:"mde,omitempty"`
 	Power       float64  `json:"power,omitempty"`

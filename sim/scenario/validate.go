@@ -23,6 +23,7 @@ const (
 	DefaultServiceCIDR      = "10.96.0.0/16"
 	DefaultPodCIDR          = "10.244.0.0/16"
 	DefaultNodeNetwork      = "198.18.0.0/16"
+	DefaultExternalNetwork  = "203.0.113.0/24"
 	DefaultNodeCIDRMaskSize = 24
 	DefaultNodeNamePattern  = "node-{i}"
 	DefaultSeed             = 1
@@ -49,7 +50,9 @@ var (
 	DistKinds        = []string{"fixed", "uniform", "zipf", "lognormal"}
 	SourcePortModes  = []string{"random", "sequential", "fixed"}
 	EventTypes       = []string{EventReadiness, EventFlap, EventDeletePod, EventScale, EventServiceUpdate}
-	CheckTypes       = []string{CheckDistribution, CheckAffinity, CheckInternalTrafficLocal, CheckNoEndpoints, CheckFlapping, CheckTerminating}
+	CheckTypes       = []string{CheckDistribution, CheckAffinity, CheckInternalTrafficLocal, CheckNoEndpoints, CheckFlapping, CheckTerminating,
+		CheckExternalDistribution, CheckExternalLocalBalance, CheckExternalAffinity, CheckSourceAddress, CheckHealthCheck, CheckSourceRanges,
+		CheckHairpin, CheckServiceCIDR}
 )
 
 func oneOf(v string, set []string) bool {
@@ -88,7 +91,7 @@ type validator struct {
 	// are dropped from the scenario's objects after validation.
 	ignored map[string]bool
 
-	serviceCIDR, podCIDR, nodeNet netip.Prefix
+	serviceCIDR, podCIDR, nodeNet, extNet netip.Prefix
 	nodes                         map[string]*nodeRef
 	services                      map[string]*svcRef // "ns/name"
 	clusterIPs                    map[netip.Addr]string
@@ -131,6 +134,10 @@ type svcRef struct {
 	typ       corev1.ServiceType
 	// externalIPs: the Service has spec.externalIPs.
 	externalIPs bool
+	// What the external checks need of it: node ports (given or to be
+	// allocated), a load-balancer ingress address in ipMode VIP, source
+	// ranges, a health check node port, ClientIP affinity.
+	nodePorts, lbIP, ranges, healthCheck, affinity bool
 }
 
 func (r *svcRef) hasPort(name string) bool { return slices.Contains(r.ports, name) }
@@ -193,6 +200,10 @@ func (v *validator) cluster() {
 	v.serviceCIDR = v.prefix("cluster.serviceCIDR", c.ServiceCIDR, DefaultServiceCIDR)
 	v.podCIDR = v.prefix("cluster.podCIDR", c.PodCIDR, DefaultPodCIDR)
 	v.nodeNet = v.prefix("cluster.nodeNetwork", c.NodeNetwork, DefaultNodeNetwork)
+	v.extNet = v.prefix("cluster.externalNetwork", c.ExternalNetwork, DefaultExternalNetwork)
+	if c.ExternalNetwork == "" {
+		c.ExternalNetwork = DefaultExternalNetwork
+	}
 	if c.ServiceCIDR == "" {
 		c.ServiceCIDR = DefaultServiceCIDR
 	}
@@ -209,6 +220,9 @@ func (v *validator) cluster() {
 		{v.serviceCIDR, v.podCIDR, "cluster.serviceCIDR", "cluster.podCIDR"},
 		{v.serviceCIDR, v.nodeNet, "cluster.serviceCIDR", "cluster.nodeNetwork"},
 		{v.podCIDR, v.nodeNet, "cluster.podCIDR", "cluster.nodeNetwork"},
+		{v.serviceCIDR, v.extNet, "cluster.serviceCIDR", "cluster.externalNetwork"},
+		{v.podCIDR, v.extNet, "cluster.podCIDR", "cluster.externalNetwork"},
+		{v.nodeNet, v.extNet, "cluster.nodeNetwork", "cluster.externalNetwork"},
 	}
 	for _, p := range pairs {
 		if p.a.IsValid() && p.b.IsValid() && p.a.Overlaps(p.b) {
@@ -518,6 +532,14 @@ func (v *validator) service(path string, s *corev1.Service) {
 	v.sourceRanges(sp, s)
 	v.healthCheckNodePort(sp, key, s)
 	v.loadBalancerStatus(path+".status.loadBalancer", s)
+	ref.nodePorts = allocatesNodePorts(s) || slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.NodePort != 0 })
+	ref.lbIP = slices.ContainsFunc(s.Status.LoadBalancer.Ingress, func(in corev1.LoadBalancerIngress) bool {
+		a, err := netip.ParseAddr(in.IP)
+		return err == nil && a.Is4() && (in.IPMode == nil || *in.IPMode == corev1.LoadBalancerIPModeVIP)
+	})
+	ref.ranges = len(s.Spec.LoadBalancerSourceRanges) > 0
+	ref.healthCheck = NeedsHealthCheck(s)
+	ref.affinity = s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP
 }
 
 // serviceRef checks the Service's name and registers what the later
@@ -1385,6 +1407,18 @@ func (v *validator) traffic() {
 			v.r.at(cp+".name", "client %q is defined twice", c.Name)
 		}
 		names[c.Name] = true
+		switch {
+		case c.Where == "":
+			c.Where = cluster.InPod
+		case !c.Where.Valid():
+			v.r.at(cp+".where", "unknown value %q (choose from %s)", c.Where, choices(whereNames()))
+		case c.Where != cluster.InPod && c.PodsPerNode > 1:
+			v.r.at(cp+".podsPerNode", "applies to pods; a %s client group is one client per node (host) or one machine (external)", c.Where)
+		case c.Where == cluster.OnHost && c.SourceIPs > 1:
+			v.r.at(cp+".sourceIPs", "a host client sends from its node's address only")
+		case c.Where == cluster.Outside && v.extNet.IsValid() && c.SourceIPs > 1<<(32-v.extNet.Bits())-4:
+			v.r.at(cp+".sourceIPs", "%d addresses do not fit cluster.externalNetwork %s", c.SourceIPs, v.extNet)
+		}
 		for j, n := range c.Nodes {
 			if _, ok := v.nodes[n]; !ok {
 				v.r.at(fmt.Sprintf("%s.nodes[%d]", cp, j), "node %q is not defined", n)
@@ -1536,6 +1570,132 @@ func (v *validator) events() {
 	}
 }
 
+// whereNames and viaNames spell the client places and destinations.
+func whereNames() []string {
+	var out []string
+	for _, w := range cluster.Wheres() {
+		out = append(out, string(w))
+	}
+	return out
+}
+
+func viaNames() []string {
+	var out []string
+	for _, w := range cluster.Vias() {
+		out = append(out, string(w))
+	}
+	return out
+}
+
+// checkRoutes says, per check type, where its clients may stand and which
+// destinations they may use, the first of each the default. Types not
+// listed are the pod checks of the cluster IP.
+var checkRoutes = map[string]struct {
+	from []cluster.Where
+	via  []cluster.Via
+}{
+	CheckExternalDistribution: {[]cluster.Where{cluster.Outside}, []cluster.Via{cluster.ViaNodePort, cluster.ViaExternalIP, cluster.ViaLoadBalancer}},
+	CheckExternalLocalBalance: {[]cluster.Where{cluster.Outside}, []cluster.Via{cluster.ViaLoadBalancer}},
+	CheckExternalAffinity:     {[]cluster.Where{cluster.Outside}, []cluster.Via{cluster.ViaNodePort, cluster.ViaLoadBalancer}},
+	CheckSourceAddress: {[]cluster.Where{cluster.InPod, cluster.OnHost, cluster.Outside},
+		[]cluster.Via{cluster.ViaClusterIP, cluster.ViaNodePort, cluster.ViaExternalIP, cluster.ViaLoadBalancer}},
+	CheckSourceRanges: {[]cluster.Where{cluster.Outside}, []cluster.Via{cluster.ViaLoadBalancer}},
+}
+
+// CheckRoute is where a check's clients stand and what they connect to,
+// its defaults filled (the scenario's validation fills them in c too).
+func CheckRoute(c *Check) (cluster.Where, cluster.Via) {
+	from, via := c.From, c.Via
+	r, ok := checkRoutes[c.Type]
+	if from == "" {
+		from = cluster.InPod
+		if ok {
+			from = r.from[0]
+		}
+	}
+	if via == "" {
+		via = cluster.ViaClusterIP
+		if ok && (from == cluster.Outside || c.Type != CheckSourceAddress) {
+			via = r.via[0]
+			if from == cluster.Outside && via == cluster.ViaClusterIP {
+				via = cluster.ViaNodePort
+			}
+		}
+	}
+	return from, via
+}
+
+// checkRoute validates a check's from and via and what its Service must
+// have for them.
+func (v *validator) checkRoute(cp string, c *Check) {
+	r, external := checkRoutes[c.Type]
+	allowedFrom := []cluster.Where{cluster.InPod}
+	allowedVia := []cluster.Via{cluster.ViaClusterIP}
+	if external {
+		allowedFrom, allowedVia = r.from, r.via
+	}
+	if c.From != "" && !slices.Contains(allowedFrom, c.From) {
+		v.r.at(cp+".from", "the clients of %s checks stand in %s, not %q", c.Type, joinWheres(allowedFrom), c.From)
+		return
+	}
+	if c.Via != "" && !slices.Contains(allowedVia, c.Via) {
+		v.r.at(cp+".via", "%s checks connect through %s, not %q", c.Type, joinVias(allowedVia), c.Via)
+		return
+	}
+	c.From, c.Via = CheckRoute(c)
+	if c.From == cluster.Outside && c.Via == cluster.ViaClusterIP {
+		v.r.at(cp+".via", "clients outside the cluster connect through node-port, external-ip or load-balancer")
+		return
+	}
+	ref := v.services[c.Service]
+	if ref == nil {
+		return
+	}
+	need := func(ok bool, what string) {
+		if !ok {
+			v.r.at(cp+".service", "Service %s has no %s: %s checks through %s need one", c.Service, what, c.Type, c.Via)
+		}
+	}
+	switch c.Via {
+	case cluster.ViaNodePort:
+		need(ref.nodePorts || ref.generated, "node port")
+	case cluster.ViaExternalIP:
+		need(ref.externalIPs, "external IP")
+	case cluster.ViaLoadBalancer:
+		need(ref.lbIP, "load-balancer ingress IP in ipMode VIP (status.loadBalancer.ingress)")
+	}
+	switch c.Type {
+	case CheckExternalAffinity:
+		if !ref.affinity {
+			v.r.at(cp+".service", "Service %s has no sessionAffinity ClientIP to check", c.Service)
+		}
+	case CheckHealthCheck:
+		if !ref.healthCheck {
+			v.r.at(cp+".service", "Service %s has no health check node port: only a LoadBalancer Service with externalTrafficPolicy Local has one", c.Service)
+		}
+	case CheckSourceRanges:
+		if !ref.ranges {
+			v.r.at(cp+".service", "Service %s has no loadBalancerSourceRanges to check", c.Service)
+		}
+	}
+}
+
+func joinWheres(l []cluster.Where) string {
+	var out []string
+	for _, w := range l {
+		out = append(out, string(w))
+	}
+	return strings.Join(out, " or ")
+}
+
+func joinVias(l []cluster.Via) string {
+	var out []string
+	for _, w := range l {
+		out = append(out, string(w))
+	}
+	return strings.Join(out, " or ")
+}
+
 func (v *validator) checks() {
 	names := map[string]bool{}
 	for i := range v.sc.Checks {
@@ -1545,6 +1705,7 @@ func (v *validator) checks() {
 			v.r.at(cp+".type", "unknown check %q (choose from %s)", c.Type, choices(CheckTypes))
 		}
 		v.checkTarget(cp, c)
+		v.checkRoute(cp, c)
 		for j, n := range c.ClientNodes {
 			if _, ok := v.nodes[n]; !ok {
 				v.r.at(fmt.Sprintf("%s.clientNodes[%d]", cp, j), "node %q is not defined", n)
