@@ -275,10 +275,10 @@ type Check struct {
 	// Via is the destination the clients connect to: cluster-ip,
 	// node-port, external-ip or load-balancer (the check type's default
 	// when empty).
-	Via cluster.Via `json:"via,omitempty"`
-	Alpha       float64  `json:"alpha,omitempty"`
-	MDE         float64  `json:"mde,omitempty"`
-	Power       float64  `json:"power,omitempty"`
+	Via   cluster.Via `json:"via,omitempty"`
+	Alpha float64     `json:"alpha,omitempty"`
+	MDE   float64     `json:"mde,omitempty"`
+	Power float64     `json:"power,omitempty"`
 }
 
 // Object is one Kubernetes object of the objects section and the field path it

@@ -92,10 +92,10 @@ type validator struct {
 	ignored map[string]bool
 
 	serviceCIDR, podCIDR, nodeNet, extNet netip.Prefix
-	nodes                         map[string]*nodeRef
-	services                      map[string]*svcRef // "ns/name"
-	clusterIPs                    map[netip.Addr]string
-	nodePorts                     map[int32]nodePortOwner
+	nodes                                 map[string]*nodeRef
+	services                              map[string]*svcRef // "ns/name"
+	clusterIPs                            map[netip.Addr]string
+	nodePorts                             map[int32]nodePortOwner
 }
 
 // nodePortOwner is the service port that requested a node port.
