@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
@@ -52,10 +53,14 @@ type kernelMachine struct {
 	start  time.Time
 }
 
-func (k *kernelMachine) clients() []*netns.Client { return k.s.topo.Clients() }
-func (k *kernelMachine) phase()                   { k.prober.Phase() }
-func (k *kernelMachine) collect(n int) Counts     { return k.prober.Collect(n) }
-func (k *kernelMachine) now() time.Duration       { return time.Since(k.start) }
+// clients are the client pods that are not endpoints (a hairpin check's
+// endpoint pods send only for it: endpointPod).
+func (k *kernelMachine) clients() []*netns.Client {
+	return slices.DeleteFunc(slices.Clone(k.s.topo.Clients()), func(c *netns.Client) bool { return c.Config.Endpoint })
+}
+func (k *kernelMachine) phase()               { k.prober.Phase() }
+func (k *kernelMachine) collect(n int) Counts { return k.prober.Collect(n) }
+func (k *kernelMachine) now() time.Duration   { return time.Since(k.start) }
 
 func (k *kernelMachine) send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
 	return k.prober.Send(ctx, b, r)

@@ -48,7 +48,7 @@ type outcomePlan struct {
 // planOutcome sizes a check against the oracle's outcome.
 func (s *suite) planOutcome(c *scenario.Check, want oracle.Outcome) (outcomePlan, error) {
 	p := outcomePlan{want: want, endpoints: want.Endpoints()}
-	if want.Kind == oracle.Endpoints && len(p.endpoints) > 1 {
+	if want.Kind == oracle.Endpoints && len(p.endpoints) > 1 && !deterministicTypes[c.Type] {
 		p.p0 = probsOf(want)
 		d, err := designFor(p.p0, c.MDE, s.alphaUnit, c.Power, s.o.FixedSize)
 		if err != nil {
@@ -79,13 +79,20 @@ func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, p
 		rc.Verdict, rc.Message = report.Error, err.Error()
 		return
 	}
-	client := s.clientOn(nodeName)
-	if client == nil {
-		rc.Verdict, rc.Message = report.Error, "no client pod on node "+nodeName
+	tgt, err := s.target(c, spn, sp, nodeName, phase)
+	if err != nil {
+		rc.Verdict, rc.Message = report.Error, err.Error()
 		return
 	}
-	st := s.state()
-	want := s.or.Expect(s.o.Mode, sp, st.Endpoints[spn], nodeName, s.zone(nodeName))
+	s.sampleTarget(ctx, c, rc, spn, tgt)
+}
+
+// sampleTarget sizes a check against its target's outcome, sends the
+// probes and decides: the distribution (or the deterministic outcome), the
+// source addresses the backends saw where the target holds them, and the
+// single endpoint of a sticky client.
+func (s *suite) sampleTarget(ctx context.Context, c *scenario.Check, rc *report.Check, spn cluster.ServicePortName, tgt target) {
+	want := tgt.want
 	for _, d := range want.Deviations {
 		s.out.Deviations = appendDev(s.out.Deviations, report.Deviation{Name: c.Name, Evidence: d})
 	}
@@ -99,11 +106,11 @@ func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, p
 		return
 	}
 	rc.AchievedPower = plan.power
-	before := s.mc.counters(nodeName)
+	before := s.countersOf(tgt.deciders)
 	// Block i of a large batch leaves from the client's i-th address: no
 	// 5-tuple repeats in the check, whatever a flush leaves (IPVS's own
 	// connection table).
-	probe := Probe{Client: client, Src: client.Config.Addrs[0], Sources: client.Config.Addrs, VIP: netip.AddrPortFrom(sp.ClusterIP, uint16(sp.Port)), Proto: protoOf(sp)}
+	probe := Probe{Client: tgt.client, Src: tgt.sources[0], Sources: tgt.sources, VIP: tgt.dst, Proto: tgt.proto}
 	obs, err := s.sample(ctx, probe, plan)
 	if err != nil {
 		rc.Verdict, rc.Message = report.Error, err.Error()
@@ -112,20 +119,21 @@ func (s *suite) outcomeCheck(ctx context.Context, c *scenario.Check, nodeName, p
 		}
 		return
 	}
-	after := s.mc.counters(nodeName)
+	after := s.countersOf(tgt.deciders)
 	rc.Looks = plan.looks[:obs.looks]
 	rc.Independence = obs.counts.Independence.String()
 	loss := ClassifyLoss(obs.sent, arrivedOf(obs.counts), obs.counts.Rejected(), obs.counts.OtherICMP, Decided(spn, before, after), obs.counts.ObserverDrops)
 	rc.Loss = loss.Report(obs.counts.SendErrors)
 	if loss.Environment() {
 		rc.Verdict, rc.ErrorKind = report.Error, report.KindEnvironment
-		rc.Message = fmt.Sprintf("observation lost %d probes on node %s: %s", loss.Missed, nodeName, loss.Text)
+		rc.Message = fmt.Sprintf("observation lost %d probes (%s): %s", loss.Missed, tgt.client.NS.Name, loss.Text)
 		return
 	}
 	if err := decideOutcome(rc, plan, obs, loss.Dropped); err != nil {
 		rc.Verdict, rc.Message = report.Error, err.Error()
 		return
 	}
+	tgt.judge(rc, obs.counts)
 	rc.Witness = witness(spn, before, after, obs.counts.PerEndpoint(), rc)
 	if s.o.Equivalence > 0 && plan.design != nil && rc.Verdict == report.Pass && rc.Test != "deterministic" {
 		s.equivalence(ctx, c, rc, probe, plan, obs)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/traffic"
+	"github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Prober sends probes from client pod namespaces and counts what the
@@ -24,9 +25,12 @@ import (
 // carry a phase tag in their ID so that a late packet from an earlier phase
 // is never counted in a later one.
 type Prober struct {
-	topo    *netns.Topology
-	senders map[*netns.Client]*traffic.Sender
-	extra   map[*netns.Client]*traffic.Sender
+	topo *netns.Topology
+	// senders and extra are keyed by the client's namespace: a host
+	// client is its node's namespace, and a probe from outside names its
+	// entry node in a copy of the client (Probe.Client).
+	senders map[*netns.Namespace]*traffic.Sender
+	extra   map[*netns.Namespace]*traffic.Sender
 	obs     []*traffic.Observer
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
@@ -103,23 +107,34 @@ func timeScaled(d time.Duration) time.Duration {
 	return d
 }
 
-// NewProber opens the raw sockets: a sender in each client namespace, an
-// observer for TCP and UDP in each backend namespace and for ICMP in each
-// client namespace. It refuses to run without a topology of its own.
+// senderClients are the clients a prober sends from: every client pod
+// (endpoint pods included), every client outside the cluster and every
+// node's own namespace (host clients).
+func senderClients(t *netns.Topology) []*netns.Client {
+	out := slices.Clone(t.Clients())
+	out = append(out, t.Outside()...)
+	return append(out, t.Hosts()...)
+}
+
+// NewProber opens the raw sockets: a sender and an ICMP observer in each
+// client namespace (pods, clients outside the cluster and the nodes' own
+// namespaces for host clients), an observer for TCP and UDP in each backend
+// namespace and in each endpoint pod's. It refuses to run without a
+// topology of its own.
 func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
-	if t == nil || len(t.Clients()) == 0 {
+	if t == nil || len(t.Clients())+len(t.Outside()) == 0 {
 		return nil, errors.New("probes are sent only from client namespaces this run created; the scenario has none")
 	}
-	p := &Prober{topo: t, senders: map[*netns.Client]*traffic.Sender{}, extra: map[*netns.Client]*traffic.Sender{}, arrivals: map[Key]int{}, rejects: map[netip.Addr]int{}, icmpElse: map[uint8]int{}}
+	p := &Prober{topo: t, senders: map[*netns.Namespace]*traffic.Sender{}, extra: map[*netns.Namespace]*traffic.Sender{}, arrivals: map[Key]int{}, rejects: map[netip.Addr]int{}, icmpElse: map[uint8]int{}}
 	p.cond = sync.NewCond(&p.mu)
-	for _, c := range t.Clients() {
+	for _, c := range senderClients(t) {
 		var s *traffic.Sender
 		err := c.NS.Do(func() (err error) { s, err = traffic.OpenSender(); return })
 		if err != nil {
 			p.Close()
 			return nil, fmt.Errorf("client %s: %w", c.NS.Name, err)
 		}
-		p.senders[c] = s
+		p.senders[c.NS] = s
 		var o *traffic.Observer
 		if err := c.NS.Do(func() (err error) { o, err = traffic.OpenObserver(unix.IPPROTO_ICMP); return }); err != nil {
 			p.Close()
@@ -128,7 +143,30 @@ func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
 		p.obs = append(p.obs, o)
 	}
 	nICMP := len(p.obs)
+	arrivalsIn := map[*netns.Namespace]string{}
+	var order []*netns.Namespace
 	for _, n := range t.Nodes() {
+		arrivalsIn[n.Backends] = "backends of " + n.Config.Name
+		order = append(order, n.Backends)
+	}
+	for _, c := range t.Clients() {
+		if !c.Config.Endpoint {
+			continue
+		}
+		arrivalsIn[c.NS] = "endpoint pod " + c.NS.Name
+		order = append(order, c.NS)
+		// A connection a pod sends to itself through its Service comes
+		// back with its own address as the source when the node does not
+		// masquerade it: the kernel would drop it as a martian, and the
+		// loss would look like an observer's miss (the node decided it).
+		// Accepted, it arrives and its source fails the hairpin check.
+		// (accept_local is or-ed over "all" and the interface.)
+		if err := c.NS.Sysctl("net.ipv4.conf.all.accept_local", "1"); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("endpoint pod %s: %w", c.NS.Name, err)
+		}
+	}
+	for _, ns := range order {
 		// Backends answer probes in the kernel (a RST, or ICMP port
 		// unreachable for UDP); those answers only cost the path back through
 		// the node's conntrack. Drop them at the source, in the backend
@@ -136,15 +174,15 @@ func NewProber(ctx context.Context, t *netns.Topology) (*Prober, error) {
 		// SYN_SENT until the phase's flush.
 		for _, rule := range replyDrops {
 			args := append([]string{"-w", "-A"}, rule...)
-			if out, err := n.Backends.Exec("iptables-nft", args...); err != nil {
+			if out, err := ns.Exec("iptables-nft", args...); err != nil {
 				p.Close()
-				return nil, fmt.Errorf("backends of %s: could not silence replies: %w: %s", n.Config.Name, err, out)
+				return nil, fmt.Errorf("%s: could not silence replies: %w: %s", arrivalsIn[ns], err, out)
 			}
 		}
 		var o *traffic.Observer
-		if err := n.Backends.Do(func() (err error) { o, err = traffic.OpenObserver(unix.IPPROTO_TCP, unix.IPPROTO_UDP); return }); err != nil {
+		if err := ns.Do(func() (err error) { o, err = traffic.OpenObserver(unix.IPPROTO_TCP, unix.IPPROTO_UDP); return }); err != nil {
 			p.Close()
-			return nil, fmt.Errorf("backends of %s: %w", n.Config.Name, err)
+			return nil, fmt.Errorf("%s: %w", arrivalsIn[ns], err)
 		}
 		p.obs = append(p.obs, o)
 	}
@@ -271,23 +309,58 @@ func (p *Prober) flushNodes() error {
 	return errors.Join(errs...)
 }
 
-// nodeEntries reads nf_conntrack_count in the client's node namespace.
-func (p *Prober) nodeEntries(c *netns.Client, _, _ int64) (int64, error) {
+// deciders are the node namespaces that decide a client's connections:
+// its node (a pod's, a host client's, or the entry node a probe from
+// outside names), or every node for a client outside the cluster whose
+// connections a load balancer spreads.
+func (p *Prober) deciders(c *netns.Client) ([]*netns.Node, error) {
+	if c.Node == "" && c.Where == cluster.Outside {
+		return p.topo.Nodes(), nil
+	}
 	n, ok := p.topo.Node(c.Node)
 	if !ok {
-		return 0, fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
+		return nil, fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
 	}
-	return conntrackCount(n.NS)
+	return []*netns.Node{n}, nil
 }
 
-// nodeIPVSEntries reads IPVS's connection total in the client's node
-// namespace, waiting for floor new ones since base.
-func (p *Prober) nodeIPVSEntries(c *netns.Client, base, floor int64) (int64, error) {
-	n, ok := p.topo.Node(c.Node)
-	if !ok {
-		return 0, fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
+// nodeEntries sums nf_conntrack_count over the client's deciding nodes.
+func (p *Prober) nodeEntries(c *netns.Client, _, _ int64) (int64, error) {
+	ns, err := p.deciders(c)
+	if err != nil {
+		return 0, err
 	}
-	return ipvsEntries(n.NS, base, floor)
+	var sum int64
+	for _, n := range ns {
+		v, err := conntrackCount(n.NS)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// nodeIPVSEntries reads IPVS's connection total in the client's deciding
+// node namespace, waiting for floor new ones since base (several deciding
+// nodes: their sum, without waiting).
+func (p *Prober) nodeIPVSEntries(c *netns.Client, base, floor int64) (int64, error) {
+	ns, err := p.deciders(c)
+	if err != nil {
+		return 0, err
+	}
+	if len(ns) == 1 {
+		return ipvsEntries(ns[0].NS, base, floor)
+	}
+	var sum int64
+	for _, n := range ns {
+		v, err := ipvsEntries(n.NS, 0, 0)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
 }
 
 // Probe is one batch: n new connections from one client address to a
@@ -330,7 +403,7 @@ func (b Probe) source(i int) netip.Addr {
 // written by two goroutines, each on a socket of its own, interleaving the
 // same walk.
 func (p *Prober) Send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
-	if p.senders[b.Client] == nil {
+	if p.senders[b.Client.NS] == nil {
 		return 0, fmt.Errorf("no sender for client %s", b.Client.NS.Name)
 	}
 	if b.N > maxProbesPerPhase {
@@ -478,11 +551,11 @@ func (p *Prober) countBlock(c *netns.Client, base int64, arrivedBase int) (int64
 // largest block is what must fit under nf_conntrack_max (one value for the
 // whole kernel, read from the node's namespace).
 func (p *Prober) fits(c *netns.Client, blocks []block) error {
-	n, ok := p.topo.Node(c.Node)
-	if !ok {
-		return fmt.Errorf("client %s: no node namespace %q", c.NS.Name, c.Node)
+	ns, err := p.deciders(c)
+	if err != nil {
+		return err
 	}
-	v, err := n.NS.ReadSysctl("net.netfilter.nf_conntrack_max")
+	v, err := ns[0].NS.ReadSysctl("net.netfilter.nf_conntrack_max")
 	if err != nil {
 		return nil // no limit to compare with; the count after each block reports the rest
 	}
@@ -562,18 +635,18 @@ func (p *Prober) sendBlock(ctx context.Context, b Probe, src netip.Addr, bl bloc
 // sender returns the w-th raw socket of a client, opening it on first use.
 func (p *Prober) sender(c *netns.Client, w int) (*traffic.Sender, error) {
 	if w == 0 {
-		return p.senders[c], nil
+		return p.senders[c.NS], nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if s := p.extra[c]; s != nil {
+	if s := p.extra[c.NS]; s != nil {
 		return s, nil
 	}
 	var s *traffic.Sender
 	if err := c.NS.Do(func() (err error) { s, err = traffic.OpenSender(); return }); err != nil {
 		return nil, fmt.Errorf("client %s: %w", c.NS.Name, err)
 	}
-	p.extra[c] = s
+	p.extra[c.NS] = s
 	return s, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -104,6 +105,11 @@ var FaultCatches = map[proxy.Fault]string{
 	proxy.FaultSkewAtMDE:           "distribution",
 	proxy.FaultAffinityLeak:        "affinity",
 	proxy.FaultAffinityOverstay:    "affinity",
+	proxy.FaultLocalMasquerade:     "source-address",
+	proxy.FaultLocalIgnored:        "external-distribution",
+	proxy.FaultHealthCheckStale:    "health-check",
+	proxy.FaultSourceRangesOpen:    "source-ranges",
+	proxy.FaultHairpinNoMasquerade: "hairpin",
 }
 
 // Timing bounds.
@@ -278,9 +284,29 @@ func clientNodes(sc *scenario.Scenario, c *scenario.Check, all []string, st *clu
 	if st != nil {
 		if n, err := cluster.ResolvePort(c.Service, c.Port, maps.Keys(st.Services)); err == nil {
 			t = scenario.Target{Service: n.NamespacedName.String(), Port: n.Port, Protocol: string(n.Protocol)}
+			if c.Type == scenario.CheckHairpin {
+				return hairpinNodes(c, st, n)
+			}
 		}
 	}
 	return c.Nodes(sc, all, t)
+}
+
+// hairpinNodes are the nodes a hairpin check runs on: those with a ready
+// endpoint of the port (the topology makes the first one a pod of its own,
+// topology.GroupHairpin), within the check's clientNodes when it names
+// them.
+func hairpinNodes(c *scenario.Check, st *cluster.State, spn cluster.ServicePortName) []string {
+	var out []string
+	for _, n := range st.SortedNodes() {
+		if len(c.ClientNodes) > 0 && !slices.Contains(c.ClientNodes, n) {
+			continue
+		}
+		if slices.ContainsFunc(st.Endpoints[spn], func(e *cluster.Endpoint) bool { return e.Ready && e.NodeName == n }) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // plannedUnits counts the verdicts a scenario will produce in mode (not-run
@@ -316,8 +342,15 @@ func plannedUnits(l *scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 			or := oracle.Oracle{IPVSScheduler: sc.Proxy.IPVSScheduler}
 			r, _ := affinityUnits(or, mode, sc.Proxy.IPVSScheduler, st, c, nodes)
 			n += r
-		case scenario.CheckFlapping, scenario.CheckTerminating:
+		case scenario.CheckFlapping, scenario.CheckTerminating, scenario.CheckHealthCheck:
 			n += (1 + steps) * max(1, len(nodes))
+		case scenario.CheckSourceRanges:
+			n += 2 * max(1, len(nodes))
+		case scenario.CheckServiceCIDR:
+			if mode != cluster.ModeNFTables {
+				continue // not run
+			}
+			n += 2 * max(1, len(nodes))
 		default:
 			n += max(1, len(nodes))
 		}
@@ -597,9 +630,23 @@ func (s *suite) runChecks(ctx context.Context) {
 			continue
 		}
 		switch c.Type {
-		case scenario.CheckFlapping, scenario.CheckTerminating:
+		case scenario.CheckFlapping, scenario.CheckTerminating, scenario.CheckHealthCheck:
 			timelineChecks = append(timelineChecks, c)
 			s.stateChecks(ctx, c, nodes, "initial")
+		case scenario.CheckExternalLocalBalance:
+			s.dumped(ctx, c, "", "", func() { s.localBalance(ctx, c) })
+		case scenario.CheckSourceRanges:
+			for _, nd := range nodes {
+				for _, ph := range []string{phaseAllowed, phaseDenied} {
+					s.dumped(ctx, c, nd, ph, func() { s.outcomeCheck(ctx, c, nd, ph) })
+				}
+			}
+		case scenario.CheckServiceCIDR:
+			for _, nd := range nodes {
+				for _, ph := range []string{phaseUnknownPort, phaseUnallocated} {
+					s.dumped(ctx, c, nd, ph, func() { s.outcomeCheck(ctx, c, nd, ph) })
+				}
+			}
 		case scenario.CheckAffinity:
 			for _, nd := range nodes {
 				s.dumped(ctx, c, nd, "", func() { s.affinity(ctx, c, nd) })
@@ -651,6 +698,10 @@ func (s *suite) runChecks(ctx context.Context) {
 }
 
 func (s *suite) stateChecks(ctx context.Context, c *scenario.Check, nodes []string, phase string) {
+	if c.Type == scenario.CheckHealthCheck {
+		s.dumped(ctx, c, "", phase, func() { s.healthCheck(ctx, c, phase) })
+		return
+	}
 	for _, nd := range nodes {
 		s.dumped(ctx, c, nd, phase, func() { s.outcomeCheck(ctx, c, nd, phase) })
 	}
@@ -681,6 +732,9 @@ func (s *suite) notRunnable(c *scenario.Check) string {
 	spn, sp, err := s.spn(c)
 	if err != nil || sp == nil {
 		return ""
+	}
+	if c.Type == scenario.CheckServiceCIDR && s.o.Mode != cluster.ModeNFTables {
+		return "only kube-proxy's nftables mode filters the service CIDR (unknown ports rejected, unallocated addresses dropped); " + string(s.o.Mode) + " mode has no such rule"
 	}
 	if sp.Name.Protocol == "SCTP" {
 		return "the port is SCTP and the probes are TCP and UDP only (the rules for it are programmed and checked by sim rules and the differential tests)"

@@ -32,6 +32,14 @@ type Options struct {
 	// DNAT reaches the FORWARD chain (where kube-proxy drops or rejects it)
 	// instead of failing the routing lookup. Nothing answers there.
 	ServiceCIDR netip.Prefix
+	// ExternalNetwork holds the addresses of clients outside the cluster
+	// (cluster.externalNetwork); zero: scenario.DefaultExternalNetwork.
+	ExternalNetwork netip.Prefix
+	// Checks are the scenario's checks: a check from outside the cluster
+	// asks for an outside client (one is added when no traffic client
+	// stands there), a source-ranges check for addresses inside and
+	// outside its Service's ranges, and a hairpin check for endpoint pods.
+	Checks []scenario.Check
 }
 
 // FromModel derives the topology of a loaded scenario: its nodes, every
@@ -46,9 +54,13 @@ func FromModel(m *apiserver.Model, runID string) (*netns.Config, error) {
 		if p, err := netip.ParsePrefix(sc.Cluster.ServiceCIDR); err == nil {
 			o.ServiceCIDR = p
 		}
+		if p, err := netip.ParsePrefix(sc.Cluster.ExternalNetwork); err == nil {
+			o.ExternalNetwork = p
+		}
 		if sc.Traffic != nil {
 			o.Clients = sc.Traffic.Clients
 		}
+		o.Checks = sc.Checks
 	}
 	return FromState(m.State, o)
 }
@@ -103,7 +115,13 @@ func FromState(st *cluster.State, o Options) (*netns.Config, error) {
 	if err := placeEndpoints(cfg.Nodes, st, index); err != nil {
 		return nil, err
 	}
+	if err := placeEndpointPods(cfg.Nodes, st, o.Checks); err != nil {
+		return nil, err
+	}
 	if err := placeClients(cfg, o.Clients, index); err != nil {
+		return nil, err
+	}
+	if err := placeOutside(cfg, st, o); err != nil {
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
@@ -124,6 +142,12 @@ func Endpoints(cfg *netns.Config, st *cluster.State) (map[string][]netip.Addr, e
 	}
 	if err := placeEndpoints(nodes, st, index); err != nil {
 		return nil, err
+	}
+	// An endpoint pod (hairpin) keeps its own namespace.
+	for i := range nodes {
+		nodes[i].Endpoints = slices.DeleteFunc(nodes[i].Endpoints, func(a netip.Addr) bool {
+			return slices.ContainsFunc(nodes[i].Clients, func(c netns.ClientConfig) bool { return c.Endpoint && c.Addrs[0] == a })
+		})
 	}
 	out := map[string][]netip.Addr{}
 	for _, n := range nodes {
@@ -196,12 +220,20 @@ func placeClients(cfg *netns.Config, clients []scenario.Client, index map[string
 		for _, a := range n.Endpoints {
 			used[a] = true
 		}
+		for _, c := range n.Clients {
+			for _, a := range c.Addrs {
+				used[a] = true
+			}
+		}
 	}
 	next := make([]netip.Addr, len(cfg.Nodes))
 	for i, n := range cfg.Nodes {
 		next[i] = LastHost(n.PodCIDR)
 	}
 	for ci, c := range clients {
+		if c.Where != "" && c.Where != cluster.InPod {
+			continue // host clients are the node namespaces; outside ones placeOutside's
+		}
 		nodes := c.Nodes
 		if len(nodes) == 0 {
 			for _, n := range cfg.Nodes {

@@ -1,0 +1,243 @@
+package topology
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/scenario"
+)
+
+// Groups of the clients the topology adds for checks.
+const (
+	// GroupExternal is the outside client added when a check stands
+	// outside the cluster and no traffic client does.
+	GroupExternal = "external"
+	// GroupRanges holds the outside addresses a source-ranges check needs
+	// inside and outside its Service's ranges, when no other outside
+	// client has them.
+	GroupRanges = "ranges"
+	// GroupHairpin are the endpoint pods of hairpin checks (one per node
+	// with a ready endpoint of the checked Service).
+	GroupHairpin = "hairpin"
+)
+
+// placeOutside derives the world outside the cluster when the scenario
+// needs one (an outside traffic client, or a check from outside): the
+// router on the node network (its last address but one; the control plane
+// of the kube-proxy subject takes the last), the gateway at the first
+// address of the external network, and the outside clients with addresses
+// from the external network upwards. A source-ranges check gets an address
+// inside one of its Service's ranges and one outside all of them.
+func placeOutside(cfg *netns.Config, st *cluster.State, o Options) error {
+	ext := o.ExternalNetwork
+	if !ext.IsValid() {
+		ext = netip.MustParsePrefix(scenario.DefaultExternalNetwork)
+	}
+	ext = ext.Masked()
+	var groups []scenario.Client
+	for _, c := range o.Clients {
+		if c.Where == cluster.Outside {
+			groups = append(groups, c)
+		}
+	}
+	outsideCheck := false
+	for i := range o.Checks {
+		// A health check is sent from outside, as a load balancer's is.
+		if from, _ := scenario.CheckRoute(&o.Checks[i]); from == cluster.Outside || o.Checks[i].Type == scenario.CheckHealthCheck {
+			outsideCheck = true
+		}
+	}
+	if len(groups) == 0 && !outsideCheck {
+		return nil
+	}
+	if len(groups) == 0 {
+		groups = append(groups, scenario.Client{Name: GroupExternal})
+	}
+	reserved := func(a netip.Addr) bool {
+		if o.ServiceCIDR.IsValid() && o.ServiceCIDR.Contains(a) || o.NodeNetwork.IsValid() && o.NodeNetwork.Contains(a) {
+			return true
+		}
+		for _, n := range cfg.Nodes {
+			if n.PodCIDR.Contains(a) || n.Addr.Addr() == a {
+				return true
+			}
+		}
+		return false
+	}
+	used := map[netip.Addr]bool{}
+	gw := ext.Addr().Next()
+	if !ext.Contains(gw) || reserved(gw) {
+		return fmt.Errorf("could not derive a topology: the external network %s has no address for the router's gateway", ext)
+	}
+	used[gw] = true
+	// next finds a free address of p from its first host up, skipping
+	// those skip refuses, at most 1<<16 tries.
+	next := func(p netip.Prefix, skip func(netip.Addr) bool) (netip.Addr, bool) {
+		a := p.Masked().Addr()
+		if p.Bits() < 31 {
+			a = a.Next()
+		}
+		for range 1 << 16 {
+			if !p.Contains(a) {
+				break
+			}
+			if !used[a] && !reserved(a) && (skip == nil || !skip(a)) && a != lastAddr(p) {
+				used[a] = true
+				return a, true
+			}
+			a = a.Next()
+		}
+		return netip.Addr{}, false
+	}
+	out := &netns.OutsideConfig{Gateway: gw}
+	for _, g := range groups {
+		for i := range max(g.PodsPerNode, 1) {
+			cc := netns.ClientConfig{Group: g.Name, Index: i}
+			for range max(g.SourceIPs, 1) {
+				a, ok := next(ext, nil)
+				if !ok {
+					return fmt.Errorf("could not derive a topology: the external network %s has no address left for client %s (%d clients x %d source IPs); widen cluster.externalNetwork", ext, g.Name, max(g.PodsPerNode, 1), max(g.SourceIPs, 1))
+				}
+				cc.Addrs = append(cc.Addrs, a)
+			}
+			out.Clients = append(out.Clients, cc)
+		}
+	}
+	// Source ranges: every Service a source-ranges check names needs an
+	// outside address inside its ranges and one outside them.
+	have := func(pred func(netip.Addr) bool) bool {
+		for _, c := range out.Clients {
+			if slices.ContainsFunc(c.Addrs, pred) {
+				return true
+			}
+		}
+		return false
+	}
+	var ranges netns.ClientConfig
+	ranges.Group = GroupRanges
+	for _, sp := range rangeChecks(st, o.Checks) {
+		in := func(a netip.Addr) bool { return inAny(sp.SourceRanges, a) }
+		if !have(in) && !slices.ContainsFunc(ranges.Addrs, in) {
+			for _, r := range sp.SourceRanges {
+				if !r.Addr().Is4() {
+					continue
+				}
+				p := r
+				if p.Bits() < ext.Bits() && p.Contains(ext.Addr()) {
+					p = ext // a wide range: its part in the external network
+				}
+				if a, ok := next(p, nil); ok {
+					ranges.Addrs = append(ranges.Addrs, a)
+					break
+				}
+			}
+		}
+		notIn := func(a netip.Addr) bool { return !in(a) }
+		if !have(notIn) && !slices.ContainsFunc(ranges.Addrs, notIn) {
+			if a, ok := next(ext, in); ok {
+				ranges.Addrs = append(ranges.Addrs, a)
+			}
+		}
+	}
+	if len(ranges.Addrs) > 0 {
+		out.Clients = append(out.Clients, ranges)
+	}
+	bits := 16
+	if o.NodeNetwork.IsValid() {
+		bits = o.NodeNetwork.Bits()
+	}
+	np := netip.PrefixFrom(cfg.Nodes[0].Addr.Addr(), bits).Masked()
+	if o.NodeNetwork.IsValid() {
+		np = o.NodeNetwork.Masked()
+	}
+	r := lastAddr(np).Prev().Prev() // the control plane takes the last host
+	if !np.Contains(r) || slices.ContainsFunc(cfg.Nodes, func(n netns.NodeConfig) bool { return n.Addr.Addr() == r }) {
+		return fmt.Errorf("could not derive a topology: the node network %s has no free address for the router", np)
+	}
+	out.Router = netip.PrefixFrom(r, np.Bits())
+	cfg.Outside = out
+	return nil
+}
+
+// rangeChecks lists, once each and sorted, the service ports the
+// source-ranges checks of checks name that have ranges.
+func rangeChecks(st *cluster.State, checks []scenario.Check) []*cluster.ServicePort {
+	seen := map[cluster.ServicePortName]*cluster.ServicePort{}
+	for i := range checks {
+		c := &checks[i]
+		if c.Type != scenario.CheckSourceRanges {
+			continue
+		}
+		spn, err := cluster.ResolvePort(c.Service, c.Port, maps.Keys(st.Services))
+		if err != nil {
+			continue
+		}
+		if sp := st.Services[spn]; sp != nil && len(sp.SourceRanges) > 0 {
+			seen[spn] = sp
+		}
+	}
+	var out []*cluster.ServicePort
+	for _, spn := range slices.SortedFunc(maps.Keys(seen), func(a, b cluster.ServicePortName) int { return strings.Compare(a.String(), b.String()) }) {
+		out = append(out, seen[spn])
+	}
+	return out
+}
+
+func inAny(ranges []netip.Prefix, a netip.Addr) bool {
+	for _, r := range ranges {
+		if r.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastAddr is p's broadcast address.
+func lastAddr(p netip.Prefix) netip.Addr {
+	return LastHost(p).Next()
+}
+
+// placeEndpointPods gives each hairpin check's Service, on every node, its
+// first ready endpoint as a pod namespace of its own (group GroupHairpin),
+// taken out of the node's backend namespace: the pod sends to its own
+// Service, and what the choice sends back to it arrives there.
+func placeEndpointPods(nodes []netns.NodeConfig, st *cluster.State, checks []scenario.Check) error {
+	taken := map[netip.Addr]bool{}
+	for i := range checks {
+		c := &checks[i]
+		if c.Type != scenario.CheckHairpin {
+			continue
+		}
+		spn, err := cluster.ResolvePort(c.Service, c.Port, maps.Keys(st.Services))
+		if err != nil {
+			continue // validation reports it
+		}
+		for ni := range nodes {
+			n := &nodes[ni]
+			var pick netip.Addr
+			for _, ep := range st.Endpoints[spn] {
+				if ep.Ready && slices.Contains(n.Endpoints, ep.IP) && (!pick.IsValid() || ep.IP.Less(pick)) {
+					pick = ep.IP
+				}
+			}
+			if !pick.IsValid() || taken[pick] {
+				continue
+			}
+			taken[pick] = true
+			idx := 0
+			for _, cl := range n.Clients {
+				if cl.Group == GroupHairpin {
+					idx++
+				}
+			}
+			n.Endpoints = slices.DeleteFunc(n.Endpoints, func(a netip.Addr) bool { return a == pick })
+			n.Clients = append(n.Clients, netns.ClientConfig{Group: GroupHairpin, Index: idx, Addrs: []netip.Addr{pick}, Endpoint: true})
+		}
+	}
+	return nil
+}
