@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -57,6 +58,7 @@ func Calibrate(ctx context.Context, files []string, o Options, runs int, seed ui
 	if len(o.Faults) > 0 {
 		return nil, fmt.Errorf("the calibration runs the correct dataplane: the simulated machine has no faults")
 	}
+	loaded = simulatedChecks(loaded)
 	start := time.Now()
 	o.Log = io.Discard // one line per run would drown the result
 	c := &Calibration{Mode: o.Mode, Runs: runs, Alpha: o.FamilyAlpha, LossRate: lossRate, FailedVerdicts: map[string]int{},
@@ -169,6 +171,38 @@ func (c *Calibration) String() string {
 	sort.Strings(worst)
 	return fmt.Sprintf("%s: %d of %d simulated runs failed (rate %.5f, 99.9%% CI %.5f-%.5f; family alpha %g; exact binomial p = %.3g that the rate exceeds it), %d errored; %d verdicts per run, %.0f probes per run, loss %g; failed verdicts: %v",
 		c.Mode, c.Failed, c.Runs, c.Rate, c.Low, c.High, c.Alpha, c.P, c.Errored, c.Verdicts, c.Probes, c.LossRate, worst)
+}
+
+// kernelOnlyTypes are the check types the simulated machine does not model
+// (clients outside the cluster or on a node's host, health checks, source
+// addresses, endpoint pods): they run on the kernel only, and the
+// calibration leaves them out.
+var kernelOnlyTypes = map[string]bool{
+	scenario.CheckExternalDistribution: true,
+	scenario.CheckExternalLocalBalance: true,
+	scenario.CheckExternalAffinity:     true,
+	scenario.CheckSourceAddress:        true,
+	scenario.CheckHealthCheck:          true,
+	scenario.CheckSourceRanges:         true,
+	scenario.CheckHairpin:              true,
+	scenario.CheckServiceCIDR:          true,
+}
+
+// simulatedChecks keeps, of each scenario, the checks the simulated machine
+// models (a copy), and the scenarios left with one.
+func simulatedChecks(loaded []*scenario.Loaded) []*scenario.Loaded {
+	var out []*scenario.Loaded
+	for _, l := range loaded {
+		sc := *l.Scenario
+		sc.Checks = slices.DeleteFunc(slices.Clone(sc.Checks), func(c scenario.Check) bool { return kernelOnlyTypes[c.Type] })
+		if len(sc.Checks) == 0 {
+			continue
+		}
+		cp := *l
+		cp.Scenario = &sc
+		out = append(out, &cp)
+	}
+	return out
 }
 
 // simSuite runs one scenario's checks on the simulated machine.

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -78,7 +79,7 @@ func TestClientNodesDefault(t *testing.T) {
 			var all, withPods []string
 			for _, n := range cfg.Nodes {
 				all = append(all, n.Name)
-				if len(n.Clients) > 0 {
+				if slices.ContainsFunc(n.Clients, func(c netns.ClientConfig) bool { return !c.Endpoint }) {
 					withPods = append(withPods, n.Name)
 				}
 			}
@@ -86,8 +87,8 @@ func TestClientNodesDefault(t *testing.T) {
 			sc := m.Loaded.Scenario
 			for i := range sc.Checks {
 				c := &sc.Checks[i]
-				if len(c.ClientNodes) > 0 {
-					continue
+				if from, _ := scenario.CheckRoute(c); len(c.ClientNodes) > 0 || from != cluster.InPod || c.Type == scenario.CheckHairpin {
+					continue // clients outside the cluster enter at every node; hairpin runs where the endpoints are
 				}
 				defaults++
 				if len(withPods) < len(all) {

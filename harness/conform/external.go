@@ -75,7 +75,7 @@ func (s *suite) target(c *scenario.Check, spn cluster.ServicePortName, sp *clust
 	if node == nil {
 		return target{}, fmt.Errorf("no node %s", nodeName)
 	}
-	t := target{proto: protoOf(sp), deciders: []string{nodeName}, nodeAddrs: s.nodeAddrs(nodeName)}
+	t := target{proto: protoOf(sp), deciders: []string{nodeName}}
 	switch {
 	case c.Type == scenario.CheckHairpin:
 		t.client = s.endpointPod(spn, nodeName)
@@ -129,6 +129,9 @@ func (s *suite) target(c *scenario.Check, spn cluster.ServicePortName, sp *clust
 			return t, err
 		}
 	}
+	if t.sourceCheck {
+		t.nodeAddrs = s.nodeAddrs(nodeName)
+	}
 	if from == cluster.Outside && via != cluster.ViaNodePort {
 		// The entry node is the one the router sends the address to.
 		if err := s.topo.Route(netip.PrefixFrom(t.dst.Addr(), 32), []netip.Addr{node.IP}); err != nil {
@@ -142,6 +145,9 @@ func (s *suite) target(c *scenario.Check, spn cluster.ServicePortName, sp *clust
 // with: its node address, and the gateway it reaches its pods by.
 func (s *suite) nodeAddrs(nodes ...string) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
+	if s.topo == nil {
+		return out
+	}
 	for _, name := range nodes {
 		if n, ok := s.topo.Node(name); ok {
 			out[n.Config.Addr.Addr()] = true
