@@ -228,7 +228,9 @@ func (s *suite) serviceCIDRTarget(t *target, sp *cluster.ServicePort, phase stri
 		if err != nil {
 			return fmt.Errorf("the scenario has no service CIDR: %w", err)
 		}
-		a := cidr.Masked().Addr().Next()
+		// The first address is every cluster's default/kubernetes Service
+		// (the API server allocates it to itself), a scenario's or not.
+		a := cidr.Masked().Addr().Next().Next()
 		for i := 0; i < 1<<16 && cidr.Contains(a) && ips[a]; i++ {
 			a = a.Next()
 		}
