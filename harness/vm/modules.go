@@ -45,7 +45,7 @@ var Wanted = []Module{
 	{Name: "ip_set_hash_ipportnet"}, {Name: "ip_set_hash_net"}, {Name: "ip_set_bitmap_port"}, {Name: "xt_set"},
 	{Name: "xt_comment"}, {Name: "xt_mark"}, {Name: "xt_MASQUERADE"}, {Name: "xt_addrtype"}, {Name: "xt_conntrack"},
 	{Name: "xt_statistic"}, {Name: "xt_recent"}, {Name: "xt_nat"}, {Name: "xt_tcpudp"}, {Name: "xt_multiport"},
-	{Name: "xt_ipvs"}, {Name: "ipt_REJECT"}, {Name: "nf_reject_ipv4"}, {Name: "xt_cluster"},
+	{Name: "xt_ipvs"}, {Name: "xt_physdev"}, {Name: "ipt_REJECT"}, {Name: "nf_reject_ipv4"}, {Name: "xt_cluster"},
 	{Name: "nf_tables"}, {Name: "nft_compat"}, {Name: "nft_chain_nat"}, {Name: "nft_ct"}, {Name: "nft_nat"},
 	{Name: "nft_masq"}, {Name: "nft_numgen"}, {Name: "nft_reject"}, {Name: "nft_reject_inet"}, {Name: "nft_reject_ipv4"},
 	{Name: "nft_fib"}, {Name: "nft_fib_ipv4"}, {Name: "nft_fib_inet"}, {Name: "nft_hash"}, {Name: "nft_limit"},

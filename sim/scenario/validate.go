@@ -1669,9 +1669,9 @@ func (v *validator) checkRoute(cp string, c *Check) {
 		if !ref.affinity {
 			v.r.at(cp+".service", "Service %s has no sessionAffinity ClientIP to check", c.Service)
 		}
-	case CheckHealthCheck:
+	case CheckHealthCheck, CheckExternalLocalBalance:
 		if !ref.healthCheck {
-			v.r.at(cp+".service", "Service %s has no health check node port: only a LoadBalancer Service with externalTrafficPolicy Local has one", c.Service)
+			v.r.at(cp+".service", "Service %s has no health check node port: only a LoadBalancer Service with externalTrafficPolicy Local has one (%s checks need it)", c.Service, c.Type)
 		}
 	case CheckSourceRanges:
 		if !ref.ranges {
