@@ -10,14 +10,17 @@ package dataplane
 // JSON body) are kube-proxy's, byte for byte but for the times.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -348,4 +351,65 @@ func (h *HealthServer) Close() error {
 		return h.healthz.Close()
 	}
 	return nil
+}
+
+// HealthAnswer is what a health check node port answered: the HTTP status
+// and the body's localEndpoints (kube-proxy's JSON), or the error that
+// stopped the request.
+type HealthAnswer struct {
+	Status         int
+	LocalEndpoints int
+	Err            error
+}
+
+// Summary is the answer in one line, for comparisons and reports: "200
+// localEndpoints 2", "refused" (nothing listens) or "no answer" (any other
+// error; Err says which).
+func (a HealthAnswer) Summary() string {
+	if errors.Is(a.Err, syscall.ECONNREFUSED) {
+		return "refused"
+	}
+	if a.Err != nil {
+		return "no answer"
+	}
+	return fmt.Sprintf("%d localEndpoints %d", a.Status, a.LocalEndpoints)
+}
+
+// AskHealth sends GET path to addr from inside the namespace whose Do runs
+// a function there (netns.Namespace.Do: the socket is opened in it), as a
+// load balancer's health checker does, with a 2 s bound, and reads
+// kube-proxy's answer.
+func AskHealth(ctx context.Context, do func(func() error) error, addr netip.AddrPort, path string) HealthAnswer {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var conn net.Conn
+	if err := do(func() (err error) {
+		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp4", addr.String())
+		return err
+	}); err != nil {
+		return HealthAnswer{Err: err}
+	}
+	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr.String()+path, nil)
+	if err != nil {
+		_ = conn.Close()
+		return HealthAnswer{Err: err}
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return HealthAnswer{Err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return HealthAnswer{Status: resp.StatusCode, Err: err}
+	}
+	var b struct {
+		LocalEndpoints int `json:"localEndpoints"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		return HealthAnswer{Status: resp.StatusCode, Err: fmt.Errorf("status %d, body %q: %w", resp.StatusCode, body, err)}
+	}
+	return HealthAnswer{Status: resp.StatusCode, LocalEndpoints: b.LocalEndpoints}
 }

@@ -2,17 +2,12 @@ package conform
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net"
-	"net/http"
 	"net/netip"
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/netns"
@@ -334,7 +329,7 @@ func (s *suite) localBalance(ctx context.Context, c *scenario.Check) {
 	var via []netip.Addr
 	var healthy []string
 	for _, n := range nodes {
-		if answers[n].status == 200 {
+		if answers[n].Status == 200 {
 			via = append(via, st.Nodes[n].IP)
 			healthy = append(healthy, n)
 		}
@@ -402,18 +397,9 @@ func imbalance(rows []report.Row, want oracle.Outcome) (expected, observed float
 	return expected, observed
 }
 
-// healthAnswer is one node's answer on a Service's health check node
-// port.
-type healthAnswer struct {
-	status         int
-	localEndpoints int
-	err            error
-}
-
 // healthAnswers asks every node's health check node port for sp's Service
-// from the router's namespace, as a load balancer's health checker does:
-// GET / with a 2 s timeout.
-func (s *suite) healthAnswers(ctx context.Context, sp *cluster.ServicePort) (map[string]healthAnswer, error) {
+// from the router's namespace, as a load balancer's health checker does.
+func (s *suite) healthAnswers(ctx context.Context, sp *cluster.ServicePort) (map[string]dataplane.HealthAnswer, error) {
 	r := s.topo.Router()
 	if r == nil {
 		return nil, fmt.Errorf("the topology has no router to send health checks from")
@@ -421,48 +407,12 @@ func (s *suite) healthAnswers(ctx context.Context, sp *cluster.ServicePort) (map
 	if sp.HealthCheckNodePort == 0 {
 		return nil, fmt.Errorf("%s has no health check node port", sp.Name)
 	}
-	out := map[string]healthAnswer{}
+	out := map[string]dataplane.HealthAnswer{}
 	st := s.state()
 	for _, n := range st.SortedNodes() {
-		out[n] = httpHealth(ctx, r, netip.AddrPortFrom(st.Nodes[n].IP, uint16(sp.HealthCheckNodePort)))
+		out[n] = dataplane.AskHealth(ctx, r.Do, netip.AddrPortFrom(st.Nodes[n].IP, uint16(sp.HealthCheckNodePort)), "/")
 	}
 	return out, nil
-}
-
-// httpHealth sends GET / to addr from inside ns and reads kube-proxy's
-// answer: the status and the body's localEndpoints.
-func httpHealth(ctx context.Context, ns *netns.Namespace, addr netip.AddrPort) healthAnswer {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var conn net.Conn
-	if err := ns.Do(func() (err error) {
-		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr.String())
-		return err
-	}); err != nil {
-		return healthAnswer{err: err}
-	}
-	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }, DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr.String()+"/", nil)
-	if err != nil {
-		return healthAnswer{err: err}
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return healthAnswer{err: err}
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if err != nil {
-		return healthAnswer{status: resp.StatusCode, err: err}
-	}
-	var b struct {
-		LocalEndpoints int `json:"localEndpoints"`
-	}
-	if err := json.Unmarshal(body, &b); err != nil {
-		return healthAnswer{status: resp.StatusCode, err: fmt.Errorf("body %q: %w", body, err)}
-	}
-	return healthAnswer{status: resp.StatusCode, localEndpoints: b.LocalEndpoints}
 }
 
 // healthCheck asks every node's health check node port for the check's
@@ -501,13 +451,13 @@ func (s *suite) healthCheck(ctx context.Context, c *scenario.Check, phase string
 	for _, n := range st.SortedNodes() {
 		want := oracle.ExpectHealthCheck(byPort, n)
 		got := answers[n]
-		row := report.Row{Outcome: fmt.Sprintf("%s: %d, localEndpoints %d", n, got.status, got.localEndpoints), Observed: 1, Expected: 0}
-		if got.err == nil && got.status == want.Status && got.localEndpoints == want.LocalEndpoints {
+		row := report.Row{Outcome: n + ": " + got.Summary(), Observed: 1, Expected: 0}
+		if got.Err == nil && got.Status == want.Status && got.LocalEndpoints == want.LocalEndpoints {
 			row.Expected = 1
 		} else {
-			msg := fmt.Sprintf("%s answered %d with localEndpoints %d, want %d with %d", n, got.status, got.localEndpoints, want.Status, want.LocalEndpoints)
-			if got.err != nil {
-				msg = fmt.Sprintf("%s: %v (want %d with localEndpoints %d)", n, got.err, want.Status, want.LocalEndpoints)
+			msg := fmt.Sprintf("%s answered %s, want %d localEndpoints %d", n, got.Summary(), want.Status, want.LocalEndpoints)
+			if got.Err != nil {
+				msg += " (" + got.Err.Error() + ")"
 			}
 			wrong = append(wrong, msg)
 		}

@@ -341,26 +341,29 @@ func (p *Prober) nodeEntries(c *netns.Client, _, _ int64) (int64, error) {
 	return sum, nil
 }
 
-// nodeIPVSEntries reads IPVS's connection total in the client's deciding
-// node namespace, waiting for floor new ones since base (several deciding
-// nodes: their sum, without waiting).
+// nodeIPVSEntries reads IPVS's connection total summed over the client's
+// deciding node namespaces, waiting (bounded) for the estimators to publish
+// floor new ones since base.
 func (p *Prober) nodeIPVSEntries(c *netns.Client, base, floor int64) (int64, error) {
 	ns, err := p.deciders(c)
 	if err != nil {
 		return 0, err
 	}
-	if len(ns) == 1 {
-		return ipvsEntries(ns[0].NS, base, floor)
-	}
-	var sum int64
-	for _, n := range ns {
-		v, err := ipvsEntries(n.NS, 0, 0)
-		if err != nil {
-			return 0, err
+	deadline := time.Now().Add(ipvsStatsWait)
+	for {
+		var sum int64
+		for _, n := range ns {
+			v, err := ipvsConns(n.NS)
+			if err != nil {
+				return 0, err
+			}
+			sum += v
 		}
-		sum += v
+		if sum-base >= floor || time.Now().After(deadline) {
+			return sum, nil
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return sum, nil
 }
 
 // Probe is one batch: n new connections from one client address to a

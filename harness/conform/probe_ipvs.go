@@ -75,15 +75,3 @@ func parseIPVSStats(s string) (int64, error) {
 	return n, nil
 }
 
-// ipvsEntries counts with IPVS's totals. after waits (bounded) for the
-// estimator to publish at least floor new connections since base.
-func ipvsEntries(ns *netns.Namespace, base, floor int64) (int64, error) {
-	deadline := time.Now().Add(ipvsStatsWait)
-	for {
-		n, err := ipvsConns(ns)
-		if err != nil || n-base >= floor || time.Now().After(deadline) {
-			return n, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

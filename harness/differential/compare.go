@@ -1,7 +1,16 @@
 package differential
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kpsim/kpsim/dataplane"
 
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -58,9 +67,54 @@ func (e *Env) Compare() ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Result{Node: p.node.Name, Upstream: up, Ours: ours, Diff: Diff(nu, no), Lines: len(nu)})
+		r := Result{Node: p.node.Name, Upstream: up, Ours: ours, Diff: Diff(nu, no), Lines: len(nu)}
+		hd, err := e.compareHealth(p)
+		if err != nil {
+			return nil, err
+		}
+		r.Diff = append(r.Diff, hd...)
+		out = append(out, r)
 	}
 	return out, nil
+}
+
+// healthPorts lists the health check node ports of the apiserver's
+// Services (LoadBalancer, externalTrafficPolicy Local), by Service.
+func (e *Env) healthPorts() (map[string]int32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := e.cp.Client().CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("could not list the Services for their health check node ports: %w", err)
+	}
+	out := map[string]int32{}
+	for _, s := range l.Items {
+		if s.Spec.HealthCheckNodePort != 0 {
+			out[s.Namespace+"/"+s.Name] = s.Spec.HealthCheckNodePort
+		}
+	}
+	return out, nil
+}
+
+// compareHealth asks both sides' health check node ports of every Service
+// that has one (from inside each side's namespace, at its node address, as
+// a load balancer would) and returns a diff line per answer that differs:
+// the status and the body's localEndpoints.
+func (e *Env) compareHealth(p *pair) ([]string, error) {
+	ports, err := e.healthPorts()
+	if err != nil {
+		return nil, err
+	}
+	var diff []string
+	for _, svc := range slices.Sorted(maps.Keys(ports)) {
+		port := uint16(ports[svc])
+		up := dataplane.AskHealth(context.Background(), p.upNS.Do, netip.AddrPortFrom(p.node.IP, port), "/")
+		ours := dataplane.AskHealth(context.Background(), p.oursNS.Do, netip.AddrPortFrom(p.oursIP, port), "/")
+		if up.Summary() != ours.Summary() {
+			diff = append(diff, fmt.Sprintf("-health check %s (port %d): %s", svc, port, up.Summary()), fmt.Sprintf("+health check %s (port %d): %s", svc, port, ours.Summary()))
+		}
+	}
+	return diff, nil
 }
 
 // Upstream reads back upstream's ruleset of compared node i.

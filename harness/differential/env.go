@@ -91,6 +91,8 @@ type pair struct {
 	upNS    *netns.Namespace
 	kp      *upstream.KubeProxy
 	oursNS  *netns.Namespace
+	oursIP  netip.Addr
+	health  *dataplane.HealthServer
 	backend dataplane.Backend
 	tracker *cluster.Tracker
 	syncer  *dataplane.Syncer
@@ -170,7 +172,7 @@ func (e *Env) build(ctx context.Context) error {
 		if !ok1 || !ok2 {
 			return fmt.Errorf("could not find the namespaces of node %s", n.Name)
 		}
-		e.pairs = append(e.pairs, &pair{node: n, upNS: up.NS, oursNS: ours.NS})
+		e.pairs = append(e.pairs, &pair{node: n, upNS: up.NS, oursNS: ours.NS, oursIP: ours.Config.Addr.Addr()})
 	}
 	fmt.Fprintf(e.cfg.Log, "differential: run %s, %d node(s), %s mode; starting the control plane\n", e.topo.RunID(), len(e.pairs), e.cfg.Mode)
 	dir, err := subdir(e.dir, "control-plane")
@@ -367,6 +369,13 @@ func (e *Env) startOurs(ctx context.Context) error {
 			return fmt.Errorf("could not build our %s backend for node %s: %w", e.cfg.Mode, p.node.Name, err)
 		}
 		p.syncer = dataplane.NewSyncer(dataplane.SyncConfig{}, p.backend, p.tracker, nil)
+		// kube-proxy's health servers beside our rules, on our scratch
+		// namespace's address, answering as upstream's do on its node's
+		// (compared by Compare).
+		if p.health, err = backends.NewHealth(e.cfg.Mode, p.oursNS, e.NodeConfig(p.node), p.oursIP, time.Hour); err != nil {
+			return fmt.Errorf("could not start our health servers for node %s: %w", p.node.Name, err)
+		}
+		p.syncer.SetHealth(p.health)
 		if err := p.syncer.SyncOnce(); err != nil {
 			return fmt.Errorf("could not sync our backend for node %s: %w", p.node.Name, err)
 		}
@@ -579,6 +588,9 @@ func (e *Env) Close() error {
 			if c, ok := p.backend.(io.Closer); ok {
 				errs = append(errs, c.Close())
 			}
+		}
+		if p.health != nil {
+			errs = append(errs, p.health.Close())
 		}
 	}
 	if e.api != nil {
