@@ -504,31 +504,59 @@ func (e *Env) Settle(ctx context.Context, before []uint64, events int) error {
 }
 
 // settleUpstream waits until kube-proxy has programmed every change it
-// received before a marker, and returns the markers it wrote: a scrape,
-// since := now, marker M1, then upstream's Settle with a Nudge that writes
-// another marker (kube-proxy queues M1 after every earlier change of its
-// watches; with --iptables-min-sync-period=0 it syncs once per change and
-// its periodic sync is hourly, so the sync that proves M1 programmed may
-// have to be asked for).
+// received before the markers, and returns the markers it wrote. kube-proxy
+// watches Services and EndpointSlices separately, and under load one watch
+// can lag the other: a sync proven after a slice marker can miss a Service
+// write that our informers had already seen (the differential showed it as
+// kube-proxy "behind" on Service updates, load-balancer status included,
+// with both modes compared at once). So it settles twice, once per watch:
+// a marker Service (a port that changes each time, no endpoints: both sides
+// program the same REJECT for it), then the marker slice. Each is a
+// scrape, since := now, the marker, then upstream's Settle with a Nudge
+// that writes another (kube-proxy queues the marker after every earlier
+// change of that watch; with --iptables-min-sync-period=0 it syncs once per
+// change and its periodic sync is hourly, so the sync that proves the
+// marker programmed may have to be asked for).
 func (e *Env) settleUpstream(ctx context.Context, p *pair) (int, error) {
-	before, err := p.kp.Scrape(ctx)
-	if err != nil {
-		return 0, err
-	}
-	since := time.Now()
 	written := 0
-	marker := func(ctx context.Context) error {
-		if err := e.writeMarker(ctx); err != nil {
-			return err
+	for _, write := range []func(context.Context) error{e.writeServiceMarker, e.writeMarker} {
+		before, err := p.kp.Scrape(ctx)
+		if err != nil {
+			return written, err
 		}
-		written++
-		return nil
+		since := time.Now()
+		marker := func(ctx context.Context) error {
+			if err := write(ctx); err != nil {
+				return err
+			}
+			written++
+			return nil
+		}
+		if err := marker(ctx); err != nil {
+			return written, err
+		}
+		if _, err := p.kp.Settle(ctx, upstream.Change{Since: since, Before: &before, Nudge: marker}, e.cfg.SettleTimeout); err != nil {
+			return written, err
+		}
 	}
-	if err := marker(ctx); err != nil {
-		return written, err
+	return written, nil
+}
+
+// serviceMarkerName is the Service settleUpstream writes: no selector, no
+// slice, one port whose number changes with every write.
+const serviceMarkerName = "kpsim-differential-service-marker"
+
+// writeServiceMarker writes the marker Service with a new port.
+func (e *Env) writeServiceMarker(ctx context.Context) error {
+	e.markers++
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: serviceMarkerName},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "marker", Protocol: corev1.ProtocolTCP, Port: int32(e.markers%60000 + 1)}}},
 	}
-	_, err = p.kp.Settle(ctx, upstream.Change{Since: since, Before: &before, Nudge: marker}, e.cfg.SettleTimeout)
-	return written, err
+	if _, err := apiserver.Upsert(ctx, e.Client(), []*corev1.Service{svc}, nil); err != nil {
+		return fmt.Errorf("could not write the settle marker Service: %w", err)
+	}
+	return nil
 }
 
 // writeMarker writes the marker slice with a new port.
