@@ -74,4 +74,3 @@ func parseIPVSStats(s string) (int64, error) {
 	}
 	return n, nil
 }
-

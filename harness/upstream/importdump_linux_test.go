@@ -489,6 +489,21 @@ func writeKubeadm(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 		s.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	})
 	createSlice(ctx, t, cs, db, pick(created, "shop/db-0", "shop/db-1"), v4, zones)
+	// A LoadBalancer with externalTrafficPolicy Local (the API server
+	// allocates its health check node port), an external IP, source ranges
+	// and the ingress a cloud controller writes through the status
+	// subresource.
+	store := svc("storefront", func(s *corev1.ServiceSpec) {
+		s.Type = corev1.ServiceTypeLoadBalancer
+		s.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		s.ExternalIPs = []string{"203.0.113.80"}
+		s.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	})
+	store.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.80", IPMode: kptr.To(corev1.LoadBalancerIPModeVIP)}, {IP: "192.0.2.81", IPMode: kptr.To(corev1.LoadBalancerIPModeProxy)}}
+	if _, err := cs.CoreV1().Services("shop").UpdateStatus(ctx, store, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("update the status of shop/storefront: %v", err)
+	}
+	createSlice(ctx, t, cs, store, pick(created, "shop/cart-6f7d8-a1", "shop/cart-6f7d8-b2"), v4, zones)
 	headless := svc("db-headless", func(s *corev1.ServiceSpec) {
 		s.ClusterIP = corev1.ClusterIPNone
 		s.Selector = map[string]string{"app": "db"}

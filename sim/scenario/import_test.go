@@ -187,12 +187,28 @@ func TestImportKubeadm(t *testing.T) {
 	if diff := cmp.Diff(want, hints); diff != "" {
 		t.Errorf("hints (-want +got):\n%s", diff)
 	}
+	// The LoadBalancer keeps what kube-proxy reads of it: external IPs,
+	// source ranges, the health check node port and the status's ingress.
+	var store *corev1.Service
+	for _, svc := range e.Services {
+		if svc.Namespace == "shop" && svc.Name == "storefront" {
+			store = svc
+		}
+	}
+	if store == nil {
+		t.Fatal("shop/storefront not imported")
+	}
+	if got := fmt.Sprint(store.Spec.ExternalIPs, store.Spec.LoadBalancerSourceRanges, store.Spec.HealthCheckNodePort != 0, len(store.Status.LoadBalancer.Ingress)); got != "[203.0.113.80] [198.51.100.0/24] true 2" {
+		t.Errorf("storefront: externalIPs, ranges, health check port set, ingress count = %s", got)
+	} else if in := store.Status.LoadBalancer.Ingress; in[0].IP != "192.0.2.80" || in[1].IPMode == nil || *in[1].IPMode != corev1.LoadBalancerIPModeProxy {
+		t.Errorf("storefront ingress %+v", in)
+	}
 	var checks []string
 	for _, c := range l.Scenario.Checks {
 		checks = append(checks, c.Type+":"+c.Service+":"+c.Port)
 	}
 	wantChecks := []string{"distribution:kube-system/kube-dns:dns", "distribution:kube-system/kube-dns:dns-tcp", "distribution:shop/cart:",
-		"affinity:shop/session:", "internal-traffic-local:shop/agent:", "distribution:shop/db:"}
+		"affinity:shop/session:", "internal-traffic-local:shop/agent:", "distribution:shop/db:", "distribution:shop/storefront:"}
 	slices.Sort(checks)
 	slices.Sort(wantChecks)
 	if diff := cmp.Diff(wantChecks, checks); diff != "" {
