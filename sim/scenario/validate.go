@@ -1579,14 +1579,6 @@ func whereNames() []string {
 	return out
 }
 
-func viaNames() []string {
-	var out []string
-	for _, w := range cluster.Vias() {
-		out = append(out, string(w))
-	}
-	return out
-}
-
 // checkRoutes says, per check type, where its clients may stand and which
 // destinations they may use, the first of each the default. Types not
 // listed are the pod checks of the cluster IP.
