@@ -186,7 +186,7 @@ func (b *Backend) Cleanup() error {
 	defer cancel()
 	err := b.nft.Run(ctx, tx)
 	b.r.Reset()
-	if err != nil && !knftables.IsNotFound(err) {
+	if err != nil && !isNotFound(err) {
 		if err := timedOut(ctx, "deletion of the table", bound, err); err != nil {
 			return err
 		}

@@ -34,7 +34,8 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 	return calibrate.Run(ctx, calibrate.Target{
 		Mode: cluster.ModeNFTables, Variant: string(o.Layout), Synthetic: calibrate.Synthetic,
 		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) { return NewNamespaceBackend(ns, cfg, o.Timeout) },
-		// The exact text of the full sync, rendered apart (rendering is
+		// The exact text the full sync loads (its elements merged as
+		// nsNFT.Run merges them), rendered apart (rendering is
 		// deterministic).
 		Text: func(_ dataplane.Backend, st *cluster.State) (string, error) {
 			r, err := NewRenderer(cfg)
@@ -45,7 +46,7 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 			if err != nil {
 				return "", err
 			}
-			return tx.String(), nil
+			return string(MergeElements([]byte(tx.String()))), nil
 		},
 		Raw: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "nft", "-f", "-") },
 	}, o.Sizes, o.Endpoints, o.Runs, o.Log)

@@ -58,9 +58,10 @@ func (v *view) endpointChain(ep *cluster.Endpoint) string { return PrefixEndpoin
 func (v *view) affinitySet(ep *cluster.Endpoint) string   { return PrefixAffinity + v.epBase(ep) }
 
 func newView(spn cluster.ServicePortName, sp *cluster.ServicePort, cat proxy.Categorized) *view {
+	base := ServicePortBase(spn) // one hash for the four chains
 	v := &view{
 		spn: spn, sp: sp, name: spn.String(), proto: protocol(spn), cat: cat,
-		clusterChain: ServiceChain(spn), localChain: LocalChain(spn), extChain: ExternalChain(spn), fwChain: FirewallChain(spn),
+		clusterChain: PrefixService + base, localChain: PrefixLocal + base, extChain: PrefixExternal + base, fwChain: PrefixFirewall + base,
 	}
 	v.Roles = cat.Roles(sp)
 	v.usesFW = len(sp.LoadBalancerIPs) > 0 && len(sp.SourceRanges) > 0
