@@ -60,4 +60,3 @@ func TestMergedTransactionsLoadTheSameTable(t *testing.T) {
 		})
 	}
 }
-
