@@ -346,6 +346,11 @@ func plannedUnits(l *scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 			n += (1 + steps) * max(1, len(nodes))
 		case scenario.CheckSourceRanges:
 			n += 2 * max(1, len(nodes))
+		case scenario.CheckExternalAffinity:
+			n += max(1, len(nodes))
+			if len(nodes) > 1 {
+				n++ // across the entry nodes
+			}
 		case scenario.CheckServiceCIDR:
 			if mode != cluster.ModeNFTables {
 				continue // not run
@@ -650,6 +655,13 @@ func (s *suite) runChecks(ctx context.Context) {
 		case scenario.CheckAffinity:
 			for _, nd := range nodes {
 				s.dumped(ctx, c, nd, "", func() { s.affinity(ctx, c, nd) })
+			}
+		case scenario.CheckExternalAffinity:
+			for _, nd := range nodes {
+				s.dumped(ctx, c, nd, "", func() { s.outcomeCheck(ctx, c, nd, "") })
+			}
+			if len(nodes) > 1 {
+				s.dumped(ctx, c, "", phaseAcross, func() { s.affinityAcross(ctx, c, nodes) })
 			}
 		default:
 			for _, nd := range nodes {

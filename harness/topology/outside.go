@@ -26,6 +26,16 @@ const (
 	GroupHairpin = "hairpin"
 )
 
+// AcrossAddresses is how many addresses the added outside client holds
+// when an external-affinity check runs: its verdict across entry nodes
+// counts how many client addresses all nodes hold to one endpoint. One
+// affinity state shared by the nodes (every address agrees) is told from
+// per-node state at alpha 1e-5 while the nodes agree by chance with
+// probability up to 0.6 (0.6^24 = 4.7e-6); the check uses the fewest
+// addresses that reach its power (3 endpoints under Cluster agree with
+// probability 1/3: 11 addresses).
+const AcrossAddresses = 24
+
 // placeOutside derives the world outside the cluster when the scenario
 // needs one (an outside traffic client, or a check from outside): the
 // router on the node network (its last address but one; the control plane
@@ -56,7 +66,14 @@ func placeOutside(cfg *netns.Config, st *cluster.State, o Options) error {
 		return nil
 	}
 	if len(groups) == 0 {
-		groups = append(groups, scenario.Client{Name: GroupExternal})
+		auto := scenario.Client{Name: GroupExternal}
+		for i := range o.Checks {
+			if o.Checks[i].Type == scenario.CheckExternalAffinity {
+				// The verdict across entry nodes needs many clients.
+				auto.SourceIPs = AcrossAddresses
+			}
+		}
+		groups = append(groups, auto)
 	}
 	reserved := func(a netip.Addr) bool {
 		if o.ServiceCIDR.IsValid() && o.ServiceCIDR.Contains(a) || o.NodeNetwork.IsValid() && o.NodeNetwork.Contains(a) {

@@ -275,3 +275,62 @@ func (a *Affinity) Deviations(now time.Duration) []string {
 	}
 	return out
 }
+
+// Across is what ClientIP affinity does for one client whose connections
+// enter the cluster through several nodes (node ports, or a load balancer
+// that spreads them). kube-proxy keeps affinity state per node: the
+// iptables recent lists, the nftables affinity sets and the IPVS
+// persistence templates live in each node's kernel. So each entry node
+// sends the client to an endpoint of its own choice (PerNode: the outcome
+// of a first connection there) and keeps it there; the nodes agree only by
+// chance.
+type Across struct {
+	PerNode map[string]Outcome
+	// Agree is the probability that every entry node chooses the same
+	// endpoint for one client: the sum over endpoints of the product of
+	// the nodes' probabilities, each node choosing at random and alone.
+	// Random is false when the choice is not random (IPVS schedulers go
+	// by turn or by load): Agree is then undefined.
+	Agree  float64
+	Random bool
+	// Reason says it in a sentence, for reports.
+	Reason string
+}
+
+// ExpectAcross gives Across for a client at addr outside the cluster whose
+// connections reach sp via via through each of nodes (zones: the nodes'
+// zones).
+func (o Oracle) ExpectAcross(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, addr netip.Addr, via cluster.Via, nodes []string, zones map[string]string) Across {
+	a := Across{PerNode: map[string]Outcome{}, Random: mode != cluster.ModeIPVS}
+	agree := map[string]float64{}
+	for i, n := range nodes {
+		out := o.ExpectFrom(mode, sp, eps, cluster.Standpoint{Where: cluster.Outside, Node: n, Addr: addr}, via, zones[n])
+		a.PerNode[n] = out
+		next := map[string]float64{}
+		for e, p := range out.Probs {
+			if i == 0 {
+				next[e] = p
+			} else {
+				next[e] = agree[e] * p
+			}
+		}
+		agree = next
+	}
+	for _, p := range agree {
+		a.Agree += p
+	}
+	per := "its recent lists"
+	switch mode {
+	case cluster.ModeNFTables:
+		per = "its affinity sets"
+	case cluster.ModeIPVS:
+		per = "its persistence templates"
+	}
+	a.Reason = fmt.Sprintf("%s: each of %d entry nodes keeps ClientIP affinity in %s: a client entering through each is held to one endpoint per node", sp.Name, len(nodes), per)
+	if a.Random {
+		a.Reason += fmt.Sprintf(", chosen at random and alone; all nodes choose the same with probability %.3g", a.Agree)
+	} else {
+		a.Reason += ", chosen by each node's scheduler in turn (not at random)"
+	}
+	return a
+}

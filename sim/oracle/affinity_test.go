@@ -2,12 +2,14 @@ package oracle
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kpsim/kpsim/sim/cluster"
 )
@@ -158,5 +160,41 @@ func TestNoAffinityNeverBinds(t *testing.T) {
 	a.Observe(c, "10.0.1.1:80", 0, 0)
 	if _, bound := a.Expect(c, 0); bound {
 		t.Error("bound without affinity")
+	}
+}
+
+func TestExpectAcross(t *testing.T) {
+	sp := &cluster.ServicePort{Name: cluster.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "sticky"}, Port: "http", Protocol: corev1.ProtocolTCP},
+		Type: corev1.ServiceTypeNodePort, ClusterIP: netip.MustParseAddr("10.96.0.122"), Port: 80, NodePort: 31122, ClientIPAffinity: true, AffinityTimeout: 10800}
+	ep := func(ip, node string) *cluster.Endpoint {
+		return &cluster.Endpoint{IP: netip.MustParseAddr(ip), Port: 8080, Ready: true, Serving: true, NodeName: node}
+	}
+	eps := []*cluster.Endpoint{ep("10.244.0.40", "node-a"), ep("10.244.0.41", "node-a"), ep("10.244.1.40", "node-b")}
+	client := netip.MustParseAddr("192.0.2.10")
+	nodes := []string{"node-a", "node-b"}
+	for _, c := range []struct {
+		mode   cluster.Mode
+		local  bool
+		agree  float64
+		random bool
+	}{
+		{cluster.ModeIPTables, false, 1.0 / 3, true},
+		{cluster.ModeNFTables, false, 1.0 / 3, true},
+		{cluster.ModeIPVS, false, 1.0 / 3, false},
+		// Local: each node holds the client to one of its own.
+		{cluster.ModeIPTables, true, 0, true},
+	} {
+		p := *sp
+		p.ExternalLocal = c.local
+		a := Oracle{}.ExpectAcross(c.mode, &p, eps, client, cluster.ViaNodePort, nodes, nil)
+		if math.Abs(a.Agree-c.agree) > 1e-12 || a.Random != c.random || len(a.PerNode) != 2 {
+			t.Errorf("%s local=%v: agree %g random %v (%d nodes), want %g %v", c.mode, c.local, a.Agree, a.Random, len(a.PerNode), c.agree, c.random)
+		}
+		if c.local && (a.PerNode["node-b"].Allows("10.244.0.40:8080") || !a.PerNode["node-b"].Allows("10.244.1.40:8080")) {
+			t.Errorf("Local: node-b may use %v", a.PerNode["node-b"].Endpoints())
+		}
+		if !strings.Contains(a.Reason, "per node") {
+			t.Errorf("reason %q does not say the state is per node", a.Reason)
+		}
 	}
 }
