@@ -52,7 +52,9 @@ const calibTimeout = 15 * time.Minute
 // CalibrateKubeProxy measures upstream kube-proxy's sync time at each size
 // (o.Sizes x o.Endpoints ClusterIP Services, as calibrate.Synthetic builds
 // for ours): per size, the objects are written into a fresh API once, then
-// each run starts a fresh kube-proxy in a fresh node namespace; its first
+// each run moves every endpoint to its own node (all local, as ours are to
+// the node we measure) and starts a fresh kube-proxy in that fresh node
+// namespace; its first
 // sync is a full sync at that size (the full-sync histogram's sum, or the
 // sync histogram's when the release has no full one), then one endpoint
 // turns not ready and the partial sync that follows is read the same way.
@@ -84,8 +86,12 @@ type calibRun struct {
 	topo *netns.Topology
 	cp   *upstream.ControlPlane
 	dir  string
-	// first is the slice of the first Service, whose endpoint changes.
-	first *discoveryv1.EndpointSlice
+	// slices are the Services' slices, first the first Service's, whose
+	// endpoint changes; their endpoints are on node (every one local to
+	// the node measured, as calibrate.Synthetic's are to ours).
+	slices []*discoveryv1.EndpointSlice
+	first  *discoveryv1.EndpointSlice
+	node   string
 }
 
 func prepareKubeProxy(ctx context.Context, o KubeProxyCalibration, n, k, runs int) (func(context.Context, int) (calibrate.UpstreamSample, error), func(), error) {
@@ -134,7 +140,29 @@ func (c *calibRun) load(ctx context.Context, n, k int) error {
 		return fmt.Errorf("could not load %d services: %w", n, err)
 	}
 	fmt.Fprintf(c.o.Log, "calibrate: %d services x %d endpoints written in %.1f s\n", n, k, time.Since(start).Seconds())
-	c.first = slices[0]
+	c.slices, c.first, c.node = slices, slices[0], "node-1"
+	return nil
+}
+
+// moveEndpoints puts every endpoint on node, the node of the next run, so
+// that each run measures a kube-proxy whose endpoints are all local (in
+// nftables mode a local endpoint adds a hairpin-connections element: the
+// ruleset of a node without them is much smaller).
+func (c *calibRun) moveEndpoints(ctx context.Context, node string) error {
+	if c.node == node {
+		return nil
+	}
+	start := time.Now()
+	for _, sl := range c.slices {
+		for i := range sl.Endpoints {
+			sl.Endpoints[i].NodeName = ptr.To(node)
+		}
+	}
+	if _, err := apiserver.Upsert(ctx, c.cp.Client(), nil, c.slices); err != nil {
+		return fmt.Errorf("could not move the endpoints to %s: %w", node, err)
+	}
+	c.node = node
+	fmt.Fprintf(c.o.Log, "calibrate: %d slices moved to %s in %.1f s\n", len(c.slices), node, time.Since(start).Seconds())
 	return nil
 }
 
@@ -155,7 +183,7 @@ func calibObjects(n, k int) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 		sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-0", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}}}
-		for j := 0; j < k; j++ {
+		for j := 0; j < k; j++ { // on node-1 until moveEndpoints
 			x := i*k + j + 1
 			a := netip.AddrFrom4([4]byte{10, byte(128 + x>>16), byte(x >> 8), byte(x)})
 			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a.String()}, NodeName: ptr.To("node-1"),
@@ -172,6 +200,9 @@ func calibObjects(n, k int) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 func (c *calibRun) measure(ctx context.Context, r int) (calibrate.UpstreamSample, error) {
 	var m calibrate.UpstreamSample
 	nd := c.topo.Nodes()[r]
+	if err := c.moveEndpoints(ctx, nd.Config.Name); err != nil {
+		return m, err
+	}
 	d := filepath.Join(c.dir, "kube-proxy-"+nd.Config.Name)
 	if err := os.MkdirAll(d, 0o700); err != nil {
 		return m, err
