@@ -96,13 +96,18 @@ type Target struct {
 	ResyncFull bool
 	// Synthetic builds n Services of k ready endpoints on node "node-1".
 	Synthetic func(n, k int) *cluster.State
+	// Source is the command recorded (default "sim calibrate --mode M").
+	Source string
 }
 
 // Run measures, for each size, in fresh namespaces: a full sync, a
 // partial sync after one endpoint changes, and the raw load of the full
 // sync's exact text; medians of runs.
 func Run(ctx context.Context, t Target, sizes []int, endpoints, runs int, log func(string, ...any)) (*Calibration, error) {
-	out := &Calibration{Mode: t.Mode, Variant: t.Variant, Source: "sim calibrate --mode " + string(t.Mode)}
+	out := &Calibration{Mode: t.Mode, Variant: t.Variant, Source: t.Source}
+	if out.Source == "" {
+		out.Source = "sim calibrate --mode " + string(t.Mode)
+	}
 	for _, n := range sizes {
 		st := t.Synthetic(n, endpoints)
 		var full, partial, raw, incr []float64

@@ -2,7 +2,6 @@ package iptables
 
 import (
 	"context"
-	"net/netip"
 	"os/exec"
 
 	"github.com/kpsim/kpsim/dataplane"
@@ -17,7 +16,9 @@ type CalibrateOptions struct {
 	Sizes     []int
 	Endpoints int
 	Runs      int
-	Log       func(format string, args ...any)
+	// Shape is the Services' shape (calibrate.Shapes; "" is ClusterIP).
+	Shape string
+	Log   func(format string, args ...any)
 }
 
 // Calibrate measures full and partial syncs of kube-proxy's iptables rules
@@ -26,10 +27,14 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 	if err := CheckTools(o.Variant, false); err != nil {
 		return nil, err
 	}
+	synthetic, node, err := calibrate.ShapeTarget(o.Shape)
+	if err != nil {
+		return nil, err
+	}
 	return calibrate.Run(ctx, calibrate.Target{
-		Mode: cluster.ModeIPTables, Variant: o.Variant, Synthetic: calibrate.Synthetic,
+		Mode: cluster.ModeIPTables, Variant: o.Variant, Synthetic: synthetic, Source: calibrate.ShapeSource(cluster.ModeIPTables, o.Shape),
 		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) {
-			return NewBackend(ns, Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}}, o.Variant)
+			return NewBackend(ns, Config{NodeConfig: node}, o.Variant)
 		},
 		Text: func(b dataplane.Backend, _ *cluster.State) (string, error) { return b.(*Backend).LastText, nil },
 		Raw: func(ctx context.Context) *exec.Cmd {

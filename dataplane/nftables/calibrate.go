@@ -3,7 +3,6 @@ package nftables
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os/exec"
 	"time"
 
@@ -21,7 +20,9 @@ type CalibrateOptions struct {
 	Runs      int
 	// Timeout bounds each nft transaction (TimeoutFlag; 0: CallBound).
 	Timeout time.Duration
-	Log     func(format string, args ...any)
+	// Shape is the Services' shape (calibrate.Shapes; "" is ClusterIP).
+	Shape string
+	Log   func(format string, args ...any)
 }
 
 // Calibrate measures full and partial syncs of a layout against `nft -f`
@@ -30,9 +31,13 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*calibrate.Calibration,
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, fmt.Errorf("the nft command is missing (Debian package nftables)")
 	}
-	cfg := Config{NodeConfig: dataplane.NodeConfig{NodeName: "node-1", ClusterCIDR: netip.MustParsePrefix("10.128.0.0/9")}, Layout: o.Layout}
+	synthetic, node, err := calibrate.ShapeTarget(o.Shape)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{NodeConfig: node, Layout: o.Layout}
 	return calibrate.Run(ctx, calibrate.Target{
-		Mode: cluster.ModeNFTables, Variant: string(o.Layout), Synthetic: calibrate.Synthetic,
+		Mode: cluster.ModeNFTables, Variant: string(o.Layout), Synthetic: synthetic, Source: calibrate.ShapeSource(cluster.ModeNFTables, o.Shape),
 		NewBackend: func(ns *netns.Namespace) (dataplane.Backend, error) { return NewNamespaceBackend(ns, cfg, o.Timeout) },
 		// The exact text the full sync loads (its elements merged as
 		// nsNFT.Run merges them), rendered apart (rendering is

@@ -9,10 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/kpsim/kpsim/dataplane/calibrate"
@@ -31,7 +28,9 @@ type KubeProxyCalibration struct {
 	Sizes     []int
 	Endpoints int
 	Runs      int
-	Log       io.Writer
+	// Shape is the Services' shape (calibrate.Shapes; "" is ClusterIP).
+	Shape string
+	Log   io.Writer
 }
 
 // Calibration layout: one node namespace per run (a fresh kube-proxy in a
@@ -40,8 +39,8 @@ type KubeProxyCalibration struct {
 // address (default/kubernetes), the endpoints where calibrate.Synthetic
 // puts ours.
 var (
-	calibServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
-	calibPodCIDR     = netip.MustParsePrefix("10.128.0.0/9")
+	calibServiceCIDR = calibrate.ServiceCIDR
+	calibPodCIDR     = calibrate.PodCIDR
 	calibCP          = netip.MustParsePrefix("198.18.255.254/16")
 )
 
@@ -134,7 +133,10 @@ func (c *calibRun) load(ctx context.Context, n, k int) error {
 			return err
 		}
 	}
-	svcs, slices := calibObjects(n, k)
+	svcs, slices, err := calibrate.Objects(n, k, c.o.Shape)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if _, err := apiserver.Upsert(ctx, cs, svcs, slices); err != nil {
 		return fmt.Errorf("could not load %d services: %w", n, err)
@@ -164,34 +166,6 @@ func (c *calibRun) moveEndpoints(ctx context.Context, node string) error {
 	c.node = node
 	fmt.Fprintf(c.o.Log, "calibrate: %d slices moved to %s in %.1f s\n", len(c.slices), node, time.Since(start).Seconds())
 	return nil
-}
-
-// calibObjects are n ClusterIP Services of k ready endpoints, named and
-// addressed as calibrate.Synthetic's (the Services' addresses offset past
-// the range's first ones).
-func calibObjects(n, k int) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
-	var svcs []*corev1.Service
-	var slices []*discoveryv1.EndpointSlice
-	base := calibServiceCIDR.Addr().As4()
-	for i := 0; i < n; i++ {
-		ns, name := fmt.Sprintf("ns-%d", i%100), fmt.Sprintf("svc-%d", i)
-		v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3]) + 16 + uint32(i)
-		ip := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-		svcs = append(svcs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: ip.String(), ClusterIPs: []string{ip.String()},
-				Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}}})
-		sl := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-0", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}}}
-		for j := 0; j < k; j++ { // on node-1 until moveEndpoints
-			x := i*k + j + 1
-			a := netip.AddrFrom4([4]byte{10, byte(128 + x>>16), byte(x >> 8), byte(x)})
-			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a.String()}, NodeName: ptr.To("node-1"),
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}})
-		}
-		slices = append(slices, sl)
-	}
-	return svcs, slices
 }
 
 // measure starts a fresh kube-proxy on node r+1, reads its first (full)

@@ -25,32 +25,6 @@ func TestControlPlanePrefix(t *testing.T) {
 	}
 }
 
-// TestCalibObjects: n Services of k ready endpoints, addresses inside the
-// service range clear of its first address, distinct endpoints.
-func TestCalibObjects(t *testing.T) {
-	svcs, slices := calibObjects(300, 10)
-	if len(svcs) != 300 || len(slices) != 300 {
-		t.Fatalf("%d services, %d slices", len(svcs), len(slices))
-	}
-	seen := map[string]bool{}
-	for i, s := range svcs {
-		ip := netip.MustParseAddr(s.Spec.ClusterIP)
-		if !calibServiceCIDR.Contains(ip) || ip == calibServiceCIDR.Addr().Next() || seen[s.Spec.ClusterIP] {
-			t.Fatalf("service %d: cluster IP %s", i, ip)
-		}
-		seen[s.Spec.ClusterIP] = true
-		if len(slices[i].Endpoints) != 10 || *slices[i].Endpoints[0].Conditions.Ready != true {
-			t.Fatalf("slice %d: %+v", i, slices[i].Endpoints)
-		}
-		for _, e := range slices[i].Endpoints {
-			if seen[e.Addresses[0]] {
-				t.Fatalf("endpoint %s twice", e.Addresses[0])
-			}
-			seen[e.Addresses[0]] = true
-		}
-	}
-}
-
 // TestSyncFigures: the first full sync from the full histogram (the sync
 // histogram when the release has none); the partial sync from the partial
 // histogram's delta, else the sync histogram's.

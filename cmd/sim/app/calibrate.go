@@ -40,6 +40,7 @@ type calibrateFlags struct {
 	refVM     string
 	refHost   string
 	fit       string
+	shape     string
 	// nftTimeout bounds each nft transaction (0: the size-derived bound).
 	nftTimeout time.Duration
 }
@@ -121,6 +122,7 @@ written as the calibration's emulation.`,
 	c.Flags().DurationVar(&f.vmTimeout, "vm-timeout", 30*time.Minute, "bound on the whole microVM run")
 	c.Flags().StringVar(&f.refVM, "reference-vm", "", "a calibration of one mode and variant measured in the VM (with --reference-host: their ratio becomes the emulation)")
 	c.Flags().StringVar(&f.refHost, "reference-host", "", "the same calibration measured on the host")
+	c.Flags().StringVar(&f.shape, "shape", calibrate.ShapeClusterIP, "the Services measured: cluster-ip (ClusterIP only: the cost model's calibrations) or external (every tenth a LoadBalancer with a node port, an external IP and a load-balancer IP; half of those with source ranges, half externalTrafficPolicy Local); iptables and nftables, ours and --subject kube-proxy alike; another shape than cluster-ip writes nothing unless --write says where")
 	c.Flags().StringVar(&f.fit, "fit", "", "measure nothing: print the cost model fitted to the calibrations in this folder (Markdown; no root needed)")
 	nftTimeoutFlag(c, &f.nftTimeout)
 	return c
@@ -155,10 +157,19 @@ func (f *calibrateFlags) check(c *cobra.Command) error {
 			return &UsageError{Err: fmt.Errorf("--mode ipvs takes one --backend (nft or legacy) for its constant iptables rules, not %q", strings.Join(f.backends, ","))}
 		}
 	}
+	if err := calibrate.CheckShape(f.shape, f.sizes); err != nil {
+		return &UsageError{Err: fmt.Errorf("--shape: %w", err)}
+	}
+	if f.shape != calibrate.ShapeClusterIP && f.mode.m == cluster.ModeIPVS {
+		return &UsageError{Err: fmt.Errorf("--shape %s is measured in iptables and nftables modes, not ipvs", f.shape)}
+	}
 	if !c.Flags().Changed("write") {
 		f.file = "results/calibration/" + string(f.mode.m) + ".json"
 		if f.subject == conform.SubjectKubeProxy {
 			f.file = "results/calibration/kube-proxy-" + string(f.mode.m) + ".json"
+		}
+		if f.shape != calibrate.ShapeClusterIP {
+			f.file = "" // not the cost model's shape: printed only
 		}
 	}
 	if f.runs < 1 || f.endpoints < 1 || len(f.sizes) == 0 {
@@ -207,9 +218,9 @@ func calibrateHere(ctx context.Context, s Streams, f *calibrateFlags) ([]*calibr
 		var err error
 		switch {
 		case f.mode.m == cluster.ModeIPTables && (v == "nft" || v == "legacy"):
-			cal, err = iptables.Calibrate(ctx, iptables.CalibrateOptions{Variant: v, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
+			cal, err = iptables.Calibrate(ctx, iptables.CalibrateOptions{Variant: v, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Shape: f.shape, Log: logf})
 		case f.mode.m == cluster.ModeNFTables && (v == "kube-proxy" || v == "fast"):
-			cal, err = nftables.Calibrate(ctx, nftables.CalibrateOptions{Layout: nftables.Layout(v), Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Timeout: f.nftTimeout, Log: logf})
+			cal, err = nftables.Calibrate(ctx, nftables.CalibrateOptions{Layout: nftables.Layout(v), Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Timeout: f.nftTimeout, Shape: f.shape, Log: logf})
 		case f.mode.m == cluster.ModeIPVS:
 			cal, err = ipvs.Calibrate(ctx, ipvs.CalibrateOptions{IPTablesVariant: v, Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: logf})
 		default:

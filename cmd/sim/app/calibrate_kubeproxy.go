@@ -35,7 +35,7 @@ func calibrateKubeProxy(ctx context.Context, s Streams, f *calibrateFlags) error
 			return &UsageError{Err: fmt.Errorf("unknown iptables backend %q: nft or legacy", v)}
 		}
 		cal, err := conform.CalibrateKubeProxy(ctx, conform.KubeProxyCalibration{Mode: f.mode.m, Variant: v, Bin: bin,
-			Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Log: s.Err})
+			Sizes: f.sizes, Endpoints: f.endpoints, Runs: f.runs, Shape: f.shape, Log: s.Err})
 		if err != nil {
 			return &EnvError{Err: err}
 		}
