@@ -26,6 +26,10 @@ type Metrics struct {
 	EndpointChangesTotal   prometheus.Counter
 	ServiceChangesTotal    prometheus.Counter
 	RulesLast              *prometheus.GaugeVec
+	// ConntrackReconcile and ConntrackDeleted time the stale UDP
+	// conntrack cleanup after a sync and count the entries it deleted.
+	ConntrackReconcile prometheus.Histogram
+	ConntrackDeleted   prometheus.Counter
 }
 
 // networkProgrammingBuckets are kube-proxy's: 0.25 s steps to 1 s, 1 s steps
@@ -66,10 +70,13 @@ func NewMetrics(labels prometheus.Labels) *Metrics {
 			Help: "Cumulative proxy rules Service changes", ConstLabels: labels}),
 		RulesLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "kubeproxy", Name: "sync_proxy_rules_iptables_last",
 			Help: "Number of proxy iptables rules programmed in the last sync", ConstLabels: labels}, []string{"table"}),
+		ConntrackReconcile: h("conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds", syncBuckets),
+		ConntrackDeleted: prometheus.NewCounter(prometheus.CounterOpts{Subsystem: "kubeproxy", Name: "conntrack_reconciler_deleted_entries_total",
+			Help: "Cumulative conntrack flows deleted by conntrack reconciler", ConstLabels: labels}),
 	}
 	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.LastSyncTimestamp,
 		m.NetworkProgramming, m.RestoreFailures, m.PartialRestoreFailures, m.NoLocalEndpoints,
-		m.EndpointChangesTotal, m.ServiceChangesTotal, m.RulesLast)
+		m.EndpointChangesTotal, m.ServiceChangesTotal, m.RulesLast, m.ConntrackReconcile, m.ConntrackDeleted)
 	return m
 }
 

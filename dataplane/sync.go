@@ -51,6 +51,37 @@ type Syncer struct {
 	// healthErr is the health server's last error (a port it could not
 	// open), reported beside the sync's.
 	healthErr error
+	// conntrack cleans stale conntrack entries after a sync
+	// (SetConntrack); nil: none. conntrackErr is its last error.
+	conntrack    ConntrackCleaner
+	conntrackErr error
+}
+
+// ConntrackCleaner removes a node's stale conntrack entries after a
+// successful sync (conntrack.Cleaner: kube-proxy's CleanStaleEntries).
+// Required says whether the changes that sync drained call for it (an
+// endpoint of a UDP Service changed); Clean cleans for the state the sync
+// programmed and returns the entries deleted.
+type ConntrackCleaner interface {
+	Required(ch cluster.Changes, st *cluster.State) bool
+	Clean(st *cluster.State) (int, error)
+}
+
+// SetConntrack makes the syncer clean conntrack after each successful
+// sync, as kube-proxy's proxiers do at the end of syncProxyRules. Call it
+// before Run.
+func (s *Syncer) SetConntrack(c ConntrackCleaner) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conntrack = c
+}
+
+// ConntrackError is the cleanup's error after the last successful sync
+// (nil: it ran or had nothing to do). kube-proxy logs it and goes on.
+func (s *Syncer) ConntrackError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conntrackErr
 }
 
 // SetHealth makes the syncer drive kube-proxy's health servers as
@@ -141,6 +172,16 @@ func (s *Syncer) SyncOnce() error {
 	if s.health != nil {
 		s.health.Updated()
 		s.healthErr = s.health.Sync(st)
+	}
+	s.conntrackErr = nil
+	// Only what this drain brought, as kube-proxy: a change drained by a
+	// failed sync does not clean after a later one.
+	if s.conntrack != nil && s.conntrack.Required(ch, st) {
+		start := s.now()
+		n, err := s.conntrack.Clean(st)
+		s.conntrackErr = err
+		s.metrics.ConntrackReconcile.Observe(s.now().Sub(start).Seconds())
+		s.metrics.ConntrackDeleted.Add(float64(n))
 	}
 	close(s.synced)
 	s.synced = make(chan struct{})

@@ -139,3 +139,56 @@ func TestRunCoalesces(t *testing.T) {
 		t.Errorf("20 changes in a burst caused %d syncs", len(b.calls))
 	}
 }
+
+// recordingCleaner says a sync requires a cleanup when its changes name an
+// endpoint change of port "dns", and records the cleanups.
+type recordingCleaner struct{ cleaned int }
+
+func (c *recordingCleaner) Required(ch cluster.Changes, _ *cluster.State) bool {
+	for _, n := range ch.Endpoints {
+		if n.Name == "dns" {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *recordingCleaner) Clean(*cluster.State) (int, error) { c.cleaned++; return 2, nil }
+
+// TestSyncConntrack: the cleanup runs after a successful sync whose drain
+// requires it, not after other syncs, and not after a later sync when the
+// sync that drained the change failed (kube-proxy's ConntrackCleanupRequired
+// belongs to one endpoints-map update).
+func TestSyncConntrack(t *testing.T) {
+	tr := cluster.NewTracker()
+	b := &recordingBackend{}
+	c := &recordingCleaner{}
+	s := NewSyncer(SyncConfig{SyncPeriod: time.Hour}, b, tr, nil)
+	s.SetConntrack(c)
+	tr.OnEndpointSlice("ns", "web-x", slice("web", true), "web")
+	if err := s.SyncOnce(); err != nil || c.cleaned != 0 {
+		t.Fatalf("web: err %v, %d cleanups, want none", err, c.cleaned)
+	}
+	tr.OnEndpointSlice("ns", "dns-x", slice("dns", true), "dns")
+	if err := s.SyncOnce(); err != nil || c.cleaned != 1 {
+		t.Fatalf("dns: err %v, %d cleanups, want 1", err, c.cleaned)
+	}
+	b.fail = true
+	tr.OnEndpointSlice("ns", "dns-x", slice("dns", false), "dns")
+	if err := s.SyncOnce(); err == nil || c.cleaned != 1 {
+		t.Fatalf("failed sync: err %v, %d cleanups, want 1", err, c.cleaned)
+	}
+	b.fail = false
+	if err := s.SyncOnce(); err != nil || c.cleaned != 1 {
+		t.Fatalf("the sync after the failure: err %v, %d cleanups, want 1", err, c.cleaned)
+	}
+	var text strings.Builder
+	if err := s.Metrics().WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kubeproxy_conntrack_reconciler_sync_duration_seconds_count 1", "kubeproxy_conntrack_reconciler_deleted_entries_total 2"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/backends"
+	"github.com/kpsim/kpsim/dataplane/conntrack"
 	"github.com/kpsim/kpsim/dataplane/iptables"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/dataplane/nftables"
@@ -47,6 +48,8 @@ type node struct {
 	// health is kube-proxy's health servers of the node (health check node
 	// ports, /healthz).
 	health *dataplane.HealthServer
+	// conntrack is the node's conntrack table, cleaned after the syncs.
+	conntrack *conntrack.NamespaceTable
 }
 
 func (k *kpsimProxies) start(ctx context.Context, topo *netns.Topology) error {
@@ -87,7 +90,16 @@ func (k *kpsimProxies) startNode(ctx, syncCtx context.Context, n *netns.Node) er
 		return err
 	}
 	sy.SetHealth(h)
-	k.list = append(k.list, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy, health: h})
+	ct, err := conntrack.NewNamespaceTable(n.NS)
+	if err != nil {
+		_ = h.Close()
+		if c, ok := b.(io.Closer); ok {
+			_ = c.Close()
+		}
+		return err
+	}
+	sy.SetConntrack(conntrack.Cleaner{Table: ct})
+	k.list = append(k.list, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy, health: h, conntrack: ct})
 	first := sy.Synced()
 	k.syncers.Add(1)
 	go func() {
@@ -198,6 +210,9 @@ func (k *kpsimProxies) close() {
 	for _, n := range k.list {
 		if n.health != nil {
 			_ = n.health.Close()
+		}
+		if n.conntrack != nil {
+			_ = n.conntrack.Close()
 		}
 		// A backend holding sockets in its namespace (IPVS) keeps the
 		// namespace alive until they are closed.

@@ -1,0 +1,64 @@
+package conntrack
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/kpsim/kpsim/dataplane/netns"
+)
+
+// NamespaceTable is the conntrack table of a network namespace, through a
+// netfilter netlink socket opened inside it: every call acts there and
+// never on the host's table.
+type NamespaceTable struct {
+	mu sync.Mutex
+	h  *netlink.Handle
+}
+
+var _ Table = (*NamespaceTable)(nil)
+
+// NewNamespaceTable opens ns's table (close it with Close).
+func NewNamespaceTable(ns *netns.Namespace) (*NamespaceTable, error) {
+	var h *netlink.Handle
+	err := ns.Do(func() error {
+		var err error
+		h, err = netlink.NewHandle(unix.NETLINK_NETFILTER)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("could not open the conntrack table of %s: %w", ns.Name, err)
+	}
+	return &NamespaceTable{h: h}, nil
+}
+
+// List returns every IPv4 entry; an interrupted dump returns what it read
+// with the error.
+func (t *NamespaceTable) List() ([]*netlink.ConntrackFlow, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	flows, err := t.h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return nil, err
+	}
+	return flows, err
+}
+
+// Delete deletes the entries whose tuples match flows'.
+func (t *NamespaceTable) Delete(flows []*netlink.ConntrackFlow) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, err := t.h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, newFilter(flows))
+	return int(n), err
+}
+
+// Close closes the socket.
+func (t *NamespaceTable) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.h.Close()
+	return nil
+}
