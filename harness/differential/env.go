@@ -138,8 +138,15 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	if err := e.build(ctx); err != nil {
 		return nil, err
 	}
+	held, err := e.holdZones(ctx)
+	if err != nil {
+		return nil, err
+	}
 	t1 := time.Now()
 	if err := e.startUpstream(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.releaseZones(ctx, held); err != nil {
 		return nil, err
 	}
 	t2 := time.Now()
@@ -195,6 +202,84 @@ func (e *Env) build(ctx context.Context) error {
 		return err
 	}
 	return writeBallast(ctx, e.cp.Client(), e.cfg)
+}
+
+// holdZones removes the zone label from the compared nodes' Node objects
+// before kube-proxy starts, and returns the labels it removed (by node).
+// kube-proxy learns its node's zone from a handler of its own on the node
+// informer, apart from the Service and EndpointSlice watches the settle
+// markers prove: its first syncs may come before that handler ran (under
+// load they did: a comparison of topology hints saw kube-proxy use every
+// endpoint). releaseZones puts the labels back once kube-proxy runs, when
+// the change is sure to reach it as a topology change, and waits for the
+// full sync it makes.
+func (e *Env) holdZones(ctx context.Context) (map[string]string, error) {
+	held := map[string]string{}
+	nodes := e.cp.Client().CoreV1().Nodes()
+	for _, p := range e.pairs {
+		n, err := nodes.Get(ctx, p.node.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("could not read Node %s: %w", p.node.Name, err)
+		}
+		z, ok := n.Labels[corev1.LabelTopologyZone]
+		if !ok {
+			continue
+		}
+		delete(n.Labels, corev1.LabelTopologyZone)
+		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("could not hold the zone of Node %s: %w", p.node.Name, err)
+		}
+		held[p.node.Name] = z
+	}
+	return held, nil
+}
+
+// releaseZones gives the held zone labels back and waits, for each node,
+// until its kube-proxy made the full sync its topology change calls for
+// (OnTopologyChange), SettleTimeout at most.
+func (e *Env) releaseZones(ctx context.Context, held map[string]string) error {
+	nodes := e.cp.Client().CoreV1().Nodes()
+	for _, p := range e.pairs {
+		z, ok := held[p.node.Name]
+		if !ok {
+			continue
+		}
+		before, err := p.kp.Scrape(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := nodes.Get(ctx, p.node.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("could not read Node %s: %w", p.node.Name, err)
+		}
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels[corev1.LabelTopologyZone] = z
+		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("could not give Node %s its zone back: %w", p.node.Name, err)
+		}
+		deadline := time.Now().Add(e.cfg.SettleTimeout)
+		for {
+			m, err := p.kp.Scrape(ctx)
+			if err != nil {
+				return err
+			}
+			if m.FullSyncs > before.FullSyncs {
+				fmt.Fprintf(e.cfg.Log, "differential: kube-proxy on %s made its full sync for zone %s\n", p.node.Name, z)
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("kube-proxy on %s made no full sync within %s of its zone label (%s) coming back (log %s)", p.node.Name, e.cfg.SettleTimeout, z, p.kp.LogPath())
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // subdir creates dir/name.
