@@ -29,6 +29,9 @@ var layers = map[string]int{
 	// L2: the dataplane's contract, the simulator's engines, upstream's
 	// processes (etcd, kube-apiserver, kube-proxy) in a run's namespaces.
 	"dataplane": 2, "sim/engine": 2, "harness/upstream": 2,
+	// L2 too: the conntrack cleanup a Syncer drives (through an interface
+	// of package dataplane) in a node namespace.
+	"dataplane/conntrack": 2,
 	// L3: the calibration loop the backends feed; sim capacity's sweep
 	// (the engines' sync runner and the cost model, no traffic).
 	"dataplane/calibrate": 3, "sim/capacity": 3,
