@@ -3,6 +3,7 @@ package conform
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/stats"
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -78,118 +80,142 @@ func (s *suite) affinityAcross(ctx context.Context, c *scenario.Check, nodes []s
 	if len(entry) < len(nodes) {
 		across = s.or.ExpectAcross(s.o.Mode, sp, st.Endpoints[spn], addrs[0], via, entry, zones)
 	}
-	m := len(addrs)
-	if !across.Random || across.Agree == 0 {
-		// Zero tolerance only (or an agreement that cannot happen):
-		// a few addresses show it; IPVS under TCG spends about two
-		// seconds on each address and node.
-		m = min(m, acrossZeroTolerance)
-	}
-	if across.Random && across.Agree > 0 && across.Agree < 1 {
-		if need := stats.BinomialSampleSize(across.Agree, 1, s.alphaUnit, c.Power, stats.Greater); need > 0 && need < m {
-			m = need
-		}
-		rc.AchievedPower = stats.BinomialPower(m, across.Agree, 1, s.alphaUnit, stats.Greater)
-	}
-	addrs = addrs[:m]
-
-	// chosen[node][address]: the endpoint the node held the address to.
-	chosen := map[string]map[netip.Addr]netip.AddrPort{}
-	var problems []string
-	sent, arrived := 0, 0
-	round := func(node string, record bool) error {
-		t, err := s.target(c, spn, sp, node, "")
-		if err != nil {
-			return err
-		}
-		if record {
-			chosen[node] = map[netip.Addr]netip.AddrPort{}
-		}
-		for _, a := range addrs {
-			s.mc.phase()
-			n, err := s.mc.send(ctx, Probe{Client: t.client, Src: a, VIP: t.dst, Proto: t.proto, N: acrossProbes}, s.rng)
-			sent += n
-			if err != nil {
-				return err
-			}
-			per := s.mc.collect(n).PerEndpoint()
-			eps := slices.SortedFunc(func(yield func(netip.AddrPort) bool) {
-				for e := range per {
-					if !yield(e) {
-						return
-					}
-				}
-			}, func(x, y netip.AddrPort) int { return x.Compare(y) })
-			for _, e := range eps {
-				arrived += per[e]
-			}
-			switch {
-			case len(eps) == 0:
-				return &EnvironmentError{fmt.Errorf("none of %d connections from %s through %s arrived", n, a, node)}
-			case len(eps) > 1:
-				problems = append(problems, fmt.Sprintf("%s held %s to %d endpoints (%s)", node, a, len(eps), joinAddrPorts(eps)))
-			case !across.PerNode[node].Allows(eps[0].String()):
-				problems = append(problems, fmt.Sprintf("%s sent %s to %s, which it may not use", node, a, eps[0]))
-			}
-			if record {
-				chosen[node][a] = eps[0]
-			} else if first := chosen[node][a]; eps[0] != first {
-				problems = append(problems, fmt.Sprintf("%s moved %s from %s to %s after the other nodes chose", node, a, first, eps[0]))
-			}
-		}
-		return nil
-	}
+	m, power := acrossAddresses(across, len(addrs), s.alphaUnit, c.Power)
+	rc.AchievedPower = power
+	r := &acrossRun{s: s, c: c, spn: spn, sp: sp, across: across, addrs: addrs[:m], chosen: map[string]map[netip.Addr]netip.AddrPort{}}
 	for _, n := range entry {
-		if err := round(n, true); err != nil {
+		if err := r.round(ctx, n, true); err != nil {
 			fail(err)
 			return
 		}
 	}
-	if err := round(entry[0], false); err != nil {
+	if err := r.round(ctx, entry[0], false); err != nil {
 		fail(err)
 		return
 	}
-	if sent > arrived {
-		problems = append(problems, fmt.Sprintf("%d of %d connections did not arrive", sent-arrived, sent))
+	if err := r.decide(rc, entry); err != nil {
+		fail(err)
 	}
+}
 
-	agree := 0
-	for _, a := range addrs {
-		e := chosen[entry[0]][a]
+// acrossAddresses is how many of n client addresses the across verdict
+// uses, and its power against one state shared by the nodes: a few where
+// only the zero-tolerance part runs (IPVS, or nodes that cannot agree),
+// else the fewest that reach power at alpha (all n when none do).
+func acrossAddresses(across oracle.Across, n int, alpha, power float64) (int, float64) {
+	if !across.Random || across.Agree == 0 {
+		// IPVS under TCG spends about two seconds on each address and node.
+		return min(n, acrossZeroTolerance), 0
+	}
+	if across.Agree >= 1 {
+		return n, 0
+	}
+	m := n
+	if need := stats.BinomialSampleSize(across.Agree, 1, alpha, power, stats.Greater); need > 0 && need < m {
+		m = need
+	}
+	return m, stats.BinomialPower(m, across.Agree, 1, alpha, stats.Greater)
+}
+
+// acrossRun is the state of one across verdict's probing.
+type acrossRun struct {
+	s      *suite
+	c      *scenario.Check
+	spn    cluster.ServicePortName
+	sp     *cluster.ServicePort
+	across oracle.Across
+	addrs  []netip.Addr
+	// chosen[node][address]: the endpoint the node held the address to.
+	chosen        map[string]map[netip.Addr]netip.AddrPort
+	problems      []string
+	sent, arrived int
+}
+
+// round sends acrossProbes connections from every address through node;
+// record keeps each address's endpoint there, else each must still be the
+// one recorded.
+func (r *acrossRun) round(ctx context.Context, node string, record bool) error {
+	s := r.s
+	t, err := s.target(r.c, r.spn, r.sp, node, "")
+	if err != nil {
+		return err
+	}
+	if record {
+		r.chosen[node] = map[netip.Addr]netip.AddrPort{}
+	}
+	for _, a := range r.addrs {
+		s.mc.phase()
+		n, err := s.mc.send(ctx, Probe{Client: t.client, Src: a, VIP: t.dst, Proto: t.proto, N: acrossProbes}, s.rng)
+		r.sent += n
+		if err != nil {
+			return err
+		}
+		per := s.mc.collect(n).PerEndpoint()
+		eps := slices.SortedFunc(maps.Keys(per), netip.AddrPort.Compare)
+		for _, e := range eps {
+			r.arrived += per[e]
+		}
+		switch {
+		case len(eps) == 0:
+			return &EnvironmentError{fmt.Errorf("none of %d connections from %s through %s arrived", n, a, node)}
+		case len(eps) > 1:
+			r.problems = append(r.problems, fmt.Sprintf("%s held %s to %d endpoints (%s)", node, a, len(eps), joinAddrPorts(eps)))
+		case !r.across.PerNode[node].Allows(eps[0].String()):
+			r.problems = append(r.problems, fmt.Sprintf("%s sent %s to %s, which it may not use", node, a, eps[0]))
+		}
+		if record {
+			r.chosen[node][a] = eps[0]
+		} else if first := r.chosen[node][a]; eps[0] != first {
+			r.problems = append(r.problems, fmt.Sprintf("%s moved %s from %s to %s after the other nodes chose", node, a, first, eps[0]))
+		}
+	}
+	return nil
+}
+
+// decide fills rc: the agreement table, the zero-tolerance problems, and
+// the binomial test where the choice is random.
+func (r *acrossRun) decide(rc *report.Check, entry []string) error {
+	if r.sent > r.arrived {
+		r.problems = append(r.problems, fmt.Sprintf("%d of %d connections did not arrive", r.sent-r.arrived, r.sent))
+	}
+	m, agree := len(r.addrs), 0
+	for _, a := range r.addrs {
+		e := r.chosen[entry[0]][a]
 		same := true
 		for _, n := range entry[1:] {
-			same = same && chosen[n][a] == e
+			same = same && r.chosen[n][a] == e
 		}
 		if same {
 			agree++
 		}
 	}
-	rc.N = sent
+	across := r.across
+	rc.N = r.sent
 	rc.Table = []report.Row{
 		{Outcome: "addresses all entry nodes held to one endpoint", Observed: float64(agree), Expected: float64(m) * across.Agree},
 		{Outcome: "addresses the entry nodes held to different endpoints", Observed: float64(m - agree), Expected: float64(m) * (1 - across.Agree)},
 	}
-	rc.Message = across.Reason + "; " + acrossSummary(entry, addrs, chosen)
-	if len(problems) > 0 {
+	rc.Message = across.Reason + "; " + acrossSummary(entry, r.addrs, r.chosen)
+	if len(r.problems) > 0 {
 		rc.Test, rc.P, rc.Statistic = "deterministic", 0, 1
-		rc.Message += "; " + strings.Join(problems, "; ")
-		return
+		rc.Message += "; " + strings.Join(r.problems, "; ")
+		return nil
 	}
 	if !across.Random {
 		rc.Test, rc.P, rc.Statistic = "deterministic", 1, 0
 		rc.Message += fmt.Sprintf("; %d of %d addresses agreed across the nodes (not tested: the schedulers do not choose at random)", agree, m)
-		return
+		return nil
 	}
 	res, err := stats.BinomialTest(agree, m, math.Min(1, across.Agree), stats.Greater)
 	if err != nil {
-		fail(err)
-		return
+		return err
 	}
 	rc.Test, rc.P, rc.Statistic = res.Test+" (agreement of the entry nodes, greater)", res.P, res.Statistic
-	if rc.AchievedPower < c.Power {
+	if rc.AchievedPower < r.c.Power {
 		rc.Message += fmt.Sprintf("; power %.2g against one state shared by the nodes with %d client addresses (the outside client's sourceIPs; %d reach %.2g)",
-			rc.AchievedPower, m, max(stats.BinomialSampleSize(across.Agree, 1, s.alphaUnit, c.Power, stats.Greater), 0), c.Power)
+			rc.AchievedPower, m, max(stats.BinomialSampleSize(across.Agree, 1, r.s.alphaUnit, r.c.Power, stats.Greater), 0), r.c.Power)
 	}
+	return nil
 }
 
 // acrossSummary lists the first addresses' endpoints per node.
