@@ -49,31 +49,9 @@ func placeOutside(cfg *netns.Config, st *cluster.State, o Options) error {
 		ext = netip.MustParsePrefix(scenario.DefaultExternalNetwork)
 	}
 	ext = ext.Masked()
-	var groups []scenario.Client
-	for _, c := range o.Clients {
-		if c.Where == cluster.Outside {
-			groups = append(groups, c)
-		}
-	}
-	outsideCheck := false
-	for i := range o.Checks {
-		// A health check is sent from outside, as a load balancer's is.
-		if from, _ := scenario.CheckRoute(&o.Checks[i]); from == cluster.Outside || o.Checks[i].Type == scenario.CheckHealthCheck {
-			outsideCheck = true
-		}
-	}
-	if len(groups) == 0 && !outsideCheck {
-		return nil
-	}
+	groups := outsideGroups(o)
 	if len(groups) == 0 {
-		auto := scenario.Client{Name: GroupExternal}
-		for i := range o.Checks {
-			if o.Checks[i].Type == scenario.CheckExternalAffinity {
-				// The verdict across entry nodes needs many clients.
-				auto.SourceIPs = AcrossAddresses
-			}
-		}
-		groups = append(groups, auto)
+		return nil
 	}
 	reserved := func(a netip.Addr) bool {
 		if o.ServiceCIDR.IsValid() && o.ServiceCIDR.Contains(a) || o.NodeNetwork.IsValid() && o.NodeNetwork.Contains(a) {
@@ -127,8 +105,78 @@ func placeOutside(cfg *netns.Config, st *cluster.State, o Options) error {
 	}
 	// Source ranges: every Service a source-ranges check names needs an
 	// outside address inside its ranges and one outside them.
+	ranges := rangeAddresses(rangeChecks(st, o.Checks), out.Clients, ext, next)
+	if len(ranges.Addrs) > 0 {
+		out.Clients = append(out.Clients, ranges)
+	}
+	r, err := routerPrefix(cfg, o)
+	if err != nil {
+		return err
+	}
+	out.Router = r
+	cfg.Outside = out
+	return nil
+}
+
+// outsideGroups are the client groups standing outside the cluster: the
+// traffic's, or when a check stands outside and the traffic has none, the
+// added GroupExternal (with AcrossAddresses addresses when an
+// external-affinity check runs). None: the run needs no outside world.
+func outsideGroups(o Options) []scenario.Client {
+	var groups []scenario.Client
+	for _, c := range o.Clients {
+		if c.Where == cluster.Outside {
+			groups = append(groups, c)
+		}
+	}
+	outsideCheck := false
+	for i := range o.Checks {
+		// A health check is sent from outside, as a load balancer's is.
+		if from, _ := scenario.CheckRoute(&o.Checks[i]); from == cluster.Outside || o.Checks[i].Type == scenario.CheckHealthCheck {
+			outsideCheck = true
+		}
+	}
+	if len(groups) == 0 && !outsideCheck {
+		return nil
+	}
+	if len(groups) == 0 {
+		auto := scenario.Client{Name: GroupExternal}
+		for i := range o.Checks {
+			if o.Checks[i].Type == scenario.CheckExternalAffinity {
+				// The verdict across entry nodes needs many clients.
+				auto.SourceIPs = AcrossAddresses
+			}
+		}
+		groups = append(groups, auto)
+	}
+	return groups
+}
+
+// routerPrefix is the router's address on the node network: its last host
+// address but one (the control plane takes the last).
+func routerPrefix(cfg *netns.Config, o Options) (netip.Prefix, error) {
+	bits := 16
+	if o.NodeNetwork.IsValid() {
+		bits = o.NodeNetwork.Bits()
+	}
+	np := netip.PrefixFrom(cfg.Nodes[0].Addr.Addr(), bits).Masked()
+	if o.NodeNetwork.IsValid() {
+		np = o.NodeNetwork.Masked()
+	}
+	r := lastAddr(np).Prev().Prev() // the control plane takes the last host
+	if !np.Contains(r) || slices.ContainsFunc(cfg.Nodes, func(n netns.NodeConfig) bool { return n.Addr.Addr() == r }) {
+		return netip.Prefix{}, fmt.Errorf("could not derive a topology: the node network %s has no free address for the router", np)
+	}
+	return netip.PrefixFrom(r, np.Bits()), nil
+}
+
+// rangeAddresses are the addresses the source-ranges checks of sps still
+// need beyond clients': for each Service, one inside its ranges and one
+// outside them, from next (a free address of a prefix, skipping those
+// skip refuses) and held by the client GroupRanges.
+func rangeAddresses(sps []*cluster.ServicePort, clients []netns.ClientConfig, ext netip.Prefix, next func(netip.Prefix, func(netip.Addr) bool) (netip.Addr, bool)) netns.ClientConfig {
 	have := func(pred func(netip.Addr) bool) bool {
-		for _, c := range out.Clients {
+		for _, c := range clients {
 			if slices.ContainsFunc(c.Addrs, pred) {
 				return true
 			}
@@ -137,7 +185,7 @@ func placeOutside(cfg *netns.Config, st *cluster.State, o Options) error {
 	}
 	var ranges netns.ClientConfig
 	ranges.Group = GroupRanges
-	for _, sp := range rangeChecks(st, o.Checks) {
+	for _, sp := range sps {
 		in := func(a netip.Addr) bool { return inAny(sp.SourceRanges, a) }
 		if !have(in) && !slices.ContainsFunc(ranges.Addrs, in) {
 			for _, r := range sp.SourceRanges {
@@ -161,24 +209,7 @@ func placeOutside(cfg *netns.Config, st *cluster.State, o Options) error {
 			}
 		}
 	}
-	if len(ranges.Addrs) > 0 {
-		out.Clients = append(out.Clients, ranges)
-	}
-	bits := 16
-	if o.NodeNetwork.IsValid() {
-		bits = o.NodeNetwork.Bits()
-	}
-	np := netip.PrefixFrom(cfg.Nodes[0].Addr.Addr(), bits).Masked()
-	if o.NodeNetwork.IsValid() {
-		np = o.NodeNetwork.Masked()
-	}
-	r := lastAddr(np).Prev().Prev() // the control plane takes the last host
-	if !np.Contains(r) || slices.ContainsFunc(cfg.Nodes, func(n netns.NodeConfig) bool { return n.Addr.Addr() == r }) {
-		return fmt.Errorf("could not derive a topology: the node network %s has no free address for the router", np)
-	}
-	out.Router = netip.PrefixFrom(r, np.Bits())
-	cfg.Outside = out
-	return nil
+	return ranges
 }
 
 // rangeChecks lists, once each and sorted, the service ports the
