@@ -208,23 +208,8 @@ func (r *Renderer) iptablesRules(sets map[string][]string, lbNoNodeAccess []lbEn
 			nat = append(nat, head+" src,dst -j "+ChainMarkMasq)
 		}
 	}
-	// externalIPRules: traffic to an external IP is accepted from off the
-	// machine (not from a bridge port, not from a local address) and when
-	// the address is local; KUBE-EXTERNAL-IP's is masqueraded first.
-	externalIPRules := func(set string, masq bool) {
-		if len(sets[set]) == 0 {
-			return
-		}
-		head := fmt.Sprintf("-A %s -m comment --comment %q -m set --match-set %s dst,dst", ChainServices, setInfo(set).comment, set)
-		if masq {
-			nat = append(nat, head+" -j "+ChainMarkMasq)
-		}
-		nat = append(nat,
-			head+" -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT",
-			head+" -m addrtype --dst-type LOCAL -j ACCEPT")
-	}
-	externalIPRules(SetExternalIP, true)
-	externalIPRules(SetExternalIPLocal, false)
+	nat = append(nat, externalIPRules(sets, SetExternalIP, true)...)
+	nat = append(nat, externalIPRules(sets, SetExternalIPLocal, false)...)
 	nat = append(nat,
 		fmt.Sprintf("-A %s -m addrtype --dst-type LOCAL -j %s", ChainServices, ChainNodePort),
 		fmt.Sprintf("-A %s -j %s", ChainLoadBalancer, ChainMarkMasq))
@@ -261,6 +246,30 @@ func (r *Renderer) iptablesRules(sets map[string][]string, lbNoNodeAccess []lbEn
 		fmt.Sprintf(`-A %s -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`, ChainPostrouting),
 		fmt.Sprintf("-A %s -j MARK --or-mark %s", ChainMarkMasq, mark))
 
+	return restoreText(filter, nat)
+}
+
+// externalIPRules are KUBE-SERVICES' rules for the external-IP set: traffic
+// to an external IP is accepted from off the machine (not from a bridge
+// port, not from a local address) and when the address is local;
+// KUBE-EXTERNAL-IP's (masq) is masqueraded first. None for an empty set.
+func externalIPRules(sets map[string][]string, set string, masq bool) []string {
+	if len(sets[set]) == 0 {
+		return nil
+	}
+	head := fmt.Sprintf("-A %s -m comment --comment %q -m set --match-set %s dst,dst", ChainServices, setInfo(set).comment, set)
+	var out []string
+	if masq {
+		out = append(out, head+" -j "+ChainMarkMasq)
+	}
+	return append(out,
+		head+" -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT",
+		head+" -m addrtype --dst-type LOCAL -j ACCEPT")
+}
+
+// restoreText is the iptables-restore input of the filter and nat rules,
+// every chain of each table declared first, and its line count.
+func restoreText(filter, nat []string) (string, int) {
 	var b strings.Builder
 	n := 0
 	line := func(s string) { b.WriteString(s); b.WriteByte('\n'); n++ }
