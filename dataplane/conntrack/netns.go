@@ -23,12 +23,7 @@ var _ Table = (*NamespaceTable)(nil)
 
 // NewNamespaceTable opens ns's table (close it with Close).
 func NewNamespaceTable(ns *netns.Namespace) (*NamespaceTable, error) {
-	var h *netlink.Handle
-	err := ns.Do(func() error {
-		var err error
-		h, err = netlink.NewHandle(unix.NETLINK_NETFILTER)
-		return err
-	})
+	h, err := ns.OpenNetlink(unix.NETLINK_NETFILTER)
 	if err != nil {
 		return nil, fmt.Errorf("could not open the conntrack table of %s: %w", ns.Name, err)
 	}

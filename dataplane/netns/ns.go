@@ -104,16 +104,26 @@ func (n *Namespace) Netlink() (*netlink.Handle, error) {
 	if n.nl != nil {
 		return n.nl, nil
 	}
+	h, err := n.OpenNetlink(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
+	}
+	n.nl = h
+	return h, nil
+}
+
+// OpenNetlink opens a netlink handle of the given protocols whose sockets
+// live in the namespace (as Netlink's, see there); the caller closes it.
+func (n *Namespace) OpenNetlink(protocols ...int) (*netlink.Handle, error) {
 	var h *netlink.Handle
 	err := n.Do(func() error {
 		var err error
-		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		h, err = netlink.NewHandle(protocols...)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("could not open a netlink socket: %w", err)
 	}
-	n.nl = h
 	return h, nil
 }
 
