@@ -29,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -138,16 +139,37 @@ func Clean(t Table, st *cluster.State) (int, error) {
 }
 
 // Cleaner cleans one node's table after its syncs (a
-// dataplane.ConntrackCleaner).
+// dataplane.ConntrackCleaner), with the faults that act on it:
+// FaultNoConntrackCleanup cleans nothing, FaultConntrackFlushAll deletes
+// every entry after each sync that drained a change.
 type Cleaner struct {
-	Table Table
+	Table  Table
+	Faults proxy.Faults
 }
 
-// Required is Required(ch, st).
-func (Cleaner) Required(ch cluster.Changes, st *cluster.State) bool { return Required(ch, st) }
+// Required is Required(ch, st), or what the faults make of it.
+func (c Cleaner) Required(ch cluster.Changes, st *cluster.State) bool {
+	switch {
+	case c.Faults.Has(proxy.FaultNoConntrackCleanup):
+		return false
+	case c.Faults.Has(proxy.FaultConntrackFlushAll):
+		return !ch.Empty()
+	}
+	return Required(ch, st)
+}
 
-// Clean is Clean(c.Table, st).
-func (c Cleaner) Clean(st *cluster.State) (int, error) { return Clean(c.Table, st) }
+// Clean is Clean(c.Table, st); under FaultConntrackFlushAll it deletes
+// every entry.
+func (c Cleaner) Clean(st *cluster.State) (int, error) {
+	if !c.Faults.Has(proxy.FaultConntrackFlushAll) {
+		return Clean(c.Table, st)
+	}
+	entries, err := c.Table.List()
+	if err != nil && entries == nil {
+		return 0, fmt.Errorf("could not list the conntrack table: %w", err)
+	}
+	return c.Table.Delete(entries)
+}
 
 // flowKey identifies an entry by its two tuples, as kube-proxy's filter
 // does.

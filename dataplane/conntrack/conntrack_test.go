@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/sim/cluster"
 )
 
@@ -133,5 +134,43 @@ func TestClean(t *testing.T) {
 	tab = &fakeTable{flows: []*netlink.ConntrackFlow{keep, gone}, listErr: netlink.ErrDumpInterrupted}
 	if n, err := Clean(tab, fixture()); err != nil || n != 1 {
 		t.Errorf("interrupted dump: %d deleted, %v", n, err)
+	}
+}
+
+func TestCleanerFaults(t *testing.T) {
+	udp, tcp := uint8(unix.IPPROTO_UDP), uint8(unix.IPPROTO_TCP)
+	keep := flow(udp, "10.244.1.9:4000", "10.96.0.10:53", "10.244.0.1:53")
+	gone := flow(udp, "10.244.1.9:4003", "10.96.0.10:53", "10.244.0.9:53")
+	est := flow(tcp, "10.244.1.9:4004", "10.96.0.11:80", "10.244.0.1:80")
+	udpChange := cluster.Changes{Endpoints: []cluster.ServicePortName{spn("dns", corev1.ProtocolUDP)}}
+	tcpChange := cluster.Changes{Endpoints: []cluster.ServicePortName{spn("other", corev1.ProtocolTCP)}}
+	for _, c := range []struct {
+		name     string
+		faults   proxy.Faults
+		ch       cluster.Changes
+		required bool
+		left     int
+	}{
+		{"correct", nil, udpChange, true, 2},
+		{"correct, TCP-only change", nil, tcpChange, false, 3},
+		{"no cleanup", proxy.Faults{proxy.FaultNoConntrackCleanup: true}, udpChange, false, 3},
+		{"flush all", proxy.Faults{proxy.FaultConntrackFlushAll: true}, tcpChange, true, 0},
+		{"flush all, nothing changed", proxy.Faults{proxy.FaultConntrackFlushAll: true}, cluster.Changes{}, false, 3},
+	} {
+		tab := &fakeTable{flows: []*netlink.ConntrackFlow{keep, gone, est}}
+		cl := Cleaner{Table: tab, Faults: c.faults}
+		st := fixture()
+		req := cl.Required(c.ch, st)
+		if req != c.required {
+			t.Errorf("%s: Required %v, want %v", c.name, req, c.required)
+		}
+		if req {
+			if _, err := cl.Clean(st); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+		if len(tab.flows) != c.left {
+			t.Errorf("%s: %d entries left, want %d", c.name, len(tab.flows), c.left)
+		}
 	}
 }

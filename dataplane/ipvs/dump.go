@@ -146,8 +146,9 @@ func FaultMapping() []string {
 		proxy.FaultHealthCheckStale:    "the health check servers answer from the state before the last sync (mode-independent: dataplane.HealthServer)",
 		proxy.FaultSourceRangesOpen:    "KUBE-SOURCE-RANGES-FIREWALL has no DROP: sources outside loadBalancerSourceRanges reach the load-balancer IPs",
 		proxy.FaultHairpinNoMasquerade: "KUBE-LOOP-BACK stays empty: an endpoint reaching itself through a virtual server is not masqueraded",
+		proxy.FaultNoConntrackCleanup:  "stale UDP conntrack entries are not deleted after a sync (mode-independent: dataplane/conntrack)",
 	}
-	for _, f := range []proxy.Fault{proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay} {
+	for _, f := range []proxy.Fault{proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay, proxy.FaultConntrackFlushAll} {
 		m[f] = "not built (the backend refuses it): " + f.NotBuilt(cluster.ModeIPVS)
 	}
 	var out []string

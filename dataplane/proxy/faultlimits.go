@@ -137,6 +137,9 @@ var notBuilt = map[Fault]map[cluster.Mode]string{
 	FaultAffinityOverstay: {
 		cluster.ModeIPVS: "the persistence timeout belongs to the virtual server, one for every client",
 	},
+	FaultConntrackFlushAll: {
+		cluster.ModeIPVS: "IPVS forwards an established connection from its own connection table, which a conntrack flush does not touch: the connection keeps its real server",
+	},
 }
 
 // Modes lists the modes (in cluster.Modes order) in which the fault can be

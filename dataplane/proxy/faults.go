@@ -79,6 +79,16 @@ const (
 	// reaches itself through its Service gets the packet with its own
 	// address as the source, which its kernel drops as martian.
 	FaultHairpinNoMasquerade Fault = "hairpin-no-masquerade"
+	// FaultNoConntrackCleanup leaves conntrack alone after a sync: a UDP
+	// flow whose endpoint went away keeps its DNAT to the old address (a
+	// black hole for as long as packets keep the entry alive), as kube-proxy
+	// was before it deleted stale UDP entries.
+	FaultNoConntrackCleanup Fault = "no-conntrack-cleanup"
+	// FaultConntrackFlushAll empties the node's whole conntrack table after
+	// every sync that changed something: established TCP connections lose
+	// their entry, and their next packet is NATed again as a new
+	// connection, most likely to another endpoint, which resets it.
+	FaultConntrackFlushAll Fault = "conntrack-flush-all"
 )
 
 // faultDocs documents each fault in one line, in the order they are listed.
@@ -100,6 +110,8 @@ var faultDocs = []struct {
 	{FaultHealthCheckStale, "the health check node ports answer from the state before the last sync"},
 	{FaultSourceRangesOpen, "loadBalancerSourceRanges are not enforced: every source reaches the load-balancer IPs"},
 	{FaultHairpinNoMasquerade, "a pod reaching itself through its Service is not masqueraded"},
+	{FaultNoConntrackCleanup, "stale UDP conntrack entries are not deleted after a sync"},
+	{FaultConntrackFlushAll, "the whole conntrack table is flushed after every sync that changed something"},
 }
 
 // ErrUnknownFault is wrapped by ParseFaults for a name that is not a fault.

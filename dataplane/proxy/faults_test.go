@@ -32,7 +32,7 @@ func TestParseFaults(t *testing.T) {
 			t.Errorf("error %q does not list %s", err, n)
 		}
 	}
-	if len(AllFaults()) != 14 {
+	if len(AllFaults()) != 16 {
 		t.Errorf("%d faults", len(AllFaults()))
 	}
 	for _, f := range AllFaults() {

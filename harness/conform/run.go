@@ -110,6 +110,8 @@ var FaultCatches = map[proxy.Fault]string{
 	proxy.FaultHealthCheckStale:    "health-check",
 	proxy.FaultSourceRangesOpen:    "source-ranges",
 	proxy.FaultHairpinNoMasquerade: "hairpin",
+	proxy.FaultNoConntrackCleanup:  "udp-flow",
+	proxy.FaultConntrackFlushAll:   "tcp-established",
 }
 
 // Timing bounds.

@@ -98,7 +98,7 @@ func (k *kpsimProxies) startNode(ctx, syncCtx context.Context, n *netns.Node) er
 		}
 		return err
 	}
-	sy.SetConntrack(conntrack.Cleaner{Table: ct})
+	sy.SetConntrack(conntrack.Cleaner{Table: ct, Faults: k.faults})
 	k.list = append(k.list, &node{name: n.Config.Name, ns: n.NS, backend: b, tracker: tr, syncer: sy, health: h, conntrack: ct})
 	first := sy.Synced()
 	k.syncers.Add(1)

@@ -46,6 +46,20 @@ func (c *Cluster) Apply(ctx context.Context, s Step) (int, error) {
 	if len(sl) == 0 {
 		return 0, fmt.Errorf("event %d: Service %s has no EndpointSlice", s.Event, s.Service)
 	}
+	switch s.Action {
+	case ActAdd:
+		n, err := c.add(ctx, sl, s)
+		if err != nil {
+			return n, fmt.Errorf("event %d: %w", s.Event, err)
+		}
+		return n, nil
+	case ActRestore:
+		n, err := restore(ctx, c.Client, sl, s.Snapshot)
+		if err != nil {
+			return n, fmt.Errorf("event %d: %w", s.Event, err)
+		}
+		return n, nil
+	}
 	if s.Action == ActScale {
 		n, err := c.scale(ctx, sl, s)
 		if err != nil {
@@ -313,13 +327,7 @@ func newEndpoint(n *corev1.Node, used map[netip.Addr]bool) (discoveryv1.Endpoint
 		return discoveryv1.Endpoint{}, fmt.Errorf("node %s's pod block %s is full", n.Name, p)
 	}
 	used[a] = true
-	t, node := true, n.Name
-	ep := discoveryv1.Endpoint{Addresses: []string{a.String()}, NodeName: &node,
-		Conditions: discoveryv1.EndpointConditions{Ready: &t, Serving: &t, Terminating: new(bool)}}
-	if z, ok := n.Labels[scenario.LabelZone]; ok {
-		ep.Zone = &z
-	}
-	return ep, nil
+	return readyEndpoint(a, n), nil
 }
 
 // updateService applies a service-update event to the API's current

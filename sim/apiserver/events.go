@@ -18,6 +18,8 @@ const (
 	ActRemove        Action = "remove"         // the endpoint leaves its slice
 	ActScale         Action = "scale"          // endpoints added or removed to reach Replicas
 	ActServiceUpdate Action = "service-update" // Service fields changed
+	ActAdd           Action = "add"            // a ready endpoint at Endpoint on Node joins the last slice
+	ActRestore       Action = "restore"        // the slices' endpoints are put back as Snapshot holds them
 )
 
 // Step is one API write of the timeline, at a time from the start of the run.
@@ -32,6 +34,10 @@ type Step struct {
 	Ready         bool
 	Replicas      int
 	Update        *scenario.Event // for service updates
+	// Node is the node of an added endpoint (ActAdd).
+	Node string
+	// Snapshot is what ActRestore writes back (Cluster.Snapshot).
+	Snapshot Snapshot
 }
 
 // String describes the step for logs and reports.
@@ -48,6 +54,10 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s %s %s ready=%t", s.At, s.Service, target, s.Ready)
 	case ActScale:
 		return fmt.Sprintf("%s %s scale to %d", s.At, s.Service, s.Replicas)
+	case ActAdd:
+		return fmt.Sprintf("%s %s add %s on %s", s.At, s.Service, s.Endpoint, s.Node)
+	case ActRestore:
+		return fmt.Sprintf("%s %s restore its endpoints", s.At, s.Service)
 	}
 	return fmt.Sprintf("%s %s %s %s", s.At, s.Service, target, s.Action)
 }

@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"context"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -183,3 +185,41 @@ func testScaleAndServiceUpdate(t *testing.T, m *Model) {
 }
 
 type scenarioEventT = scenario.Event
+
+func TestAddAndRestore(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			m := p.open(t, "../../scenarios/conformance/distribution.yaml")
+			web := spn("demo", "web", "http")
+			st0, _ := m.Tracker.Drain()
+			before := conds(st0.Endpoints[web])
+			snap, err := m.Cluster.Snapshot(context.Background(), "demo/web")
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := st0.Endpoints[web][0]
+			st, _ := applyDrain(t, m, Step{Action: ActRemove, Service: "demo/web", Endpoint: first.IP.String()})
+			node := first.NodeName
+			free := topAddr(st.Nodes[node].PodCIDR)
+			st, _ = applyDrain(t, m, Step{Action: ActAdd, Service: "demo/web", Endpoint: free.String(), Node: node})
+			if !slices.ContainsFunc(st.Endpoints[web], func(e *cluster.Endpoint) bool { return e.IP == free && e.Ready && e.NodeName == node }) {
+				t.Fatalf("add: %v", conds(st.Endpoints[web]))
+			}
+			if _, err := m.Cluster.Apply(context.Background(), Step{Action: ActAdd, Service: "demo/web", Endpoint: free.String(), Node: node}); err == nil {
+				t.Error("adding an endpoint address twice was not refused")
+			}
+			st, _ = applyDrain(t, m, Step{Action: ActRestore, Service: "demo/web", Snapshot: snap})
+			if got := conds(st.Endpoints[web]); !slices.Equal(got, before) {
+				t.Errorf("restore: %v, want %v", got, before)
+			}
+		})
+	}
+}
+
+// topAddr is the last host address of p.
+func topAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 2
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}

@@ -251,6 +251,19 @@ const (
 	// CheckServiceCIDR: an unknown port of a cluster IP is rejected and an
 	// unallocated address of the service range dropped (nftables mode).
 	CheckServiceCIDR = "service-cidr"
+	// CheckUDPFlow: a UDP flow on one 5-tuple whose endpoint is deleted,
+	// made not ready or replaced reaches a live endpoint within one sync;
+	// one rejected while the Service had no serving endpoint reaches one
+	// once it has (kube-proxy's conntrack cleanup).
+	CheckUDPFlow = "udp-flow"
+	// CheckTCPEstablished: established TCP connections keep their endpoint
+	// through unrelated syncs, while it terminates, and in the fallback to
+	// terminating endpoints; new ones go to a terminating endpoint only
+	// when no ready one is left.
+	CheckTCPEstablished = "tcp-established"
+	// CheckAffinityMoves: a ClientIP-affine client whose endpoint is
+	// deleted moves to a live endpoint and sticks there.
+	CheckAffinityMoves = "affinity-moves"
 )
 
 // Check defaults, documented in scenarios/README.md.

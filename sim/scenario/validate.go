@@ -52,7 +52,7 @@ var (
 	EventTypes       = []string{EventReadiness, EventFlap, EventDeletePod, EventScale, EventServiceUpdate}
 	CheckTypes       = []string{CheckDistribution, CheckAffinity, CheckInternalTrafficLocal, CheckNoEndpoints, CheckFlapping, CheckTerminating,
 		CheckExternalDistribution, CheckExternalLocalBalance, CheckExternalAffinity, CheckSourceAddress, CheckHealthCheck, CheckSourceRanges,
-		CheckHairpin, CheckServiceCIDR}
+		CheckHairpin, CheckServiceCIDR, CheckUDPFlow, CheckTCPEstablished, CheckAffinityMoves}
 )
 
 func oneOf(v string, set []string) bool {
@@ -138,6 +138,8 @@ type svcRef struct {
 	// allocated), a load-balancer ingress address in ipMode VIP, source
 	// ranges, a health check node port, ClientIP affinity.
 	nodePorts, lbIP, ranges, healthCheck, affinity bool
+	// protocols are the ports' protocols by port name (objects only).
+	protocols map[string]corev1.Protocol
 }
 
 func (r *svcRef) hasPort(name string) bool { return slices.Contains(r.ports, name) }
@@ -540,6 +542,10 @@ func (v *validator) service(path string, s *corev1.Service) {
 	ref.ranges = len(s.Spec.LoadBalancerSourceRanges) > 0
 	ref.healthCheck = NeedsHealthCheck(s)
 	ref.affinity = s.Spec.SessionAffinity == corev1.ServiceAffinityClientIP
+	ref.protocols = map[string]corev1.Protocol{}
+	for _, p := range s.Spec.Ports {
+		ref.protocols[p.Name] = p.Protocol
+	}
 }
 
 // serviceRef checks the Service's name and registers what the later
@@ -1657,7 +1663,9 @@ func (v *validator) checkRoute(cp string, c *Check) {
 		need(ref.lbIP, "load-balancer ingress IP in ipMode VIP (status.loadBalancer.ingress)")
 	}
 	switch c.Type {
-	case CheckExternalAffinity:
+	case CheckUDPFlow, CheckTCPEstablished:
+		v.checkProtocol(cp, c, ref)
+	case CheckExternalAffinity, CheckAffinityMoves:
 		if !ref.affinity {
 			v.r.at(cp+".service", "Service %s has no sessionAffinity ClientIP to check", c.Service)
 		}
@@ -1669,6 +1677,29 @@ func (v *validator) checkRoute(cp string, c *Check) {
 		if !ref.ranges {
 			v.r.at(cp+".service", "Service %s has no loadBalancerSourceRanges to check", c.Service)
 		}
+	}
+}
+
+// checkProtocol says when an established-flow check names a port of the
+// other protocol (udp-flow needs UDP, tcp-established TCP). A generated
+// Service's protocol is the seed's: the harness reports a mismatch as not
+// run.
+func (v *validator) checkProtocol(cp string, c *Check, ref *svcRef) {
+	want := corev1.ProtocolUDP
+	if c.Type == CheckTCPEstablished {
+		want = corev1.ProtocolTCP
+	}
+	p, ok := ref.protocols[c.Port]
+	if !ok && c.Port == "" && len(ref.protocols) == 1 {
+		for _, x := range ref.protocols {
+			p, ok = x, true
+		}
+	}
+	if p == "" && ok {
+		p = corev1.ProtocolTCP // the API's default
+	}
+	if ok && p != want {
+		v.r.at(cp+".port", "%s checks need a %s port; Service %s's port %q is %s", c.Type, want, c.Service, c.Port, p)
 	}
 }
 
