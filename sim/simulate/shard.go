@@ -176,15 +176,18 @@ func newTrafficGen(w *world, ni int, seed uint64) *trafficGen {
 // plan's shards; false when the stream is exhausted.
 func (g *trafficGen) fill(ch *chunk, p *shardPlan) bool {
 	k := min(chunkConns, g.n-g.i)
-	if k <= 0 {
-		return false
-	}
 	for b := range ch.byShard {
 		// Room for the shard's share, so that appending rarely copies.
-		if want := int(float64(k)*p.share[b]*1.05) + 256; cap(ch.byShard[b]) < want {
+		// Emptied even when the stream is exhausted: the buckets are the
+		// worker's, and a node with no connections of its own must not
+		// be handed the previous node's.
+		if want := int(float64(max(k, 0))*p.share[b]*1.05) + 256; cap(ch.byShard[b]) < want {
 			ch.byShard[b] = make([]chunkConn, 0, want)
 		}
 		ch.byShard[b] = ch.byShard[b][:0]
+	}
+	if k <= 0 {
+		return false
 	}
 	tr, np, pcg := g.tr, g.np, g.pcg
 	multi := len(np.groups) > 1

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,4 +240,27 @@ func TestRunReleasesModel(t *testing.T) {
 		t.Errorf("after Run: the loaded scenario and its expansion are gone")
 	}
 	m.Close()
+}
+
+// TestIdleNodesSendNothing: a node with no client of its own sends no
+// connection, whichever node its worker simulated before (the worker's
+// chunk buffers once handed a node without connections the previous
+// node's: with one worker, flip.yaml over four nodes counted 40,000
+// connections for its 20,000).
+func TestIdleNodesSendNothing(t *testing.T) {
+	data, err := os.ReadFile("testdata/flip.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	four := strings.Replace(string(data), "    - name: node-b\n", "    - name: node-b\n    - name: node-c\n    - name: node-d\n", 1)
+	file := filepath.Join(t.TempDir(), "flip4.yaml")
+	if err := os.WriteFile(file, []byte(four), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := simulate(t, file, nil, Options{Workers: 1, SyncTime: func(cluster.Mode, int, bool) time.Duration { return 0 }})
+	for _, m := range r.Modes {
+		if m.Connections.Total != 20000 {
+			t.Errorf("%s: %d connections, want 20000 (two client nodes; node-c and node-d have none)", m.Mode, m.Connections.Total)
+		}
+	}
 }
