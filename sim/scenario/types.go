@@ -148,10 +148,17 @@ type Traffic struct {
 	ConnectionDuration *DurationDist `json:"connectionDuration,omitempty"`
 }
 
-// DurationDist is a distribution of durations: fixed or exponential.
+// DurationDist is a distribution of durations: fixed or exponential
+// (connectionDuration), or also pareto and lognormal (requests.duration),
+// each given by its mean.
 type DurationDist struct {
 	Kind string          `json:"kind"`
 	Mean metav1.Duration `json:"mean"`
+	// Alpha is a pareto distribution's shape (above 1; default
+	// DefaultParetoAlpha), Sigma a lognormal one's sigma of the log
+	// (default DefaultLognormalSigma).
+	Alpha float64 `json:"alpha,omitempty"`
+	Sigma float64 `json:"sigma,omitempty"`
 }
 
 // Client is a group of clients: pods (the default), host-network processes
@@ -178,6 +185,12 @@ type Client struct {
 	Services []string `json:"services,omitempty"`
 	// Weight is this client's share of the connections (default 1).
 	Weight float64 `json:"weight,omitempty"`
+	// Requests, when set, makes the client send requests at a rate of its
+	// own (sim run): over Pool's long-lived connections, or without a pool
+	// one new connection per request.
+	Requests *Requests `json:"requests,omitempty"`
+	// Pool is the client's pool of long-lived connections (requests.go).
+	Pool *Pool `json:"pool,omitempty"`
 }
 
 // Event types.

@@ -1448,6 +1448,7 @@ func (v *validator) traffic() {
 		if c.Protocol != "" && c.Protocol != "TCP" && c.Protocol != "UDP" {
 			v.r.at(cp+".protocol", "unknown protocol %q (TCP or UDP)", c.Protocol)
 		}
+		v.clientRequests(cp, c)
 		if c.Weight < 0 {
 			v.r.at(cp+".weight", "must not be negative, got %g", c.Weight)
 		} else if c.Weight == 0 {
@@ -1456,6 +1457,9 @@ func (v *validator) traffic() {
 		for j, s := range c.Services {
 			v.svcTarget(fmt.Sprintf("%s.services[%d]", cp, j), s)
 		}
+	}
+	if v.requestsOnly(t) {
+		return
 	}
 	hasRate := t.Rate != 0 || t.Duration != nil
 	switch {
@@ -1477,6 +1481,7 @@ func (v *validator) traffic() {
 		if d.Mean.Duration < 0 {
 			v.r.at("traffic.connectionDuration.mean", "must not be negative")
 		}
+		v.distShape("traffic.connectionDuration", d)
 	}
 }
 
