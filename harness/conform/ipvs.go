@@ -30,7 +30,9 @@ package conform
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -42,6 +44,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/report"
+	"github.com/kpsim/kpsim/harness/traffic"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
@@ -197,8 +200,15 @@ func fail(rc *report.Check, bad int, format string, args ...any) {
 // probeOne sends one probe from src with the source port r draws and
 // returns where it went: an endpoint, "REJECT" or "lost".
 func (s *suite) probeOne(ctx context.Context, k *ipvsCheck, src netip.Addr, r *rand.Rand) (string, error) {
+	return s.probeSingle(ctx, k.client, src, k.vip, protoOf(k.sp), r)
+}
+
+// probeSingle sends one new connection from client at src (a source port
+// r draws) to vip, neither flushed nor counted, and returns where it went:
+// an endpoint, "REJECT" or "lost".
+func (s *suite) probeSingle(ctx context.Context, client *netns.Client, src netip.Addr, vip netip.AddrPort, proto traffic.Proto, r *rand.Rand) (string, error) {
 	s.mc.phase()
-	if _, err := s.mc.send(ctx, Probe{Client: k.client, Src: src, VIP: k.vip, Proto: protoOf(k.sp), N: 1}, r); err != nil {
+	if _, err := s.mc.send(ctx, Probe{Client: client, Src: src, VIP: vip, Proto: proto, N: 1}, r); err != nil {
 		return "", err
 	}
 	counts := s.mc.collect(1)
@@ -400,72 +410,99 @@ func (h *held) closeAt(ep string) {
 	}
 }
 
-// hold opens n TCP connections from the client to the virtual server, one
-// after the other, each accepted by a listener on its endpoint's address in
-// the backend namespace, and records where each landed.
+// hold opens n TCP connections from the check's client to its virtual
+// server (holdConns).
 func (s *suite) hold(ctx context.Context, k *ipvsCheck, n int) (*held, error) {
+	return s.holdConns(ctx, k.client, k.client.Config.Addrs[0], k.vip, k.eps, n, false)
+}
+
+// holdConns opens n TCP connections from client at src to vip, one after
+// the other, each accepted by a listener on its endpoint's address (of
+// eps, "ip:port") in the backend namespace, and records where each landed.
+// With echo, the accepted connections echo what they read.
+func (s *suite) holdConns(ctx context.Context, client *netns.Client, src netip.Addr, vip netip.AddrPort, eps []string, n int, echo bool) (*held, error) {
 	h := &held{byPort: map[int]string{}, accepted: make(chan struct{}, 64)}
-	for _, e := range k.eps {
-		ap := netip.MustParseAddrPort(e)
-		be, ok := s.topo.BackendFor(ap.Addr())
-		if !ok {
-			return h, fmt.Errorf("no backend namespace holds %s", e)
+	for _, e := range eps {
+		if err := h.listen(s.topo, e, echo); err != nil {
+			return h, err
 		}
-		var l net.Listener
-		if err := be.Do(func() (err error) { l, err = net.Listen("tcp4", e); return }); err != nil {
-			return h, fmt.Errorf("could not listen on %s: %w", e, err)
-		}
-		h.listeners = append(h.listeners, l)
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				h.mu.Lock()
-				h.servers = append(h.servers, c)
-				if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-					h.byPort[ra.Port] = c.LocalAddr().String()
-				}
-				h.mu.Unlock()
-				h.accepted <- struct{}{}
-			}
-		}()
 	}
-	src := &net.TCPAddr{IP: k.client.Config.Addrs[0].AsSlice()}
+	local := &net.TCPAddr{IP: src.AsSlice()}
 	for i := 0; i < n; i++ {
 		var c net.Conn
-		err := k.client.NS.Do(func() (err error) {
-			d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: src}
-			c, err = d.DialContext(ctx, "tcp4", k.vip.String())
+		err := client.NS.Do(func() (err error) {
+			d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: local}
+			c, err = d.DialContext(ctx, "tcp4", vip.String())
 			return err
 		})
 		if err != nil {
-			return h, fmt.Errorf("could not hold connection %d of %d to %s: %w", i+1, n, k.vip, err)
+			return h, fmt.Errorf("could not hold connection %d of %d to %s: %w", i+1, n, vip, err)
 		}
 		h.mu.Lock()
 		h.clients = append(h.clients, c)
 		h.mu.Unlock()
-		port := c.LocalAddr().(*net.TCPAddr).Port
-		deadline := time.After(3 * time.Second)
-		for {
-			h.mu.Lock()
-			e, ok := h.byPort[port]
-			h.mu.Unlock()
-			if ok {
-				h.mu.Lock()
-				h.at = append(h.at, e)
-				h.mu.Unlock()
-				break
-			}
-			select {
-			case <-h.accepted:
-			case <-deadline:
-				return h, fmt.Errorf("connection %d to %s was not accepted by any endpoint", i+1, k.vip)
-			}
+		if err := h.await(c.LocalAddr().(*net.TCPAddr).Port); err != nil {
+			return h, fmt.Errorf("connection %d to %s: %w", i+1, vip, err)
 		}
 	}
 	return h, nil
+}
+
+// listen accepts on endpoint e ("ip:port") in its backend namespace.
+func (h *held) listen(t *netns.Topology, e string, echo bool) error {
+	ap := netip.MustParseAddrPort(e)
+	be, ok := t.BackendFor(ap.Addr())
+	if !ok {
+		return fmt.Errorf("no backend namespace holds %s", e)
+	}
+	var l net.Listener
+	if err := be.Do(func() (err error) { l, err = net.Listen("tcp4", e); return }); err != nil {
+		return fmt.Errorf("could not listen on %s: %w", e, err)
+	}
+	h.mu.Lock()
+	h.listeners = append(h.listeners, l)
+	h.mu.Unlock()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			h.mu.Lock()
+			h.servers = append(h.servers, c)
+			if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+				h.byPort[ra.Port] = c.LocalAddr().String()
+			}
+			h.mu.Unlock()
+			if echo {
+				go func() { _, _ = io.Copy(c, c) }()
+			}
+			h.accepted <- struct{}{}
+		}
+	}()
+	return nil
+}
+
+// await records the endpoint that accepted the client connection from
+// port (bounded: 3 s).
+func (h *held) await(port int) error {
+	deadline := time.After(3 * time.Second)
+	for {
+		h.mu.Lock()
+		e, ok := h.byPort[port]
+		if ok {
+			h.at = append(h.at, e)
+		}
+		h.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-h.accepted:
+		case <-deadline:
+			return errors.New("not accepted by any endpoint")
+		}
+	}
 }
 
 // consistencyProbes is how many connections each source (address, or

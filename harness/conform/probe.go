@@ -52,6 +52,10 @@ type Prober struct {
 	sendErrors int
 	dropBase   uint64
 	indep      Independence
+	// trace, when set (Trace), sees every arrival and ICMP error of the
+	// phase as it is counted: the established-flow checks follow one flow
+	// packet by packet.
+	trace func(traced)
 
 	// Flush empties the conntrack tables of every node namespace; Send
 	// calls it between the blocks of a batch. NewProber sets it to
@@ -213,6 +217,9 @@ func (p *Prober) onArrival(pkt []byte) {
 	}
 	p.mu.Lock()
 	if a.ID>>24 == p.tag {
+		if p.trace != nil {
+			p.trace(traced{At: time.Now(), ID: a.ID, Src: a.Src, Endpoint: a.Dst})
+		}
 		p.arrivals[Key{a.Dst, a.Src.Addr()}]++
 		p.seen++
 		p.arrived++
@@ -231,6 +238,9 @@ func (p *Prober) onICMP(pkt []byte) {
 	p.mu.Lock()
 	// The quoted IP header's ID carries the probe's phase tag.
 	if uint32(u.IPID>>8) == p.tag {
+		if p.trace != nil {
+			p.trace(traced{At: time.Now(), Src: u.Src, Reject: true, Code: u.Code})
+		}
 		if u.Code == traffic.CodePortUnreachable {
 			p.rejects[u.Src.Addr()]++
 		} else {
@@ -241,6 +251,25 @@ func (p *Prober) onICMP(pkt []byte) {
 	} else {
 		p.foreign++
 	}
+	p.mu.Unlock()
+}
+
+// traced is one packet of a traced phase: an arrival at an endpoint, or an
+// ICMP error a client received (Reject; Code is its code).
+type traced struct {
+	At       time.Time
+	ID       uint32
+	Src      netip.AddrPort
+	Endpoint netip.AddrPort
+	Reject   bool
+	Code     uint8
+}
+
+// Trace makes f see every packet of the current and later phases (nil
+// stops it). f runs with the prober's lock held: it must not call back.
+func (p *Prober) Trace(f func(traced)) {
+	p.mu.Lock()
+	p.trace = f
 	p.mu.Unlock()
 }
 

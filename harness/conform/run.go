@@ -348,6 +348,8 @@ func plannedUnits(l *scenario.Loaded, mode cluster.Mode, seed *uint64) int {
 			n += (1 + steps) * max(1, len(nodes))
 		case scenario.CheckSourceRanges:
 			n += 2 * max(1, len(nodes))
+		case scenario.CheckUDPFlow, scenario.CheckTCPEstablished, scenario.CheckAffinityMoves:
+			n += len(establishedPhases(c.Type)) * max(1, len(nodes))
 		case scenario.CheckExternalAffinity:
 			n += max(1, len(nodes))
 			if len(nodes) > 1 {
@@ -658,6 +660,8 @@ func (s *suite) runChecks(ctx context.Context) {
 			for _, nd := range nodes {
 				s.dumped(ctx, c, nd, "", func() { s.affinity(ctx, c, nd) })
 			}
+		case scenario.CheckUDPFlow, scenario.CheckTCPEstablished, scenario.CheckAffinityMoves:
+			s.established(ctx, c, nodes)
 		case scenario.CheckExternalAffinity:
 			for _, nd := range nodes {
 				s.dumped(ctx, c, nd, "", func() { s.outcomeCheck(ctx, c, nd, "") })
@@ -749,6 +753,9 @@ func (s *suite) notRunnable(c *scenario.Check) string {
 	}
 	if c.Type == scenario.CheckServiceCIDR && s.o.Mode != cluster.ModeNFTables {
 		return "only kube-proxy's nftables mode filters the service CIDR (unknown ports rejected, unallocated addresses dropped); " + string(s.o.Mode) + " mode has no such rule"
+	}
+	if why := establishedNotRunnable(c, sp); why != "" {
+		return why
 	}
 	if sp.Name.Protocol == "SCTP" {
 		return "the port is SCTP and the probes are TCP and UDP only (the rules for it are programmed and checked by sim rules and the differential tests)"

@@ -70,8 +70,9 @@ func restore(ctx context.Context, client kubernetes.Interface, sl []*discoveryv1
 }
 
 // add puts a ready endpoint at s.Endpoint on node s.Node into the
-// Service's last slice (refused when it is full, or when the address is an
-// endpoint already).
+// Service's last slice (refused when it is full, or when the address is
+// one of the Service's endpoints already); later scale steps do not hand
+// the address out.
 func (c *Cluster) add(ctx context.Context, sl []*discoveryv1.EndpointSlice, s Step) (int, error) {
 	a, err := netip.ParseAddr(s.Endpoint)
 	if err != nil {
@@ -81,13 +82,15 @@ func (c *Cluster) add(ctx context.Context, sl []*discoveryv1.EndpointSlice, s St
 	if err != nil {
 		return 0, fmt.Errorf("could not read Node %s: %w", s.Node, err)
 	}
-	c.mu.Lock()
-	used := c.usedAddrs(sl)
-	if used[a] {
-		c.mu.Unlock()
-		return 0, fmt.Errorf("%s is an endpoint address already", a)
+	for _, x := range sl {
+		for _, ep := range x.Endpoints {
+			if len(ep.Addresses) > 0 && ep.Addresses[0] == a.String() {
+				return 0, fmt.Errorf("%s is an endpoint of %s already", a, s.Service)
+			}
+		}
 	}
-	used[a] = true
+	c.mu.Lock()
+	c.allocated[a] = true
 	c.mu.Unlock()
 	last := sl[len(sl)-1]
 	if len(last.Endpoints) >= scenario.MaxEndpointsPerSlice {
