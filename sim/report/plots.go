@@ -336,6 +336,11 @@ func (r *Report) deviationPlot(w io.Writer) error {
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min = 0
+	if p.X.Max <= 0 {
+		// No mode was tested (ipvs lc, sh, ...): an empty plot over the
+		// histogram's range, where the log axis would have no range at all.
+		p.X.Min, p.X.Max = 1e-5, 1
+	}
 	return save(p, w)
 }
 

@@ -77,6 +77,17 @@ func TestWriters(t *testing.T) {
 	}
 }
 
+// TestWriteFilesUntested: a report whose only mode the self-check does not
+// test (ipvs lc: no histogram) still draws its deviation plot (an empty
+// log axis made WriteFiles fail).
+func TestWriteFilesUntested(t *testing.T) {
+	r := sample()
+	r.Modes[0].SelfCheck = SelfCheck{What: SelfCheckWhat, Method: MethodNone, Reason: "not a draw", Verdict: Pass}
+	if _, err := r.WriteFiles(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCount(t *testing.T) {
 	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", -1234567: "-1,234,567", 12000000: "12,000,000"} {
 		if got := count(in); got != want {
