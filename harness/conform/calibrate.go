@@ -175,7 +175,7 @@ func (c *Calibration) String() string {
 
 // kernelOnlyTypes are the check types the simulated machine does not model
 // (clients outside the cluster or on a node's host, health checks, source
-// addresses, endpoint pods): they run on the kernel only, and the
+// addresses, endpoint pods, established flows): they run on the kernel only, and the
 // calibration leaves them out.
 var kernelOnlyTypes = map[string]bool{
 	scenario.CheckExternalDistribution: true,
@@ -186,6 +186,9 @@ var kernelOnlyTypes = map[string]bool{
 	scenario.CheckSourceRanges:         true,
 	scenario.CheckHairpin:              true,
 	scenario.CheckServiceCIDR:          true,
+	scenario.CheckUDPFlow:              true,
+	scenario.CheckTCPEstablished:       true,
+	scenario.CheckAffinityMoves:        true,
 }
 
 // simulatedChecks keeps, of each scenario, the checks the simulated machine
