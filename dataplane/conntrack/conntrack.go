@@ -171,6 +171,17 @@ func (c Cleaner) Clean(st *cluster.State) (int, error) {
 	return c.Table.Delete(entries)
 }
 
+// Describe is an entry in one line: protocol, original source and
+// destination, and the reply's source (where the flow was NATed to).
+func Describe(f *netlink.ConntrackFlow) string {
+	proto := map[uint8]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_SCTP: "sctp"}[f.Forward.Protocol]
+	if proto == "" {
+		proto = fmt.Sprint(f.Forward.Protocol)
+	}
+	return fmt.Sprintf("%s %s:%d -> %s:%d reply from %s:%d", proto, f.Forward.SrcIP, f.Forward.SrcPort,
+		f.Forward.DstIP, f.Forward.DstPort, f.Reverse.SrcIP, f.Reverse.SrcPort)
+}
+
 // flowKey identifies an entry by its two tuples, as kube-proxy's filter
 // does.
 func flowKey(f *netlink.ConntrackFlow) string {

@@ -50,6 +50,26 @@ func (t *NamespaceTable) Delete(flows []*netlink.ConntrackFlow) (int, error) {
 	return int(n), err
 }
 
+// Create adds the entries (each with its own timeout; a TCP entry with
+// its ProtoInfo state) and returns how many it added before an error.
+func (t *NamespaceTable) Create(flows []*netlink.ConntrackFlow) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, f := range flows {
+		if err := t.h.ConntrackCreate(netlink.ConntrackTable, unix.AF_INET, f); err != nil {
+			return i, fmt.Errorf("could not create the conntrack entry %s: %w", Describe(f), err)
+		}
+	}
+	return len(flows), nil
+}
+
+// Flush deletes every entry.
+func (t *NamespaceTable) Flush() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.h.ConntrackTableFlush(netlink.ConntrackTable)
+}
+
 // Close closes the socket.
 func (t *NamespaceTable) Close() error {
 	t.mu.Lock()

@@ -78,6 +78,11 @@ func (e *Env) Compare() ([]Result, error) {
 			return nil, err
 		}
 		r.Diff = append(r.Diff, hd...)
+		cd, err := e.compareConntrack(p)
+		if err != nil {
+			return nil, err
+		}
+		r.Diff = append(r.Diff, cd...)
 		out = append(out, r)
 	}
 	return out, nil

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/backends"
+	"github.com/kpsim/kpsim/dataplane/conntrack"
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/upstream"
 	"github.com/kpsim/kpsim/sim/apiserver"
@@ -96,6 +97,8 @@ type pair struct {
 	backend dataplane.Backend
 	tracker *cluster.Tracker
 	syncer  *dataplane.Syncer
+	// upCT and oursCT are the two sides' conntrack tables (conntrack.go).
+	upCT, oursCT *conntrack.NamespaceTable
 }
 
 // Env is a running comparison environment. Its methods are not safe for
@@ -445,6 +448,9 @@ func (e *Env) startOurs(ctx context.Context) error {
 	if err := e.api.Start(ctx, e.cfg.SettleTimeout); err != nil {
 		return fmt.Errorf("could not start our informers: %w", err)
 	}
+	if err := e.openConntrack(); err != nil {
+		return err
+	}
 	for _, p := range e.pairs {
 		if p.tracker, err = e.api.AddTrackerSynced(ctx, e.cfg.SettleTimeout); err != nil {
 			return err
@@ -461,6 +467,7 @@ func (e *Env) startOurs(ctx context.Context) error {
 			return fmt.Errorf("could not start our health servers for node %s: %w", p.node.Name, err)
 		}
 		p.syncer.SetHealth(p.health)
+		p.syncer.SetConntrack(conntrack.Cleaner{Table: p.oursCT})
 		if err := p.syncer.SyncOnce(); err != nil {
 			return fmt.Errorf("could not sync our backend for node %s: %w", p.node.Name, err)
 		}
@@ -488,11 +495,15 @@ func (e *Env) EnsureNamespaces(ctx context.Context, names ...string) error {
 	return nil
 }
 
-// Write applies one batch of writes through the one writer (apiserver.Upsert
-// and DeleteObjects), waits until both sides have programmed it (Settle),
-// and in nftables mode lets both delete the chains the batch flushed
-// (settleStale).
+// Write plants the API's flows in both sides' conntrack tables
+// (plantFlows), applies one batch of writes through the one writer
+// (apiserver.Upsert and DeleteObjects), waits until both sides have
+// programmed it (Settle), and in nftables mode lets both delete the chains
+// the batch flushed (settleStale).
 func (e *Env) Write(ctx context.Context, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, delSvcs, delSlices []types.NamespacedName) error {
+	if err := e.plantFlows(ctx); err != nil {
+		return err
+	}
 	if err := e.write(ctx, writeSet{svcs: svcs, slices: slices, delSvc: delSvcs, delSl: delSlices}); err != nil {
 		return err
 	}
@@ -704,6 +715,11 @@ func (e *Env) Close() error {
 		}
 		if p.health != nil {
 			errs = append(errs, p.health.Close())
+		}
+		for _, t := range []*conntrack.NamespaceTable{p.upCT, p.oursCT} {
+			if t != nil {
+				errs = append(errs, t.Close())
+			}
 		}
 	}
 	if e.api != nil {

@@ -1,0 +1,110 @@
+package conform
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kpsim/kpsim/harness/report"
+)
+
+// fakeFlow is a flow whose datagrams were sent every 5 ms from t0 and
+// arrived where at(seq) says ("" nowhere).
+func fakeFlow(t0 time.Time, n int, at func(seq int) string) *flow {
+	f := &flow{arrived: map[uint32]netip.AddrPort{}}
+	for i := 0; i < n; i++ {
+		f.sent = append(f.sent, t0.Add(time.Duration(i)*flowInterval))
+		if e := at(i); e != "" {
+			f.arrived[uint32(i)] = netip.MustParseAddrPort(e)
+		}
+	}
+	return f
+}
+
+func TestJudgeFlow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	old, live := "10.244.1.54:5353", "10.244.0.53:5353"
+	serving := map[netip.AddrPort]bool{netip.MustParseAddrPort(live): true}
+	// The change at datagram 100, settled at 300, grace to 500, window 500-700.
+	stage := stageResult{what: "remove", t0: t0.Add(100 * flowInterval), w0: t0.Add(500 * flowInterval), w1: t0.Add(700 * flowInterval),
+		serving: serving, winFrom: 500, winTo: 700}
+	for _, c := range []struct {
+		name    string
+		at      func(int) string
+		fail    bool
+		message string
+	}{
+		{"cleaned at the sync", func(i int) string {
+			if i < 300 {
+				return old
+			}
+			return live
+		}, false, "reached a serving endpoint 1s after the change (200 datagrams lost before)"},
+		{"stale entry kept", func(int) string { return old }, true, "200 of 200 datagrams sent 1s after the settle reached an endpoint that does not serve"},
+		{"black hole", func(i int) string {
+			if i < 100 {
+				return old
+			}
+			return ""
+		}, true, "200 of 200 datagrams in the window arrived nowhere (at most 2 may)"},
+		{"two lost in the window", func(i int) string {
+			if i == 600 || i == 650 {
+				return ""
+			}
+			return live
+		}, false, "reached a serving endpoint 0s after the change (0 datagrams lost before)"},
+	} {
+		rc := &report.Check{P: 1}
+		judgeFlow(rc, fakeFlow(t0, 800, c.at), netip.MustParseAddrPort(old), []stageResult{stage})
+		if failed := rc.P == 0; failed != c.fail || !strings.Contains(rc.Message, c.message) {
+			t.Errorf("%s: failed %v (want %v): %s", c.name, failed, c.fail, rc.Message)
+		}
+		if rc.N != 200 || rc.Loss == nil || rc.Loss.Sent != 200 {
+			t.Errorf("%s: n %d, loss %+v", c.name, rc.N, rc.Loss)
+		}
+	}
+}
+
+func TestJudgeFlowNoEndpoints(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	old := "10.244.1.54:5353"
+	stage := stageResult{what: "not ready", t0: t0, w0: t0.Add(200 * flowInterval), w1: t0.Add(400 * flowInterval),
+		serving: map[netip.AddrPort]bool{}, winFrom: 200, winTo: 400}
+	rc := &report.Check{P: 1}
+	judgeFlow(rc, fakeFlow(t0, 500, func(i int) string {
+		if i < 150 {
+			return old
+		}
+		return ""
+	}), netip.MustParseAddrPort(old), []stageResult{stage})
+	if rc.P != 1 {
+		t.Errorf("rejected flow failed: %s", rc.Message)
+	}
+	rc = &report.Check{P: 1}
+	judgeFlow(rc, fakeFlow(t0, 500, func(int) string { return old }), netip.MustParseAddrPort(old), []stageResult{stage})
+	if rc.P != 0 {
+		t.Errorf("a flow still arriving while no endpoint serves passed: %s", rc.Message)
+	}
+}
+
+func TestJudgeMove(t *testing.T) {
+	a, b, c := netip.MustParseAddrPort("10.244.0.82:8080"), "10.244.1.82:8080", "10.244.1.83:8080"
+	r := stageResult{what: "remove", serving: map[netip.AddrPort]bool{netip.MustParseAddrPort(b): true, netip.MustParseAddrPort(c): true}}
+	for _, x := range []struct {
+		name  string
+		after []string
+		fail  bool
+	}{
+		{"sticks to b", []string{b, b, b, b}, false},
+		{"chooses afresh", []string{b, c, b, b}, true},
+		{"stays on the deleted one", []string{a.String(), a.String()}, true},
+		{"rejected", []string{"REJECT", "REJECT"}, true},
+	} {
+		rc := &report.Check{P: 1}
+		judgeMove(rc, nil, r, a, x.after)
+		if failed := rc.P == 0; failed != x.fail {
+			t.Errorf("%s: failed %v, want %v: %s", x.name, failed, x.fail, rc.Message)
+		}
+	}
+}
