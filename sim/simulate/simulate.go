@@ -54,6 +54,9 @@ type Options struct {
 	// self-check can be shown to catch it. For tests of the checks; a
 	// report made with a fault says so in its model notes.
 	Fault string
+	// IPVSScheduler, when set, replaces the scenario's proxy.ipvsScheduler
+	// (rr, lc, ...): the same workload under another scheduler.
+	IPVSScheduler string
 }
 
 // IPVSVariant names the ipvs calibration the simulator falls back to when
@@ -123,6 +126,12 @@ func Run(ctx context.Context, m *apiserver.Model, o Options) (*report.Report, er
 	}
 	if _, err := engine.ParseFault(o.Fault); err != nil {
 		return nil, err
+	}
+	if o.IPVSScheduler != "" {
+		if _, err := engine.ParseScheduler(o.IPVSScheduler); err != nil {
+			return nil, err
+		}
+		sc.Proxy.IPVSScheduler = o.IPVSScheduler
 	}
 	if o.Calibrations == nil {
 		cs, err := Calibrations("")

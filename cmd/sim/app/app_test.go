@@ -188,6 +188,19 @@ func TestRunUnknownModeExit2(t *testing.T) {
 	}
 }
 
+// TestRunIPVSScheduler: --ipvs-scheduler replaces the scenario's
+// scheduler (the rotation check names it); an unknown one is bad input.
+func TestRunIPVSScheduler(t *testing.T) {
+	const flip = "../../../sim/simulate/testdata/flip.yaml"
+	if code, _, errs := run("run", flip, "--mode", "ipvs", "--ipvs-scheduler", "wlcx"); code != ExitBadInput || !strings.Contains(errs, "--ipvs-scheduler") {
+		t.Errorf("unknown scheduler: exit %d, stderr %q", code, errs)
+	}
+	code, out, errs := run("run", flip, "--mode", "ipvs", "--ipvs-scheduler", "lc", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"reason": "lc`) {
+		t.Errorf("lc: exit %d, stderr %q; the self-check should say lc is not tested", code, errs)
+	}
+}
+
 func TestRunBadScenarioExit2(t *testing.T) {
 	code, _, errs := run("run", "../../../sim/scenario/testdata/invalid/12-bad-target-port.yaml")
 	if code != 2 || !strings.Contains(errs, "12-bad-target-port.yaml:20:23: objects[0].spec.ports[0].targetPort") {

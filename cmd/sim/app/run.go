@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
+	"github.com/kpsim/kpsim/sim/scenario"
 	"github.com/kpsim/kpsim/sim/simulate"
 )
 
@@ -33,6 +35,8 @@ type runFlags struct {
 	cpuprofile     string
 	memprofile     string
 	progress       string
+	// ipvsScheduler replaces the scenario's proxy.ipvsScheduler.
+	ipvsScheduler string
 }
 
 func newRun(s Streams) *cobra.Command {
@@ -64,6 +68,9 @@ means the Service's only port; one that cannot be resolved is bad input
 			default:
 				return fmt.Errorf("--progress %q: want auto, always or never", f.progress)
 			}
+			if f.ipvsScheduler != "" && !slices.Contains(scenario.IPVSSchedulers, f.ipvsScheduler) {
+				return &UsageError{Err: fmt.Errorf("--ipvs-scheduler %q: want one of %s", f.ipvsScheduler, strings.Join(scenario.IPVSSchedulers, ", "))}
+			}
 			var modes []cluster.Mode
 			if f.mode.m != "" {
 				modes = []cluster.Mode{f.mode.m}
@@ -84,6 +91,7 @@ means the Service's only port; one that cannot be resolved is bad input
 	c.Flags().StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
 	c.Flags().StringVar(&f.memprofile, "memprofile", "", "write a heap profile (at the end of the run) to this file")
 	c.Flags().StringVar(&f.progress, "progress", "auto", "progress on stderr: auto (only when stderr is a terminal), always or never")
+	c.Flags().StringVar(&f.ipvsScheduler, "ipvs-scheduler", "", "replace the scenario's proxy.ipvsScheduler ("+strings.Join(scenario.IPVSSchedulers, ", ")+"): the same workload under another IPVS scheduler")
 	_ = c.Flags().MarkHidden("cpuprofile")
 	_ = c.Flags().MarkHidden("memprofile")
 	return c
@@ -134,7 +142,7 @@ func runSimulation(s Streams, file string, seed *uint64, modes []cluster.Mode, f
 	if err != nil {
 		return err
 	}
-	r, err := simulate.Run(ctx, m, simulate.Options{Modes: modes, Calibrations: cals, Progress: func(done, total int) {
+	r, err := simulate.Run(ctx, m, simulate.Options{Modes: modes, Calibrations: cals, IPVSScheduler: f.ipvsScheduler, Progress: func(done, total int) {
 		endLoading()
 		prog.update(done, total)
 	}})
