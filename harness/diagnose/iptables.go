@@ -549,6 +549,7 @@ func (l *loader) ports() {
 	for _, sp := range l.d.Ports {
 		l.trace(sp, portKey{sp.ClusterIP, sp.Port, sp.Protocol}, src)
 	}
+	l.frontends()
 }
 
 // errTraceBudget reports that a trace was too long to finish: the rules

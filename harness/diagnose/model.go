@@ -123,6 +123,35 @@ type ServicePort struct {
 	// Evidence is the lines that define the port (its dispatch rule, the
 	// service chain's header).
 	Evidence []Line `json:"evidence"`
+	// Frontends are the port's other destinations where the layout
+	// writes them apart from its own address (iptables: the KUBE-SERVICES
+	// rules to a KUBE-EXT- or KUBE-FW- chain and the KUBE-NODEPORTS rules;
+	// nftables: the service-nodeports elements), sorted. nftables
+	// external and load-balancer IPs and IPVS virtual servers are ports of
+	// their own instead.
+	Frontends []Frontend `json:"frontends,omitempty"`
+}
+
+// Frontend is a destination other than the port's own address that the
+// rules send to the port's endpoints: an external IP, a load-balancer IP
+// or the node port (on any of the node's addresses). The conntrack
+// analysis matches an entry's original destination against them.
+type Frontend struct {
+	// What is "external IP", "load-balancer IP" or "node port".
+	What string `json:"what"`
+	// Addr is the destination address, invalid for a node port.
+	Addr netip.Addr `json:"addr,omitzero"`
+	Port int        `json:"port"`
+	// Chain is where the rules send it (KUBE-EXT-…, KUBE-FW-…, external-…).
+	Chain string `json:"chain"`
+	// Endpoints are the endpoints the chain reaches, whichever source a
+	// packet has.
+	Endpoints []netip.AddrPort `json:"endpoints"`
+	// Local reports externalTrafficPolicy Local: traffic from outside the
+	// cluster reaches only this node's endpoints (the chain goes to a
+	// KUBE-SVL- or local- chain), so its split is not the port's.
+	Local    bool `json:"local,omitempty"`
+	Evidence Line `json:"evidence"`
 }
 
 // Endpoint is one endpoint of a service port.

@@ -150,6 +150,7 @@ func buildNFTDump(file string, format Format, tables []*nftTable) (*Dump, error)
 	if err := k.ports(); err != nil {
 		return nil, err
 	}
+	k.frontends()
 	slices.SortFunc(d.Ports, func(a, b *ServicePort) int {
 		if c := a.ClusterIP.Compare(b.ClusterIP); c != 0 {
 			return c
