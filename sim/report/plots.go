@@ -44,6 +44,9 @@ func (r *Report) plots() []plotFile {
 			break
 		}
 	}
+	if r.hasLongLived() {
+		out = append(out, plotFile{Files.Requests, r.requestsPlot})
+	}
 	return out
 }
 

@@ -68,6 +68,9 @@ type Traffic struct {
 	ConnectionDuration string  `json:"connectionDuration"`
 	// TargetServicePorts is the number of distinct service ports targeted.
 	TargetServicePorts int `json:"targetServicePorts"`
+	// RequestClients are the client groups with requests (their own rate,
+	// over a pool of long-lived connections or a connection each).
+	RequestClients []RequestClient `json:"requestClients,omitempty"`
 }
 
 // Step is one API write of the events timeline.
@@ -91,6 +94,10 @@ type Mode struct {
 	Local       InternalLocal `json:"internalTrafficPolicyLocal"`
 	Flapping    Flapping      `json:"flapping"`
 	Timeline    *Timeline     `json:"timeline,omitempty"`
+	// Requests and LongLived are the clients with requests' (nil and empty
+	// without any): their requests, and the followed service ports'.
+	Requests  *Requests   `json:"requests,omitempty"`
+	LongLived []LongLived `json:"longLived,omitempty"`
 }
 
 // Connections counts new connections by outcome.
@@ -443,9 +450,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 // Files names what WriteFiles writes in the output folder.
-var Files = struct{ JSON, Markdown, Rules, SyncTime, Deviation, PValues, Flapping string }{
+var Files = struct{ JSON, Markdown, Rules, SyncTime, Deviation, PValues, Flapping, Requests string }{
 	JSON: "report.json", Markdown: "report.md", Rules: "rules.png", SyncTime: "sync-time.png",
-	Deviation: "deviation.png", PValues: "p-values.png", Flapping: "flapping.png",
+	Deviation: "deviation.png", PValues: "p-values.png", Flapping: "flapping.png", Requests: "requests.png",
 }
 
 // WriteFiles writes report.json, report.md and the plots into dir, creating

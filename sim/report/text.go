@@ -21,7 +21,7 @@ type row struct {
 }
 
 func (r *Report) rows() []row {
-	return []row{
+	rows := []row{
 		{"connections", func(m *Mode) string { return count(m.Connections.Total) }},
 		{"accepted / dropped / rejected", func(m *Mode) string {
 			c := m.Connections
@@ -104,6 +104,7 @@ func (r *Report) rows() []row {
 		}},
 		{"mismatched after sync", func(m *Mode) string { return count(m.Flapping.MismatchedAfterSync) }},
 	}
+	return append(rows, r.longLivedRows()...)
 }
 
 // selfCheckCell is the self-check's verdict in a few words.
@@ -223,6 +224,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	r.writeSelfCheck(p)
 	r.writeAffinity(p)
 	r.writeSteps(p)
+	r.writeLongLived(p)
 	r.writeModel(p)
 	return nil
 }
@@ -239,6 +241,9 @@ func (r *Report) writeHeader(p func(string, ...any)) {
 	t := r.Traffic
 	p("Traffic: %s connections over %s of virtual time (%s/s) from %d client nodes and %d source addresses to %d service ports; connection duration %s.\n\n",
 		count(t.Connections), dur(t.SpanSeconds), count(int64(math.Round(t.RatePerSecond))), t.ClientNodes, t.SourceAddresses, t.TargetServicePorts, t.ConnectionDuration)
+	if n := len(t.RequestClients); n > 0 {
+		p("Besides, %d client group(s) with requests send at their own rate, over pools of long-lived connections or a connection per request (their connections are in each mode's count): see Long-lived connections and requests.\n\n", n)
+	}
 	if len(r.Failed) > 0 {
 		p("**%d check(s) failed:** %s\n\n", len(r.Failed), strings.Join(r.Failed, ", "))
 	} else if len(r.Checks) > 0 {

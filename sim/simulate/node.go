@@ -68,6 +68,8 @@ type nodeResult struct {
 	// rot is the rotation figures per version (ipvs rr and wrr only),
 	// computed before shrink.
 	rot []rotStat
+	// req is the requests of the node's request clients (nil without any).
+	req *reqCounts
 }
 
 // keptGV is one version's counts on one node.
@@ -159,6 +161,8 @@ type nodeRun struct {
 	liveDiff  []int32
 	liveShift uint
 	bufs      *runBufs // where finish hands the arrays back
+	// rq is the node's request connections (nil without any).
+	rq *reqRun
 }
 
 // runBufs are the per-run arrays a worker reuses from one node's run in a
@@ -321,7 +325,14 @@ func mix(x uint64) uint64 {
 // depend on the modes, the shards or the chunking, so every mode (and a
 // mode simulated alone) sees the same connections.
 func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]*nodeResult, error) {
-	plan := w.planShards(ni)
+	rn, err := w.requestTraffic(ni, seed)
+	if err != nil {
+		return nil, err
+	}
+	plan := w.planShardsWith(ni, rn)
+	if rn != nil {
+		rn.bucket(w, ni, plan)
+	}
 	out := make([]*nodeResult, len(w.modes))
 	g := newTrafficGen(w, ni, seed)
 	ch := wk.chunk(plan.n)
@@ -338,6 +349,7 @@ func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]
 		g.fill(ch, plan)
 		for mi, md := range w.modes {
 			r := newNodeRun(w, md, ni, plan, seed, &wk.tables, wk.bufsOf(mi))
+			r.useRequests(rn, seed)
 			if err := handle(r); err != nil {
 				return nil, err
 			}
@@ -349,6 +361,7 @@ func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]
 	runs := make([]*nodeRun, len(w.modes))
 	for mi, md := range w.modes {
 		runs[mi] = newNodeRun(w, md, ni, plan, seed, &wk.tables, wk.bufsOf(mi))
+		runs[mi].useRequests(rn, seed)
 	}
 	for g.fill(ch, plan) {
 		for _, r := range runs {
@@ -433,20 +446,14 @@ func (p *tablePool) put(n int, ct *engine.Conntrack) {
 // handleShard decides a shard's connections in time order, each after the
 // shard's control events due by its time.
 func (r *nodeRun) handleShard(k int, cs []chunkConn) {
+	if r.rq != nil {
+		r.handleShardRequests(k, cs)
+		return
+	}
 	r.ready(k)
 	sh := &r.shards[k]
 	node := sh.node
-	if !sh.table && len(cs) > 0 {
-		// A table of the pool, or a new one (the node's own is its
-		// arena's: it stays there).
-		ct := r.pool.get(r.plan.live[k])
-		if ct == nil {
-			ct = engine.NewConntrack(r.md.ncfg.Conntrack)
-			ct.Reserve(r.plan.live[k], 0)
-		}
-		node.CT = ct
-		sh.table = true
-	}
+	r.takeTable(k, len(cs) > 0)
 	for i := range cs {
 		e := &cs[i]
 		if e.t >= sh.nextAt {
@@ -455,6 +462,23 @@ func (r *nodeRun) handleShard(k int, cs []chunkConn) {
 		res := node.Connect(int(e.local), &e.c, e.t)
 		r.account(e.svc, &e.c, res, e.t)
 	}
+}
+
+// takeTable gives shard k its sized conntrack table, once, when it has
+// connections to handle (need): a table of the pool, or a new one (the
+// node's own is its arena's: it stays there).
+func (r *nodeRun) takeTable(k int, need bool) {
+	sh := &r.shards[k]
+	if sh.table || !need {
+		return
+	}
+	ct := r.pool.get(r.plan.live[k])
+	if ct == nil {
+		ct = engine.NewConntrack(r.md.ncfg.Conntrack)
+		ct.Reserve(r.plan.live[k], 0)
+	}
+	sh.node.CT = ct
+	sh.table = true
 }
 
 // apply applies a shard's control events up to and including t.
@@ -655,6 +679,9 @@ func (r *nodeRun) live(t int64, c *engine.Conn) {
 func (r *nodeRun) finish() {
 	for i := range r.shards {
 		r.ready(i)
+		if r.rq != nil {
+			r.drainRequests(i)
+		}
 		r.apply(&r.shards[i], math.MaxInt64)
 	}
 	var cur, peak int64
@@ -689,6 +716,10 @@ func (r *nodeRun) finish() {
 		}
 	}
 	r.shards = nil
+	if r.rq != nil {
+		r.res.req = r.replayRequests()
+		r.rq = nil
+	}
 	b := r.bufs
 	b.svc, b.out, b.fast, b.gen, b.liveDiff = r.svc, r.out, r.fast, r.gen, r.liveDiff
 	r.svc, r.out, r.fast, r.gen, r.liveDiff = nil, nil, nil, nil, nil

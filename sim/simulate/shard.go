@@ -57,7 +57,11 @@ type shardPlan struct {
 // shard's equal share. A service port heavier than a share leaves the
 // shards after it fewer ports (or none); their tables are sized by the
 // traffic they get.
-func (w *world) planShards(ni int) *shardPlan {
+func (w *world) planShards(ni int) *shardPlan { return w.planShardsWith(ni, nil) }
+
+// planShardsWith is planShards with the node's request connections (rn,
+// nil without any) among the weights.
+func (w *world) planShardsWith(ni int, rn *reqNode) *shardPlan {
 	np := &w.tr.perNode[ni]
 	weight := make([]float64, len(w.svcs))
 	total := 0.0
@@ -69,6 +73,9 @@ func (w *world) planShards(ni int) *shardPlan {
 		}
 	}
 	live := expectedLive(np.conns, &w.tr)
+	if rn != nil {
+		live = min(maxReserve, live+rn.addWeights(weight, &total, np.conns))
+	}
 	per := shardSlots/2 - 1024
 	targeted := 0
 	for s := range w.svcs {

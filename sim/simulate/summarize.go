@@ -28,14 +28,15 @@ func (w *world) report(sum *apiserver.Summary, seed uint64, results [][]*nodeRes
 	}
 	tr := &w.tr
 	clientNodes := 0
-	for _, np := range tr.perNode {
-		if np.conns > 0 {
+	for ni, np := range tr.perNode {
+		if np.conns > 0 || (w.rq != nil && len(w.rq.perNode[ni]) > 0) {
 			clientNodes++
 		}
 	}
 	r.Traffic = report.Traffic{
 		Connections: tr.total, SpanSeconds: secs(tr.span), ClientNodes: clientNodes,
 		SourceAddresses: tr.sources, ConnectionDuration: tr.durDesc, TargetServicePorts: tr.targets,
+		RequestClients: w.requestClients(),
 	}
 	if tr.span > 0 {
 		r.Traffic.RatePerSecond = float64(tr.total) / secs(tr.span)
@@ -98,7 +99,10 @@ func secs(ns int64) float64 { return float64(ns) / 1e9 }
 // one section of report.Mode per step.
 func (w *world) modeReport(mi int, res []*nodeResult, acc *modeAcc) report.Mode {
 	md := w.modes[mi]
+	reqs, ll := w.longLived(mi, res)
 	return report.Mode{
+		Requests:    reqs,
+		LongLived:   ll,
 		Mode:        md.name,
 		Connections: connectionTotals(acc),
 		Rules:       w.ruleFigures(md),
@@ -410,6 +414,7 @@ func (w *world) modelNotes() []string {
 		"misrouted: a connection decided by stale rules that reached an endpoint the API state no longer allowed (not ready, terminating with ready peers, removed); mismatchedAfterSync: any outcome different from the oracle's while the node's rules were up to date",
 		"conntrack peak: live entries counted from each new flow's start to its end plus TIME_WAIT (120 s) or the UDP timeout (30 s), at about 1/4096 of the run; kernel memory at cost.ConntrackEntryBytes per entry",
 	}
+	notes = append(notes, w.requestNotes()...)
 	for _, md := range w.modes {
 		if md.fault != engine.NoFault {
 			notes = append(notes, fmt.Sprintf("engine fault injected in %s: %s (a test of the engine self-check): this is a report of a deliberately broken engine", md.name, md.fault))

@@ -94,7 +94,7 @@ func (w *world) planTraffic() error {
 		}
 		np.alias = newAlias(ws)
 	}
-	return nil
+	return w.planRequests(w.sc.Traffic.Clients)
 }
 
 // trafficVolume decides the run's span (the last timeline step plus the
@@ -135,7 +135,8 @@ func (w *world) trafficVolume() bool {
 // planClients resolves each client group's targets and places its pods on
 // its nodes (every node when it names none), each with its own block of
 // source addresses. It returns each node's share of the connections: a
-// group's weight, split evenly over its nodes.
+// group's weight, split evenly over its nodes. Clients with requests
+// send at their own rate (planRequests) and have no share.
 func (w *world) planClients(clients []scenario.Client) ([]float64, error) {
 	tr := &w.tr
 	nodeIdx := map[string]int{}
@@ -147,9 +148,15 @@ func (w *world) planClients(clients []scenario.Client) ([]float64, error) {
 	allTargets := map[int32]bool{}
 	totalW := 0.0
 	for _, c := range clients {
-		totalW += c.Weight
+		if c.Requests == nil {
+			totalW += c.Weight
+		}
 	}
-	for gi, c := range clients {
+	for _, c := range clients {
+		if c.Requests != nil {
+			continue
+		}
+		gi := len(tr.groups)
 		g, err := w.clientGroup(c)
 		if err != nil {
 			return nil, err

@@ -29,6 +29,8 @@ type world struct {
 	steps []stepInfo
 	modes []*modeData
 	tr    trafficPlan
+	// rq is the clients with requests (nil without any).
+	rq *reqPlan
 	// svcByName finds a service port.
 	svcByName map[cluster.ServicePortName]int32
 	// unionCells is the sum of every service port's endpoint count.
