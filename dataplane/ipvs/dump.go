@@ -146,7 +146,7 @@ func FaultMapping() []string {
 		proxy.FaultHealthCheckStale:    "the health check servers answer from the state before the last sync (mode-independent: dataplane.HealthServer)",
 		proxy.FaultSourceRangesOpen:    "KUBE-SOURCE-RANGES-FIREWALL has no DROP: sources outside loadBalancerSourceRanges reach the load-balancer IPs",
 		proxy.FaultHairpinNoMasquerade: "KUBE-LOOP-BACK stays empty: an endpoint reaching itself through a virtual server is not masqueraded",
-		proxy.FaultNoConntrackCleanup:  "stale UDP conntrack entries are not deleted after a sync (mode-independent: dataplane/conntrack)",
+		proxy.FaultNoConntrackCleanup:  "stale UDP conntrack entries are not deleted after a sync (mode-independent: dataplane/conntrack); the udp-flow check does not see it in this mode: IPVS deletes a UDP real server at once and net.ipv4.vs.expire_nodest_conn expires its connections, so the flow moves without the cleanup (measured in the microVM)",
 	}
 	for _, f := range []proxy.Fault{proxy.FaultAffinityLeak, proxy.FaultAffinityOverstay, proxy.FaultConntrackFlushAll} {
 		m[f] = "not built (the backend refuses it): " + f.NotBuilt(cluster.ModeIPVS)

@@ -284,6 +284,11 @@ func (w *world) evalUnit(mi int, res []*nodeResult, ni int, s int32, c *scenario
 		}
 	case c.Type == scenario.CheckTerminating:
 		exact("the terminating-endpoint fallback")
+	case c.Type == scenario.CheckUDPFlow || c.Type == scenario.CheckTCPEstablished || c.Type == scenario.CheckAffinityMoves:
+		exact("new connections")
+		if u.Verdict == report.Pass {
+			u.Message = "new connections only: sim run does not model established flows (sim conform checks them on the kernel)"
+		}
 	}
 	return u, pu, ok
 }
