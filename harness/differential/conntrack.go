@@ -18,18 +18,25 @@ import (
 
 // The conntrack comparison: before each step the same flows are planted in
 // both sides' conntrack tables of every compared node (their tables emptied
-// first), as if clients had them established: for every UDP service port,
-// from each of its frontends (cluster IP, external IPs, load-balancer
+// first), as clients would have them established: for every UDP service
+// port, from each of its frontends (cluster IP, external IPs, load-balancer
 // ingress IPs, the node's address at its node port) one flow NATed to each
-// of its first plantedPerFrontend endpoints (whatever their conditions) and
-// one not NATed (made while it had no endpoint); for every TCP service
-// port one flow from its cluster IP to its first endpoint. After the step
+// of its first plantedPerFrontend serving endpoints; for every UDP port the
+// step is about to create (a new Service, or a new port), one flow not
+// NATed to each of its IP frontends (a client that sent before the rules
+// existed); for every TCP service port one flow from its cluster IP to its
+// first endpoint. None of them is stale before the step, so a cleanup that
+// a sync in the middle of the step runs (kube-proxy syncs per event, ours
+// once per write) finds nothing more than one at its end. After the step
 // settles, Compare lists both tables' planted flows and diffs them: which
-// flows each proxy's conntrack cleanup left. Their clients are addresses
-// of RFC 2544's benchmarking range, which nothing else in the run uses, so
-// the listing leaves out the proxies' own connections (kube-proxy's to the
-// API server).
-var plantedNet = netip.MustParsePrefix("198.18.0.0/15")
+// flows each proxy's conntrack cleanup left. Their client is one address
+// of TEST-NET-1 (RFC 5737), which nothing else in the run uses, each flow
+// from a port of its own, so the listing leaves out the proxies' own
+// connections (kube-proxy's to the API server, the health checks).
+var plantedClient = netip.MustParseAddr("192.0.2.77")
+
+// plantedPort is the first planted flow's client port.
+const plantedPort = 10000
 
 // Bounds of the planted flows: endpoints per frontend, and flows in all.
 const (
@@ -53,8 +60,8 @@ func (e *Env) openConntrack() error {
 }
 
 // plantFlows empties both sides' tables and plants the flows of the API's
-// current Services (see plantedNet).
-func (e *Env) plantFlows(ctx context.Context) error {
+// current Services and of the step's (next) ones (see plantedClient).
+func (e *Env) plantFlows(ctx context.Context, next []*corev1.Service) error {
 	svcs, err := e.cp.Client().CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("could not list the Services to plant flows: %w", err)
@@ -72,7 +79,7 @@ func (e *Env) plantFlows(ctx context.Context) error {
 			if err := t.Flush(); err != nil {
 				return fmt.Errorf("node %s: could not empty %s conntrack table: %w", p.node.Name, side, err)
 			}
-			if _, err := t.Create(PlantedFlows(svcs.Items, sls.Items, addr)); err != nil {
+			if _, err := t.Create(PlantedFlows(svcs.Items, sls.Items, next, addr)); err != nil {
 				return fmt.Errorf("node %s: %s table: %w", p.node.Name, side, err)
 			}
 		}
@@ -80,10 +87,10 @@ func (e *Env) plantFlows(ctx context.Context) error {
 	return nil
 }
 
-// PlantedFlows are the flows planted for the Services and slices, the
-// node-port ones at nodeIP, in a fixed order with fixed clients (so both
-// sides get the same).
-func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, nodeIP netip.Addr) []*netlink.ConntrackFlow {
+// PlantedFlows are the flows planted for the Services and slices, and for
+// the UDP ports next creates, the node-port ones at nodeIP, in a fixed
+// order with fixed clients (so both sides get the same).
+func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, next []*corev1.Service, nodeIP netip.Addr) []*netlink.ConntrackFlow {
 	bySvc := map[string][]*discoveryv1.EndpointSlice{}
 	for i := range sls {
 		s := &sls[i]
@@ -94,14 +101,13 @@ func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, nodeIP
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	var out []*netlink.ConntrackFlow
-	client := plantedNet.Addr()
 	add := func(proto uint8, dst, reply netip.AddrPort) {
 		if len(out) >= maxPlanted {
 			return
 		}
-		client = client.Next()
-		out = append(out, plantedFlow(proto, netip.AddrPortFrom(client, 40000), dst, reply))
+		out = append(out, plantedFlow(proto, netip.AddrPortFrom(plantedClient, uint16(plantedPort+len(out))), dst, reply))
 	}
+	exists := map[string]bool{} // "ns/name/port/protocol"
 	for i := range svcs {
 		s := &svcs[i]
 		cip, err := netip.ParseAddr(s.Spec.ClusterIP)
@@ -109,21 +115,31 @@ func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, nodeIP
 			continue // headless, ExternalName, IPv6
 		}
 		for _, sp := range s.Spec.Ports {
+			exists[fmt.Sprintf("%s/%s/%d/%s", s.Namespace, s.Name, sp.Port, sp.Protocol)] = true
 			eps := endpointsOf(bySvc[s.Namespace+"/"+s.Name], sp.Name, sp.Protocol)
-			if sp.Protocol == corev1.ProtocolTCP {
-				if len(eps) > 0 {
-					add(unix.IPPROTO_TCP, netip.AddrPortFrom(cip, uint16(sp.Port)), eps[0])
+			switch {
+			case sp.Protocol == corev1.ProtocolTCP && len(eps) > 0:
+				add(unix.IPPROTO_TCP, netip.AddrPortFrom(cip, uint16(sp.Port)), eps[0])
+			case sp.Protocol == corev1.ProtocolUDP:
+				for _, fe := range frontends(s, sp, cip, nodeIP) {
+					for _, ep := range eps[:min(plantedPerFrontend, len(eps))] {
+						add(unix.IPPROTO_UDP, fe, ep)
+					}
 				}
+			}
+		}
+	}
+	for _, s := range next {
+		cip, err := netip.ParseAddr(s.Spec.ClusterIP)
+		if err != nil || !cip.Is4() {
+			continue
+		}
+		for _, sp := range s.Spec.Ports {
+			if sp.Protocol != corev1.ProtocolUDP || exists[fmt.Sprintf("%s/%s/%d/%s", s.Namespace, s.Name, sp.Port, sp.Protocol)] {
 				continue
 			}
-			if sp.Protocol != corev1.ProtocolUDP {
-				continue
-			}
-			for _, fe := range frontends(s, sp, cip, nodeIP) {
+			for _, fe := range frontends(s, sp, cip, netip.Addr{}) {
 				add(unix.IPPROTO_UDP, fe, fe) // not NATed
-				for _, ep := range eps[:min(plantedPerFrontend, len(eps))] {
-					add(unix.IPPROTO_UDP, fe, ep)
-				}
 			}
 		}
 	}
@@ -144,14 +160,16 @@ func frontends(s *corev1.Service, sp corev1.ServicePort, cip, nodeIP netip.Addr)
 			out = append(out, netip.AddrPortFrom(a, port))
 		}
 	}
-	if sp.NodePort != 0 {
+	if sp.NodePort != 0 && nodeIP.IsValid() {
 		out = append(out, netip.AddrPortFrom(nodeIP, uint16(sp.NodePort)))
 	}
 	return out
 }
 
-// endpointsOf lists the endpoints of a service port (by the slices' port
-// name and protocol), in slice order.
+// endpointsOf lists the serving endpoints of a service port (by the
+// slices' port name and protocol; serving as kube-proxy reads it: the
+// serving condition, or when it is not set the ready one, nil being
+// ready), in slice order.
 func endpointsOf(sls []*discoveryv1.EndpointSlice, name string, proto corev1.Protocol) []netip.AddrPort {
 	slices.SortFunc(sls, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	var out []netip.AddrPort
@@ -165,7 +183,8 @@ func endpointsOf(sls []*discoveryv1.EndpointSlice, name string, proto corev1.Pro
 				continue
 			}
 			for _, ep := range s.Endpoints {
-				if len(ep.Addresses) == 0 {
+				ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+				if len(ep.Addresses) == 0 || !ptrOr(ep.Conditions.Serving, ready) {
 					continue
 				}
 				if a, err := netip.ParseAddr(ep.Addresses[0]); err == nil && a.Is4() {
@@ -200,12 +219,12 @@ func plantedLeft(t *conntrack.NamespaceTable, ours, node netip.Addr) ([]string, 
 	var out []string
 	for _, f := range flows {
 		src, ok := netip.AddrFromSlice(f.Forward.SrcIP)
-		if !ok || !plantedNet.Contains(src.Unmap()) {
+		if !ok || src.Unmap() != plantedClient {
 			continue
 		}
 		d := "conntrack " + conntrack.Describe(f)
 		if ours.IsValid() {
-			d = strings.ReplaceAll(d, " -> "+ours.String()+":", " -> "+node.String()+":")
+			d = strings.ReplaceAll(d, " "+ours.String()+":", " "+node.String()+":")
 		}
 		out = append(out, d)
 	}
@@ -224,4 +243,11 @@ func (e *Env) compareConntrack(p *pair) ([]string, error) {
 		return nil, fmt.Errorf("node %s, ours: %w", p.node.Name, err)
 	}
 	return Diff(up, ours), nil
+}
+
+func ptrOr(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
 }
