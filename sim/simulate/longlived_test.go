@@ -3,7 +3,10 @@ package simulate
 import (
 	"bytes"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,5 +150,31 @@ func TestLongLivedModeAlone(t *testing.T) {
 	alone := simulate(t, longLivedFile, nil, Options{Modes: []cluster.Mode{"nftables"}})
 	if !bytes.Equal(encode(t, all.Modes[1]), encode(t, alone.Modes[0])) {
 		t.Error("nftables alone differs from nftables among all modes")
+	}
+}
+
+// TestLongLivedScaleAtStart: a scale event at 0 leaves an empty window
+// before it, reported as such (no pods, no finding about it, no NaN in
+// report.json), and the pools, opened at 0 through the rules of before
+// the sync, start on the old pods.
+func TestLongLivedScaleAtStart(t *testing.T) {
+	data, err := os.ReadFile(longLivedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(data), "{at: 60s, type: scale, service: demo/aged", "{at: 0s, type: scale, service: demo/aged", 1)
+	s = strings.Replace(s, "duration: 150s", "duration: 20s", 1)
+	file := filepath.Join(t.TempDir(), "at0.yaml")
+	if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := simulate(t, file, nil, Options{Modes: []cluster.Mode{"iptables"}})
+	var out bytes.Buffer
+	if err := r.WriteJSON(&out); err != nil {
+		t.Fatal(err)
+	}
+	aged := followedPort(t, &r.Modes[0], "demo/aged:http")
+	if len(aged.Before.Pods) != 0 || aged.Scale == nil || aged.Scale.Peak < 1.5 || len(aged.Findings) != 1 {
+		t.Errorf("demo/aged scaled at 0: before %+v, scale %v, findings %q", aged.Before, aged.Scale != nil, aged.Findings)
 	}
 }

@@ -175,8 +175,11 @@ func zFor(k, tests int) float64 {
 // balance is a window's spread over the pods the API allows at its end.
 func (w *world) balance(md *modeData, s int32, wc *winCounts, from, to int64) report.Balance {
 	sv := &w.svcs[s]
-	elig := w.eligibleAt(md, s, to-1)
 	b := report.Balance{FromSeconds: secs(from), ToSeconds: secs(to), Pods: []report.PodShare{}}
+	if to <= from {
+		return b // a scale event at 0: nothing before it
+	}
+	elig := w.eligibleAt(md, s, to-1)
 	length := float64(to - from)
 	var conn, reqs, busy float64
 	for _, ep := range elig {
@@ -320,6 +323,9 @@ func (w *world) findings(fi int, ll *report.LongLived) []string {
 		first = "connections are even, requests are not: " + first
 	}
 	out := []string{first}
+	if len(b.Pods) == 0 {
+		out = nil // an empty window (a scale event at 0)
+	}
 	d := ll.Scale
 	if d == nil {
 		return out
