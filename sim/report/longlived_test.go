@@ -17,8 +17,8 @@ func TestLongLivedWriters(t *testing.T) {
 	r.Modes[0].Requests = &Requests{Total: 40}
 	r.Modes[0].LongLived = []LongLived{{
 		ServicePort: "a/b:http", Clients: []string{"grpc"}, Pods: pods, BinSeconds: 1, Requests: 40,
-		Before: Balance{ToSeconds: 2, Connections: Spread{MaxOverFair: 1, Bound: 1.5, Even: true}, Requests: Spread{MaxOverFair: 1.4, Bound: 1.1}},
-		Scale:  &Decay{AtSeconds: 2, Replicas: 2, PodsBefore: 1, PodsAfter: 2, FromBin: 2, Imbalance: []float64{2, 1}, Bound: []float64{1.2, 1.2}, Peak: 2, Decayed: true, DecaySeconds: 1, Last: 1},
+		Before:   Balance{ToSeconds: 2, Connections: Spread{MaxOverFair: 1, Bound: 1.5, Even: true}, Requests: Spread{MaxOverFair: 1.4, Bound: 1.1}},
+		Scale:    &Decay{AtSeconds: 2, Replicas: 2, PodsBefore: 1, PodsAfter: 2, FromBin: 2, Imbalance: []float64{2, 1}, Bound: []float64{1.2, 1.2}, Peak: 2, Decayed: true, DecaySeconds: 1, Last: 1},
 		Eligible: []int{1, 1, 2, 2}, PerBin: [][]int64{{10, 0}, {10, 0}, {10, 0}, {5, 5}},
 		InFlight: [][]float64{{1, 0}, {1, 0}, {1, 0}, {0.5, 0.5}}, Connections: [][]float64{{2, 0}, {2, 0}, {2, 0}, {1, 1}},
 		Findings: []string{"connections are even, requests are not: over the run"},
