@@ -12,18 +12,28 @@ import (
 // ReadFile reads one dump in format f. An unreadable file is bad input
 // (scenario.ErrorList naming the file), as is a malformed line.
 func ReadFile(f Format, path string) (*Dump, error) {
+	data, err := readInput(path, "dump")
+	if err != nil {
+		return nil, err
+	}
+	return Read(f, path, data)
+}
+
+// readInput reads an input file; failing that, a scenario.ErrorList
+// naming it (what: "dump", "conntrack table").
+func readInput(path, what string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		msg := "could not read the dump"
+		msg := "could not read the " + what
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			msg = "no such dump file"
+			msg = "no such " + what + " file"
 		case errors.Is(err, fs.ErrPermission):
-			msg = "permission denied reading the dump"
+			msg = "permission denied reading the " + what
 		}
 		return nil, scenario.ErrorList{{File: path, Message: msg}}
 	}
-	return Read(f, path, data)
+	return data, nil
 }
 
 // Read parses data in format f; FormatNFT also takes nft -j output (its

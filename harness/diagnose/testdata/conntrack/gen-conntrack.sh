@@ -35,22 +35,27 @@
 #   overall.conntrack           conntrack -L > FILE 2>&1 (the count line on stderr included)
 #   overall-extended.conntrack  conntrack -L -o extended,id (stdout only)
 #   overall-node.nft.save       iptables-nft-save -c of the node at the capture
+#   forms.conntrack             conntrack -L -o extended,id,ktimestamp > FILE 2>&1 of a namespace
+#                               (kpsimctfx-forms) whose entries conntrack -I inserted, with
+#                               accounting and timestamps on: zone=, mark=, packets= bytes=,
+#                               delta-time=, [start=...], SCTP, IPv6, ICMP, [UNREPLIED]
+#   forms.proc                  /proc/net/nf_conntrack of that namespace
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here}
 dump=$here/../iptables/overall.nft.save
 P=kpsimctfx
-NODE=$P-node CLIENT=$P-client EXT=$P-ext PODS=$P-pods
+NODE=$P-node CLIENT=$P-client EXT=$P-ext PODS=$P-pods FORMS=$P-forms
 tmp=$(mktemp -d)
 pids=""
 cleanup() {
 	for p in $pids; do kill "$p" 2>/dev/null || true; done
 	for p in $pids; do wait "$p" 2>/dev/null || true; done
-	for ns in $NODE $CLIENT $EXT $PODS; do ip netns del "$ns" 2>/dev/null || true; done
+	for ns in $NODE $CLIENT $EXT $PODS $FORMS; do ip netns del "$ns" 2>/dev/null || true; done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
-for ns in $NODE $CLIENT $EXT $PODS; do
+for ns in $NODE $CLIENT $EXT $PODS $FORMS; do
 	if ip netns list | grep -q "^$ns\b"; then
 		echo "namespace $ns exists: a run is going on, or remove it with ip netns del $ns" >&2
 		exit 1
@@ -162,4 +167,18 @@ sleep 2
 nsx $NODE conntrack -L > "$out/overall.conntrack" 2>&1
 nsx $NODE conntrack -L -o extended,id > "$out/overall-extended.conntrack" 2>/dev/null
 nsx $NODE iptables-nft-save -c > "$out/overall-node.nft.save"
-echo "wrote $out/overall.conntrack ($(grep -c 'src=' "$out/overall.conntrack") entries), overall-extended.conntrack, overall-node.nft.save"
+# The output forms: entries inserted with conntrack -I (no traffic).
+ip netns add $FORMS
+nsx $FORMS sysctl -qw net.netfilter.nf_conntrack_acct=1
+nsx $FORMS sysctl -qw net.netfilter.nf_conntrack_timestamp=1
+nsx $FORMS sh -e 2>/dev/null <<'EOF'
+conntrack -I -p tcp -s 10.0.5.2 -d 172.30.0.42 --sport 40000 --dport 80 -r 10.180.0.4 -q 10.0.5.2 --reply-port-src 80 --reply-port-dst 40000 --state ESTABLISHED -t 431999 -u ASSURED --zone 7 -m 16384
+conntrack -I -p udp -s 10.0.5.2 -d 172.30.0.48 --sport 5353 --dport 53 -r 10.180.0.13 -q 10.0.5.2 --reply-port-src 53 --reply-port-dst 5353 -t 29
+conntrack -I -p sctp -s 10.0.5.2 -d 172.30.0.60 --sport 3000 --dport 3868 -r 10.180.0.30 -q 10.0.5.2 --reply-port-src 3868 --reply-port-dst 3000 --state ESTABLISHED -t 100 --orig-vtag 1 --reply-vtag 2
+conntrack -I -p tcp -s fd00::2 -d fd00:96::10 --sport 40001 --dport 80 -r fd00:180::4 -q fd00::2 --reply-port-src 80 --reply-port-dst 40001 --state TIME_WAIT -t 60
+conntrack -I -p icmp -s 10.0.5.2 -d 10.180.0.1 -r 10.180.0.1 -q 10.0.5.2 --icmp-type 8 --icmp-code 0 --icmp-id 77 -t 20
+EOF
+nsx $FORMS conntrack -L -o extended,id,ktimestamp > "$out/forms.conntrack" 2>&1
+nsx $FORMS cat /proc/net/nf_conntrack > "$out/forms.proc"
+
+echo "wrote $out/overall.conntrack ($(grep -c 'src=' "$out/overall.conntrack") entries), overall-extended.conntrack, overall-node.nft.save, forms.conntrack, forms.proc"
