@@ -29,7 +29,7 @@ import (
 // against a partial leak stated as for the other deterministic checks.
 var (
 	flowGrace  = timeScaled(time.Second)
-	flowWindow = timeScaled(time.Second)
+	flowWindow = timeScaled(500 * time.Millisecond)
 	firstWait  = timeScaled(3 * time.Second)
 )
 

@@ -40,7 +40,7 @@ func TestJudgeFlow(t *testing.T) {
 				return old
 			}
 			return live
-		}, false, "reached a serving endpoint 1s after the change (200 datagrams lost before)"},
+		}, false, "reached a serving endpoint 500ms after the change (200 datagrams lost before)"},
 		{"stale entry kept", func(int) string { return old }, true, "200 of 200 datagrams sent 1s after the settle reached an endpoint that does not serve"},
 		{"black hole", func(i int) string {
 			if i < 100 {

@@ -11,12 +11,12 @@ import (
 	"github.com/kpsim/kpsim/harness/traffic"
 )
 
-// flowInterval is the spacing of a UDP flow's datagrams (200 a second:
-// the time to recover is measured to 5 ms), and maxFlowDatagrams bounds
+// flowInterval is the spacing of a UDP flow's datagrams (400 a second:
+// the time to recover is measured to 2.5 ms), and maxFlowDatagrams bounds
 // one flow (a minute of it).
 const (
-	flowInterval     = 5 * time.Millisecond
-	maxFlowDatagrams = 12_000
+	flowInterval     = 2500 * time.Microsecond
+	maxFlowDatagrams = 24_000
 )
 
 // flow is one UDP flow: datagrams on one 5-tuple at a fixed rate, each
