@@ -42,6 +42,9 @@ type Options struct {
 	// MDE is the relative deviation of one share the power statement is
 	// about (DefaultMDE when 0).
 	MDE float64
+	// Conntrack is the node's conntrack table (ReadConntrack), taken with
+	// the dump; nil when not given.
+	Conntrack *Conntrack
 }
 
 // Defaults of an analysis.
@@ -83,6 +86,9 @@ type Report struct {
 	Skipped     []Skipped     `json:"skipped,omitempty"`
 	Interval    time.Duration `json:"interval,omitempty"`
 	CountsSince string        `json:"countsSince"`
+	// Conntrack is the analysis of the node's conntrack table
+	// (Options.Conntrack), nil without one.
+	Conntrack *ConntrackReport `json:"conntrack,omitempty"`
 
 	api  *API
 	idle []string // ports with nothing counted
@@ -318,6 +324,9 @@ func Analyze(d *Dump, opt Options) *Report {
 		r.rules(pr)
 	}
 	r.test(opt)
+	if opt.Conntrack != nil {
+		r.analyzeConntrack(opt.Conntrack)
+	}
 	r.limits(d)
 	return r
 }

@@ -47,6 +47,9 @@ func (r *Report) header() string {
 	if r.Node != "" {
 		fmt.Fprintf(&b, "; node %s (%s)", r.Node, r.NodeHow)
 	}
+	if r.Conntrack != nil {
+		fmt.Fprintf(&b, "; conntrack %s", r.Conntrack.File)
+	}
 	if r.Counters {
 		fmt.Fprintf(&b, "\nverdict: Pearson %s of the counts against the intended split, Holm over %d tested port(s) at α = %g; power for a share off by %g %%", r.Test, r.Tested, r.Alpha, 100*r.MDE)
 	} else {
@@ -81,6 +84,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.Conntrack != nil {
+		if err := r.Conntrack.writeTable(w); err != nil {
+			return err
+		}
 	}
 	for _, lvl := range []Level{LevelFinding, LevelExplanation, LevelNote} {
 		first := true
@@ -178,6 +186,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			}
 			fmt.Fprintf(w, "| %s | %.6f | %.6f | %d | %.1f | %.4f | %s |\n", e.Addr, e.P, e.Intended, e.Observed, e.Expected, e.Share, iv)
 		}
+	}
+	if r.Conntrack != nil {
+		r.Conntrack.writeMarkdown(w)
 	}
 	return nil
 }
