@@ -16,6 +16,7 @@ func init() { extraCommands = append(extraCommands, newDiagnose) }
 type diagnoseFlags struct {
 	iptables, nft, ipvs string
 	before              string
+	conntrack           string
 	api                 string
 	node                string
 	alpha               float64
@@ -26,10 +27,13 @@ type diagnoseFlags struct {
 // readDump reads one dump; tests replace it.
 var readDump = diagnose.ReadFile
 
+// readConntrack reads a conntrack table; tests replace it.
+var readConntrack = diagnose.ReadConntrackFile
+
 func newDiagnose(s Streams) *cobra.Command {
 	var f diagnoseFlags
 	c := &cobra.Command{
-		Use:   "diagnose --iptables-save FILE | --nft FILE | --ipvsadm FILE [--before FILE] [--api FILE] [--node NAME]",
+		Use:   "diagnose --iptables-save FILE | --nft FILE | --ipvsadm FILE [--before FILE] [--api FILE] [--node NAME] [--conntrack FILE]",
 		Short: "Say whether a real node's load split is normal, from its rules and counters",
 		Long: `diagnose reads what a node's tools print (iptables-save -c, nft list ruleset or
 nft -j list ruleset, ipvsadm -Ln --stats --exact optionally followed by -Lnc),
@@ -46,6 +50,16 @@ that show them. No root needed; nothing is touched.
                 -o yaml, or a scenario): names ports, finds stale and missing
                 endpoints, Local policies without a local endpoint
 --node NAME     the node the dump comes from (else inferred from the API)
+--conntrack FILE
+                conntrack -L of the same node (conntrack -L > FILE 2>&1, any
+                -o form): which endpoints its open connections are pinned to,
+                per service port (its cluster IP, external and load-balancer
+                IPs, node ports as the dump writes them); how much of its
+                traffic is on long-lived entries (TCP ESTABLISHED and
+                ASSURED, with their remaining timeout) and whether their split
+                is the rules' (chi-square, Holm, intervals); entries to
+                endpoints the rules no longer list (stale UDP entries are a
+                finding: kube-proxy's cleanup deletes them)
 
 Exit codes: 0 nothing wrong; 1 a finding; 2 bad input or usage.`,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -58,6 +72,7 @@ Exit codes: 0 nothing wrong; 1 a finding; 2 bad input or usage.`,
 	c.Flags().StringVar(&f.before, "before", "", "an earlier dump of the same node in the same format: use the counter deltas")
 	c.Flags().StringVar(&f.api, "api", "", "Kubernetes objects: kubectl get nodes,svc,endpointslices -A -o yaml, or a scenario file")
 	c.Flags().StringVar(&f.node, "node", "", "the node the dump was taken on (default: inferred from --api)")
+	c.Flags().StringVar(&f.conntrack, "conntrack", "", "conntrack -L output of the same node: pinned and long-lived connections per service port, stale entries")
 	c.Flags().Float64Var(&f.alpha, "alpha", diagnose.DefaultAlpha, "family-wise level of the dump's tests (Holm over its ports)")
 	c.Flags().StringVarP(&f.output, "output", "o", "table", "output format: table, json or markdown")
 	c.Flags().StringVar(&f.out, "out", "", "also write report.json and report.md into this folder")
@@ -100,6 +115,11 @@ func runDiagnose(w io.Writer, f *diagnoseFlags) error {
 	}
 	if f.api != "" {
 		if opt.API, err = diagnose.LoadAPI(f.api); err != nil {
+			return err
+		}
+	}
+	if f.conntrack != "" {
+		if opt.Conntrack, err = readConntrack(f.conntrack); err != nil {
 			return err
 		}
 	}

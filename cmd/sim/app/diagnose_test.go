@@ -104,3 +104,44 @@ func TestDiagnoseBadInputAndUsage(t *testing.T) {
 		}
 	}
 }
+
+// The real capture of harness/diagnose/testdata/conntrack beside the rules
+// it was taken under: the conntrack findings fail the run, every output
+// form carries the conntrack report, and a table that is no conntrack -L
+// output is bad input naming its line.
+func TestDiagnoseConntrack(t *testing.T) {
+	const testdata = "../../../harness/diagnose/testdata/"
+	dump, ct := testdata+"iptables/overall.nft.save", testdata+"conntrack/overall.conntrack"
+	code, out, errs := run("diagnose", "--iptables-save", dump, "--conntrack", ct)
+	for _, want := range []string{"; conntrack " + ct, "long-lived (TCP ESTABLISHED and ASSURED): 201 of 272 service entries", "pinned more than its share"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	if code != ExitCheckFailed || !strings.Contains(errs, "long-lived-skew ns2/svc2:p80") || !strings.Contains(errs, "stale-udp-conntrack ns8/svc8:dns") {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	dir := t.TempDir()
+	code, out, _ = run("diagnose", "--iptables-save", dump, "--conntrack", ct, "-o", "json", "--out", dir)
+	var rep struct {
+		Conntrack *struct {
+			Entries int `json:"entries"`
+		} `json:"conntrack"`
+	}
+	if code != ExitCheckFailed || json.Unmarshal([]byte(out), &rep) != nil || rep.Conntrack == nil || rep.Conntrack.Entries != 278 {
+		t.Fatalf("json: exit %d %+v", code, rep)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "report.md")); err != nil || !strings.Contains(string(b), "## Conntrack") {
+		t.Errorf("report.md: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "ct.txt")
+	if err := os.WriteFile(bad, []byte("tcp 6 10 ESTABLISHED src=10.0.0.1 dst=10.96.0.1 sport=1 dport=443\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ file, want string }{{bad, bad + ":1:"}, {"no-such-ct.txt", "no-such-ct.txt: no such conntrack table file"}} {
+		code, _, errs = run("diagnose", "--iptables-save", dump, "--conntrack", c.file)
+		if code != ExitBadInput || !strings.Contains(errs, c.want) {
+			t.Errorf("--conntrack %s: exit %d, stderr %q; want exit %d naming %q", c.file, code, errs, ExitBadInput, c.want)
+		}
+	}
+}
