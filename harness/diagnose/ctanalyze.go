@@ -174,7 +174,9 @@ type CTPort struct {
 	Adjusted Float         `json:"holmAdjustedP"`
 	Rejected bool          `json:"rejected"`
 	// Verdict: "as intended", "pinned unevenly", "too few", "no
-	// long-lived", "single endpoint", "no endpoints", "not tested".
+	// long-lived", "single endpoint", "no endpoints", "not tested" (a
+	// scheduler that splits by load or source, or long-lived entries only
+	// through externalTrafficPolicy Local destinations).
 	Verdict string `json:"verdict"`
 
 	pr      *PortReport
@@ -305,19 +307,27 @@ func (r *Report) ctIndex(cr *ConntrackReport) ctIndex {
 			idx[k] = t
 		}
 	}
+	labels := map[string]int{}
+	for _, pr := range r.Ports {
+		labels[pr.Label()]++
+	}
 	for _, pr := range r.Ports {
 		p := pr.port
 		if p.FWMark != 0 {
 			continue // an IPVS firewall-mark service has no address
 		}
-		cp := &CTPort{Port: pr.Label(), Key: pr.Key, Share: nan, P: nan, Adjusted: nan, pr: pr,
+		label := pr.Label()
+		if labels[label] > 1 { // nftables external IPs, IPVS virtual servers: one name, several ports
+			label += " " + pr.Key
+		}
+		cp := &CTPort{Port: label, Key: pr.Key, Share: nan, P: nan, Adjusted: nan, pr: pr,
 			byAddr: map[netip.AddrPort]*CTEndpoint{}, listed: map[netip.AddrPort]bool{}}
 		for _, e := range pr.Endpoints {
 			cp.listed[e.Addr] = true
 			cp.endpoint(e.Addr).Intended += e.Intended // a repeated address: its shares add up
 		}
 		cp.own = len(cp.Endpoints)
-		cp.Frontends = append(cp.Frontends, CTFrontend{What: "service address", Dest: netip.AddrPortFrom(p.ClusterIP, uint16(p.Port)).String(), Tested: true})
+		cp.Frontends = append(cp.Frontends, CTFrontend{What: "service address", Dest: netip.AddrPortFrom(p.ClusterIP, uint16(p.Port)).String(), Tested: !p.ExternalLocal})
 		put(ctKey{p.ClusterIP, p.Port, p.Protocol}, ctTarget{cp, 0})
 		for _, f := range p.Frontends {
 			dest := fmt.Sprintf("*:%d", f.Port)
@@ -480,6 +490,8 @@ func (r *Report) ctPrepare(cp *CTPort) bool {
 		}
 	}
 	switch {
+	case n == 0 && cp.LongLived > 0:
+		cp.Verdict = "not tested" // its long-lived entries came through externalTrafficPolicy Local destinations
 	case n == 0:
 		cp.Verdict = "no long-lived"
 	case !p.Exact:

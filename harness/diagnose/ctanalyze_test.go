@@ -325,3 +325,61 @@ func TestConntrackOutputs(t *testing.T) {
 		t.Errorf("report.json: %v", err)
 	}
 }
+
+// The same traffic through the nftables layout of the same Services
+// (MODE=nftables gen-conntrack.sh: testdata/nft/overall.nft loaded with
+// nft): external and load-balancer IPs are ports of their own there, node
+// ports are frontends, and the conntrack findings are the same kinds as in
+// iptables mode. The node's listing at the capture and the committed one
+// give the same report.
+func TestConntrackNFTables(t *testing.T) {
+	ct := readConntrackFixture(t, "nftables.conntrack")
+	if ct.Shown != 278 || len(ct.Entries) != 278 {
+		t.Fatalf("shown %d, entries %d", ct.Shown, len(ct.Entries))
+	}
+	var first []byte
+	for _, dump := range []string{"conntrack/nftables-node.nft", "nft/overall.nft"} {
+		data, err := os.ReadFile(filepath.Join("testdata", dump))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := ReadNFT(dump, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Analyze(d, Options{Conntrack: ct})
+		got, _ := json.Marshal(r.Conntrack)
+		if first != nil {
+			if !bytes.Equal(first, got) {
+				t.Errorf("%s: the conntrack report differs from the node's own listing's", dump)
+			}
+			continue
+		}
+		first = got
+		cr := r.Conntrack
+		if cr.Service != (Counts{TCPEstablished: 201, TCPOther: 30, UDP: 41}) || cr.NotService.Total() != 6 {
+			t.Errorf("totals: service %+v, elsewhere %+v", cr.Service, cr.NotService)
+		}
+		if diff := cmp.Diff([]string{"10.180.0.4:80 44/35/35 listed=true ", "10.180.0.5:80 58/47/47 listed=true more", "10.180.1.7:80 18/8/8 listed=true less"},
+			ctEndpointWords(ctPortNamed(t, cr, "ns2/svc2:p80"))); diff != "" {
+			t.Errorf("svc2 (-want +got):\n%s", diff)
+		}
+		lb := ctPortNamed(t, cr, "ns10/svc10:p80 1.2.3.10:80/tcp")
+		svc10 := ctPortNamed(t, cr, "ns10/svc10:p80 172.30.0.50:80/tcp")
+		if lb.Verdict != "not tested" || lb.LongLived != 6 || svc10.TestN != 40 || svc10.Frontends[1].Dest != "*:30010" || svc10.Frontends[1].Entries != 10 || svc10.Frontends[1].Tested {
+			t.Errorf("svc10: load-balancer IP %s (%d long-lived); cluster IP tested %d, destinations %+v", lb.Verdict, lb.LongLived, svc10.TestN, svc10.Frontends)
+		}
+		if e := ctPortNamed(t, cr, "ns8/svc8:dns").Endpoints; len(e) != 3 || e[2].Addr.String() != "10.180.0.12:53" || e[2].Listed || e[2].Counts.UDP != 9 {
+			t.Errorf("svc8: %v", ctEndpointWords(ctPortNamed(t, cr, "ns8/svc8:dns")))
+		}
+		var ct []string
+		for _, f := range r.Findings {
+			if f.Level == LevelFinding && (f.About == AboutConntrack || f.Kind == KindLongLivedSkew) {
+				ct = append(ct, f.Kind+" "+f.Port)
+			}
+		}
+		if diff := cmp.Diff([]string{"long-lived-skew ns2/svc2:p80", "stale-udp-conntrack ns8/svc8:dns"}, ct); diff != "" {
+			t.Errorf("conntrack findings (-want +got):\n%s", diff)
+		}
+	}
+}

@@ -118,6 +118,12 @@ type ServicePort struct {
 	// the nftables local chain). Endpoints then lists the local ones as
 	// the cluster-traffic rules do not exist.
 	LocalOnly bool `json:"localOnly,omitempty"`
+	// ExternalLocal reports a port whose own address is an external
+	// destination with externalTrafficPolicy Local (an nftables external
+	// or load-balancer IP whose external- chain reaches a local- chain):
+	// pods reach the cluster endpoints, outside clients only this node's,
+	// so its connections are no sample of one split.
+	ExternalLocal bool `json:"externalLocal,omitempty"`
 	// SplitKnown reports that Endpoint.Fresh and Sticky are filled.
 	SplitKnown bool `json:"splitKnown,omitempty"`
 	// Evidence is the lines that define the port (its dispatch rule, the

@@ -445,6 +445,9 @@ func (k *nftKube) ports() error {
 				sp.Name = e.comment
 			}
 			sp.LocalOnly = strings.HasPrefix(verdict[1], nftables.PrefixLocal)
+			if strings.HasPrefix(verdict[1], nftables.PrefixExternal) {
+				_, sp.ExternalLocal = k.reach(verdict[1])
+			}
 			if err := k.fill(sp); err != nil {
 				return err
 			}

@@ -5,7 +5,9 @@
 # 10.180.x.x, external IPs, load-balancer IPs, node ports, a UDP Service)
 # into a node namespace with iptables-nft-restore, sends traffic through it
 # from a pod-range client and an outside client to endpoint pods behind it,
-# and captures the node's conntrack table.
+# and captures the node's conntrack table. MODE=nftables does the same with
+# ../nft/overall.nft (the nftables layout of the same Services, loaded with
+# nft -f; its node ports answer on 192.168.0.2, its nodeport-ips).
 #
 # Namespaces (all created here, all removed on exit; nothing else is
 # touched, no packet leaves them):
@@ -31,7 +33,9 @@
 #      svc8's point at deleted pods (stale; svc8's UDP flows are the
 #      black hole kube-proxy's conntrack cleanup exists for).
 #
-# Outputs (OUTDIR, default this folder):
+# Outputs (OUTDIR, default this folder); MODE=nftables writes
+# nftables.conntrack (conntrack -L > FILE 2>&1) and nftables-node.nft (nft
+# list ruleset at the capture) instead:
 #   overall.conntrack           conntrack -L > FILE 2>&1 (the count line on stderr included)
 #   overall-extended.conntrack  conntrack -L -o extended,id (stdout only)
 #   overall-node.nft.save       iptables-nft-save -c of the node at the capture
@@ -43,7 +47,12 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here}
-dump=$here/../iptables/overall.nft.save
+mode=${MODE:-iptables}
+case $mode in
+iptables) dump=$here/../iptables/overall.nft.save nodeport=203.0.113.1 ;;
+nftables) dump=$here/../nft/overall.nft nodeport=192.168.0.2 ;;
+*) echo "MODE=$mode: want iptables or nftables" >&2; exit 2 ;;
+esac
 P=kpsimctfx
 NODE=$P-node CLIENT=$P-client EXT=$P-ext PODS=$P-pods FORMS=$P-forms
 tmp=$(mktemp -d)
@@ -85,6 +94,7 @@ ip link add ne0 netns $NODE type veth peer name e0 netns $EXT
 ip link add np0 netns $NODE type veth peer name p0 netns $PODS
 nsx $NODE ip addr add 10.0.5.1/24 dev nc0
 nsx $NODE ip addr add 203.0.113.1/25 dev ne0
+[ $nodeport = 203.0.113.1 ] || nsx $NODE ip addr add $nodeport/32 dev ne0
 nsx $NODE ip addr add 10.180.255.1/16 dev np0
 nsx $CLIENT ip addr add 10.0.5.2/24 dev c0
 nsx $EXT ip addr add 203.0.113.5/25 dev e0
@@ -109,12 +119,14 @@ ip netns exec $PODS "$ctgen" serve -tcp 80,8080 -udp 53 &
 pids="$pids $!"
 sleep 0.5
 
-# The nfacct counters the dump's rules match (kube-proxy creates them).
-nsx $NODE "$ctgen" nfacct ct_state_invalid_dropped_pkts localhost_nps_accepted_pkts
-nsx $NODE iptables-nft-restore < "$dump"
+# The rules, then stage A's changes to them.
+if [ $mode = iptables ]; then
+	# The nfacct counters the dump's rules match (kube-proxy creates them).
+	nsx $NODE "$ctgen" nfacct ct_state_invalid_dropped_pkts localhost_nps_accepted_pkts
+	nsx $NODE iptables-nft-restore < "$dump"
 
-# Stage A.
-nsx $NODE iptables-nft-restore --noflush <<'EOF'
+	# Stage A.
+	nsx $NODE iptables-nft-restore --noflush <<'EOF'
 *nat
 :KUBE-SVC-GNZBNJ2PO5MGZ6GT - [0:0]
 :KUBE-SVC-XPGD46QRK7WJZT7O - [0:0]
@@ -136,34 +148,55 @@ nsx $NODE iptables-nft-restore --noflush <<'EOF'
 -A KUBE-SEP-STALEUDPCTFX0012 -p udp -m comment --comment "ns8/svc8:dns" -m udp -j DNAT --to-destination 10.180.0.12:53
 COMMIT
 EOF
+else
+	nsx $NODE nft -f "$dump"
+	nsx $NODE nft -f - <<'EOF'
+flush chain ip kube-proxy service-42NFTM6N-ns2/svc2/tcp/p80
+add rule ip kube-proxy service-42NFTM6N-ns2/svc2/tcp/p80 meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.180.0.4 . 80, 1 : 10.180.0.5 . 80 }
+flush chain ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80
+add rule ip kube-proxy service-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.180.0.1 . 80, 1 : 10.180.0.2 . 80 }
+flush chain ip kube-proxy service-RGZ7CTAF-ns8/svc8/udp/dns
+add rule ip kube-proxy service-RGZ7CTAF-ns8/svc8/udp/dns meta l4proto udp dnat ip to numgen random mod 2 map { 0 : 10.180.0.12 . 53, 1 : 10.180.0.13 . 53 }
+EOF
+fi
 bg $CLIENT a-svc2 tcp -n 60 -hold 172.30.0.42:80
 bg $CLIENT a-svc1 tcp -n 10 -hold 172.30.0.41:80
 bg $CLIENT a-svc8 udp -n 16 -keep 172.30.0.48:53
 
 # Stage B: the dump's rules; the pods 10.180.0.2 and 10.180.0.12 deleted.
-nsx $NODE iptables-nft-restore < "$dump"
+if [ $mode = iptables ]; then
+	nsx $NODE iptables-nft-restore < "$dump"
+else
+	printf 'flush ruleset\ninclude "%s"\n' "$dump" | nsx $NODE nft -f -
+fi
 nsx $PODS ip addr del 10.180.0.2/32 dev p0
 nsx $PODS ip addr del 10.180.0.12/32 dev p0
 bg $CLIENT b-svc2 tcp -n 30 -hold 172.30.0.42:80
 nsx $CLIENT "$ctgen" tcp -n 30 172.30.0.42:80
 bg $CLIENT b-svc10 tcp -n 40 -hold 172.30.0.50:80
 bg $CLIENT b-svc10-ext tcp -n 10 -hold 192.168.99.10:80
-bg $EXT b-svc10-np tcp -n 10 -hold 203.0.113.1:30010
+bg $EXT b-svc10-np tcp -n 10 -hold $nodeport:30010
 bg $EXT b-svc10-lb tcp -n 6 -hold 1.2.3.10:80
 bg $CLIENT b-svc11 tcp -n 10 -hold 172.30.0.51:80
 bg $EXT b-svc11-lb tcp -n 5 -hold 5.6.7.11:80
-bg $EXT b-svc9-np tcp -n 5 -hold 203.0.113.1:30080
+bg $EXT b-svc9-np tcp -n 5 -hold $nodeport:30080
 bg $CLIENT b-svc3 tcp -n 5 -hold 172.30.0.43:80
 bg $CLIENT b-svc7 tcp -n 5 -hold 172.30.0.47:80
 bg $CLIENT b-svc4 tcp -n 5 -hold 172.30.0.44:80
 nsx $CLIENT "$ctgen" udp -n 20 172.30.0.48:53
-nsx $EXT "$ctgen" udp -n 5 203.0.113.1:30053
+nsx $EXT "$ctgen" udp -n 5 $nodeport:30053
 # Not a Service: a pod reached directly, an address nobody answers, ICMP.
 bg $CLIENT b-direct tcp -n 3 -hold 10.180.0.1:80
 nsx $CLIENT "$ctgen" udp -n 2 -unanswered 10.180.0.99:53
 nsx $CLIENT "$ctgen" ping -n 2 10.180.0.1
 sleep 2
 
+if [ $mode = nftables ]; then
+	nsx $NODE conntrack -L > "$out/nftables.conntrack" 2>&1
+	nsx $NODE nft list ruleset > "$out/nftables-node.nft"
+	echo "wrote $out/nftables.conntrack ($(grep -c 'src=' "$out/nftables.conntrack") entries), nftables-node.nft"
+	exit 0
+fi
 nsx $NODE conntrack -L > "$out/overall.conntrack" 2>&1
 nsx $NODE conntrack -L -o extended,id > "$out/overall-extended.conntrack" 2>/dev/null
 nsx $NODE iptables-nft-save -c > "$out/overall-node.nft.save"
