@@ -24,38 +24,48 @@ const (
 // affinityMoves checks that a ClientIP-affine client follows its endpoint
 // away: from one client address on node, stickBefore new connections stay
 // on one endpoint A; for UDP a flow on one 5-tuple runs too. A is deleted;
-// after the settle and flowGrace the flow's datagrams (UDP) and
-// stickAfter new connections must all reach one serving endpoint B other
-// than A. Zero tolerance; the power is against a client whose affinity
-// was lost with A (each new connection a fresh choice among the k-1
-// endpoints left): 1-(k-1)^-(stickAfter-1).
-func (s *suite) affinityMoves(ctx context.Context, c *scenario.Check, node string) {
+// after the settle and flowGrace stickAfter new connections and the
+// flow's datagrams (UDP; at most leakMDE of them lost) must all reach one
+// endpoint B other than A that the oracle lets the client use. Zero
+// tolerance; the power is against a client whose affinity was lost with A
+// (each new connection a fresh choice among the k endpoints left):
+// 1-k^-(stickAfter-1). Not run when the client may use no endpoint once A
+// is gone.
+func (s *suite) affinityMoves(ctx context.Context, c *scenario.Check, node string) *estCheck {
 	e, ok := s.newEstablished(ctx, c, node, phaseDeleted)
-	defer s.finishEstablished(ctx, e, c)
+	defer s.finishEstablished(e)
 	if !ok {
-		return
+		return e
 	}
 	proto := protoOf(e.sp)
 	src := e.client.Config.Addrs[len(e.client.Config.Addrs)-1]
 	before, err := s.singles(ctx, e, src, proto, stickBefore)
 	if err != nil {
 		e.rc.Verdict, e.rc.ErrorKind, e.rc.Message = report.Error, report.KindEnvironment, err.Error()
-		return
+		return e
 	}
 	a, err := netip.ParseAddrPort(before[0])
 	if err != nil {
 		e.rc.Verdict, e.rc.ErrorKind, e.rc.Message = report.Error, report.KindEnvironment, "the first connection was "+before[0]
-		return
+		return e
 	}
 	if n := countNot(before, before[0]); n > 0 {
 		fail(e.rc, n, "%d of %d connections before the change left the client's first endpoint %s: %s", n, len(before), a, strings.Join(before, ", "))
-		return
+		return e
+	}
+	left := s.allowedFor(e)
+	delete(left, a)
+	if len(left) == 0 {
+		e.rc.Verdict, e.rc.Test = report.NotRun, "none"
+		e.rc.Message = fmt.Sprintf("not applicable: once %s goes the client may use no endpoint (the oracle's DROP or REJECT), so there is nothing to move to", a)
+		e.snap = nil
+		return e
 	}
 	var f *flow
 	if proto == traffic.UDP {
 		if f, err = s.affineFlow(ctx, e, src, a); err != nil {
 			e.rc.Verdict, e.rc.ErrorKind, e.rc.Message = report.Error, report.KindEnvironment, err.Error()
-			return
+			return e
 		}
 	}
 	r, err := s.change(ctx, e, apiserver.Step{Action: apiserver.ActRemove, Service: c.Service, Endpoint: a.Addr().String()})
@@ -70,14 +80,15 @@ func (s *suite) affinityMoves(ctx context.Context, c *scenario.Check, node strin
 	}
 	if err != nil {
 		applyErr(e.rc, err)
-		return
+		return e
 	}
 	after, err := s.singles(ctx, e, src, proto, stickAfter)
 	if err != nil {
 		e.rc.Verdict, e.rc.ErrorKind, e.rc.Message = report.Error, report.KindEnvironment, err.Error()
-		return
+		return e
 	}
 	judgeMove(e.rc, f, r, a, after)
+	return e
 }
 
 // singles sends n new connections from src, one at a time.
@@ -120,7 +131,7 @@ func judgeMove(rc *report.Check, f *flow, r stageResult, a netip.AddrPort, after
 		got[o]++
 	}
 	var bad []string
-	if bp, err := netip.ParseAddrPort(b); err != nil || bp == a || !r.serving[bp] {
+	if bp, err := netip.ParseAddrPort(b); err != nil || bp == a || !r.allowed[bp] {
 		bad = append(bad, fmt.Sprintf("the first connection after %s was deleted went to %s", a, b))
 	}
 	if n := countNot(after, b); n > 0 {
@@ -132,7 +143,7 @@ func judgeMove(rc *report.Check, f *flow, r stageResult, a netip.AddrPort, after
 		w := f.window(r.winFrom, r.winTo, r.w0, r.w1)
 		n := int(r.winTo - r.winFrom)
 		rc.N += n
-		rc.Table = append(rc.Table, endpointRows(w.per, r.serving, w.nowhere)...)
+		rc.Table = append(rc.Table, endpointRows(w.per, r.allowed, w.nowhere)...)
 		elsewhere := n - w.nowhere
 		if bp, err := netip.ParseAddrPort(b); err == nil {
 			elsewhere -= w.per[bp]
@@ -144,7 +155,7 @@ func judgeMove(rc *report.Check, f *flow, r stageResult, a netip.AddrPort, after
 			bad = append(bad, fmt.Sprintf("%d of %d datagrams of the flow in the window arrived nowhere (at most %d may)", w.nowhere, n, lim))
 		}
 	}
-	k := len(r.serving)
+	k := len(r.allowed)
 	if k > 1 {
 		rc.Power = 1 - math.Pow(float64(k), -float64(stickAfter-1))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kpsim/kpsim/harness/topology"
 	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
+	"github.com/kpsim/kpsim/sim/oracle"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -52,6 +53,8 @@ var (
 
 // estCheck is one verdict of an established-flow check.
 type estCheck struct {
+	c      *scenario.Check
+	node   string
 	rc     *report.Check
 	start  time.Time
 	spn    cluster.ServicePortName
@@ -68,7 +71,7 @@ type estCheck struct {
 // newEstablished prepares a verdict: the service port, the client pod on
 // node, the kernel, and the snapshot of the Service's endpoints.
 func (s *suite) newEstablished(ctx context.Context, c *scenario.Check, node, phase string) (*estCheck, bool) {
-	e := &estCheck{start: time.Now()}
+	e := &estCheck{c: c, node: node, start: time.Now()}
 	e.rc = &report.Check{Name: c.Name + " @ " + node + " / " + phase, Type: c.Type, Service: c.Service, ClientNode: node, Phase: phase,
 		Seed: s.seed, Alpha: s.alphaUnit, MDE: leakMDE, Test: "deterministic", P: 1}
 	var err error
@@ -92,27 +95,41 @@ func (s *suite) newEstablished(ctx context.Context, c *scenario.Check, node, pha
 	return e, true
 }
 
-// finish writes the snapshot back, takes added addresses away and files
-// the verdict. A restore that fails is an error of the verdict (the
-// checks after it would see a changed Service).
-func (s *suite) finishEstablished(ctx context.Context, e *estCheck, c *scenario.Check) {
-	if e.snap != nil {
-		if _, err := s.mc.apply(ctx, apiserver.Step{Action: apiserver.ActRestore, Service: c.Service, Snapshot: e.snap}); err != nil {
-			e.rc.Verdict, e.rc.ErrorKind = report.Error, report.KindEnvironment
-			e.rc.Message = strings.TrimSpace(e.rc.Message + "; could not restore the Service's endpoints: " + err.Error())
-		}
-	}
-	if len(e.added) > 0 {
-		if err := s.syncBackends(nil, e.added); err != nil {
-			e.rc.Verdict, e.rc.ErrorKind = report.Error, report.KindEnvironment
-			e.rc.Message = strings.TrimSpace(e.rc.Message + "; " + err.Error())
-		}
-	}
+// finishEstablished files the verdict (deferred by each check, inside its
+// dump: the dump's "after" shows the state the verdict judged).
+func (s *suite) finishEstablished(e *estCheck) {
 	e.rc.Duration = time.Since(e.start)
 	if e.rc.Verdict == "" {
 		e.rc.Verdict = report.Pass // Holm decides at the end of the run
 	}
 	s.out.Checks = append(s.out.Checks, e.rc)
+}
+
+// restoreEstablished writes the snapshot back and takes added addresses
+// away, after the verdict and its dump; bounded, and done even when the run
+// is being cancelled. A restore that fails is an error of the verdict (the
+// checks after it would see a changed Service).
+func (s *suite) restoreEstablished(ctx context.Context, e *estCheck) {
+	if e == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*settleTimeout)
+	defer cancel()
+	var errs []string
+	if e.snap != nil {
+		if _, err := s.mc.apply(ctx, apiserver.Step{Action: apiserver.ActRestore, Service: e.c.Service, Snapshot: e.snap}); err != nil {
+			errs = append(errs, "could not restore the Service's endpoints: "+err.Error())
+		}
+	}
+	if len(e.added) > 0 {
+		if err := s.syncBackends(nil, e.added); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		e.rc.Verdict, e.rc.ErrorKind = report.Error, report.KindEnvironment
+		e.rc.Message = strings.TrimPrefix(e.rc.Message+"; "+strings.Join(errs, "; "), "; ")
+	}
 }
 
 // syncBackends gives the backend namespaces the addresses add (on node
@@ -173,17 +190,20 @@ func (s *suite) newBackend(e *estCheck, node string) (netip.Addr, error) {
 }
 
 // stageResult is what one API change did: when it started, when every
-// node had it, and the serving endpoints after it.
+// node had it, and the endpoints the client may use after it (the
+// oracle's, for its node: none where the oracle says DROP or REJECT).
 type stageResult struct {
 	what           string
 	t0, w0, w1     time.Time
 	settled        time.Duration
-	serving        map[netip.AddrPort]bool
+	allowed        map[netip.AddrPort]bool
 	winFrom, winTo uint32
 }
 
 // change applies steps, waits for the settle and the grace, and returns
-// the result with the serving endpoints after it (w0: the grace's end).
+// the result with the endpoints the client may use after it (w0: the
+// grace's end). Once its entry is gone a flow is a new connection, so the
+// oracle's endpoints for new connections are where it may go.
 func (s *suite) change(ctx context.Context, e *estCheck, steps ...apiserver.Step) (stageResult, error) {
 	r := stageResult{t0: time.Now()}
 	var what []string
@@ -195,21 +215,27 @@ func (s *suite) change(ctx context.Context, e *estCheck, steps ...apiserver.Step
 	}
 	r.what = strings.Join(what, ", ")
 	r.settled = time.Since(r.t0)
-	r.serving = s.servingOf(e.spn)
 	if err := s.mc.idle(ctx, flowGrace); err != nil {
 		return r, err
 	}
 	r.w0 = time.Now()
+	// Read after the grace: the model's own informers have the writes by
+	// then, as the nodes' had at the settle.
+	r.allowed = s.allowedFor(e)
 	return r, nil
 }
 
-// servingOf is the service port's serving endpoints (ready, or serving
-// while terminating) as the API now has them.
-func (s *suite) servingOf(spn cluster.ServicePortName) map[netip.AddrPort]bool {
+// allowedFor is the endpoints the oracle lets the check's client use now
+// (empty: DROP or REJECT).
+func (s *suite) allowedFor(e *estCheck) map[netip.AddrPort]bool {
 	out := map[netip.AddrPort]bool{}
-	for _, ep := range s.state().Endpoints[spn] {
-		if ep.Ready || ep.Serving {
-			out[netip.AddrPortFrom(ep.IP, uint16(ep.Port))] = true
+	want := s.or.Expect(s.o.Mode, e.sp, s.state().Endpoints[e.spn], e.node, s.zone(e.node))
+	if want.Kind != oracle.Endpoints {
+		return out
+	}
+	for _, ep := range want.Endpoints() {
+		if a, err := netip.ParseAddrPort(ep); err == nil {
+			out[a] = true
 		}
 	}
 	return out
@@ -225,8 +251,8 @@ func applyErr(rc *report.Check, err error) {
 }
 
 // endpointRows is a table of arrivals per endpoint, in address order, with
-// the not-serving ones named.
-func endpointRows(per map[netip.AddrPort]int, serving map[netip.AddrPort]bool, nowhere int) []report.Row {
+// the ones the client may not use named.
+func endpointRows(per map[netip.AddrPort]int, allowed map[netip.AddrPort]bool, nowhere int) []report.Row {
 	var out []report.Row
 	for _, e := range slices.SortedFunc(func(yield func(netip.AddrPort) bool) {
 		for k := range per {
@@ -236,8 +262,8 @@ func endpointRows(per map[netip.AddrPort]int, serving map[netip.AddrPort]bool, n
 		}
 	}, netip.AddrPort.Compare) {
 		name := e.String()
-		if !serving[e] {
-			name += " (not serving)"
+		if !allowed[e] {
+			name += " (not allowed)"
 		}
 		out = append(out, report.Row{Outcome: name, Observed: float64(per[e])})
 	}
@@ -272,6 +298,8 @@ func establishedNotRunnable(c *scenario.Check, sp *cluster.ServicePort) string {
 		return fmt.Sprintf("tcp-established needs a TCP port; %s is %s", sp.Name, proto)
 	case c.Type == scenario.CheckAffinityMoves && !sp.ClientIPAffinity:
 		return fmt.Sprintf("%s has no ClientIP affinity", sp.Name)
+	case c.Type == scenario.CheckTCPEstablished && sp.ClientIPAffinity:
+		return fmt.Sprintf("%s has ClientIP affinity: a connection whose entry was flushed would be sent back to its endpoint, so the check could not see a flush", sp.Name)
 	}
 	return ""
 }
@@ -284,16 +312,18 @@ func (s *suite) established(ctx context.Context, c *scenario.Check, nodes []stri
 			if ctx.Err() != nil {
 				return
 			}
+			var e *estCheck
 			s.dumped(ctx, c, nd, ph, func() {
 				switch c.Type {
 				case scenario.CheckUDPFlow:
-					s.udpFlow(ctx, c, nd, ph)
+					e = s.udpFlow(ctx, c, nd, ph)
 				case scenario.CheckTCPEstablished:
-					s.tcpEstablished(ctx, c, nd, ph)
+					e = s.tcpEstablished(ctx, c, nd, ph)
 				default:
-					s.affinityMoves(ctx, c, nd)
+					e = s.affinityMoves(ctx, c, nd)
 				}
 			})
+			s.restoreEstablished(ctx, e)
 		}
 	}
 }

@@ -13,11 +13,13 @@ import (
 
 // flowInterval is the spacing of a UDP flow's datagrams (400 a second:
 // the time to recover is measured to 2.5 ms), and maxFlowDatagrams bounds
-// one flow (a minute of it).
-const (
-	flowInterval     = 2500 * time.Microsecond
-	maxFlowDatagrams = 24_000
-)
+// one flow (a minute of it, stretched with the run's waits).
+const flowInterval = 2500 * time.Microsecond
+
+var maxFlowDatagrams = uint32(timeScaled(time.Minute) / flowInterval)
+
+// allEndpoints selects every endpoint of a Service in a step (Count).
+const allEndpoints = 1 << 30
 
 // flow is one UDP flow: datagrams on one 5-tuple at a fixed rate, each
 // carrying its sequence number, followed datagram by datagram through the
@@ -36,7 +38,9 @@ type flow struct {
 	rejects []time.Time               // ICMP errors about the flow
 	first   chan struct{}             // closed at the first arrival
 	firstAt netip.AddrPort            // the endpoint of the first arrival
-	errs    int                       // datagrams the sender could not write
+	failed  map[uint32]bool           // datagrams the sender could not write
+	drops0  uint64                    // the observers' drops at the start
+	drops   uint64                    // and during the flow (stop)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -54,22 +58,24 @@ func startFlow(ctx context.Context, p *Prober, client *netns.Client, src, dst ne
 	tag := p.tag
 	p.mu.Unlock()
 	f := &flow{p: p, sender: sender, src: src, dst: dst, tag: tag, arrived: map[uint32]netip.AddrPort{},
-		first: make(chan struct{}), done: make(chan struct{})}
+		failed: map[uint32]bool{}, first: make(chan struct{}), done: make(chan struct{}), drops0: p.observerDrops()}
 	p.Trace(f.record)
 	ctx, f.cancel = context.WithCancel(ctx)
 	go f.send(ctx)
 	return f, nil
 }
 
-// record is the prober's trace: the flow's own packets only.
+// record is the prober's trace: the flow's own packets only. Every probe
+// arrival of the phase is the flow's (its tag; the prober checked it),
+// whatever source address the node gave it (masquerade); an ICMP error is
+// the flow's when it quotes the flow's source.
 func (f *flow) record(t traced) {
-	if t.Src != f.src {
-		return
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if t.Reject {
-		f.rejects = append(f.rejects, t.At)
+		if t.Src == f.src {
+			f.rejects = append(f.rejects, t.At)
+		}
 		return
 	}
 	seq := t.ID & 0xffffff
@@ -98,7 +104,7 @@ func (f *flow) send(ctx context.Context) {
 		f.mu.Unlock()
 		if err := f.sender.Send(pkt, f.dst.Addr()); err != nil {
 			f.mu.Lock()
-			f.errs++
+			f.failed[seq] = true
 			f.mu.Unlock()
 		}
 		select {
@@ -131,6 +137,14 @@ func (f *flow) stop() {
 	<-f.done
 	time.Sleep(quietPeriod)
 	f.p.Trace(nil)
+	f.drops = f.p.observerDrops() - f.drops0
+}
+
+// errCount is how many datagrams could not be sent.
+func (f *flow) errCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.failed)
 }
 
 // seqAt is the first sequence number sent at or after t.
@@ -145,10 +159,12 @@ func (f *flow) seqAt(t time.Time) uint32 {
 	return uint32(len(f.sent))
 }
 
-// window is what happened to the datagrams sent in [from, to): arrivals
-// per endpoint, the ones that arrived nowhere, the ICMP errors in it.
+// window is what happened to the datagrams sent in [from, to) (those the
+// sender could not write left out: n counts the others): arrivals per
+// endpoint, the ones that arrived nowhere, the ICMP errors in it.
 type window struct {
 	from, to uint32 // sequence numbers
+	n        int
 	per      map[netip.AddrPort]int
 	nowhere  int
 	rejects  int
@@ -159,6 +175,10 @@ func (f *flow) window(from, to uint32, t0, t1 time.Time) window {
 	defer f.mu.Unlock()
 	w := window{from: from, to: to, per: map[netip.AddrPort]int{}}
 	for s := from; s < to && int(s) < len(f.sent); s++ {
+		if f.failed[s] {
+			continue
+		}
+		w.n++
 		if e, ok := f.arrived[s]; ok {
 			w.per[e]++
 		} else {
@@ -180,7 +200,7 @@ func (f *flow) recovery(t time.Time, good func(netip.AddrPort) bool) (after time
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for s, at := range f.sent {
-		if at.Before(t) {
+		if at.Before(t) || f.failed[uint32(s)] {
 			continue
 		}
 		if e, arrived := f.arrived[uint32(s)]; arrived && good(e) {

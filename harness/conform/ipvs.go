@@ -42,6 +42,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/traffic"
@@ -371,11 +373,13 @@ type held struct {
 	at        []string       // endpoint of each client connection
 	byPort    map[int]string // client port -> endpoint
 	accepted  chan struct{}
+	closed    bool // close ran: a late accept is closed at once
 }
 
 func (h *held) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closed = true
 	for _, c := range h.clients {
 		c.Close()
 	}
@@ -427,14 +431,8 @@ func (s *suite) holdConns(ctx context.Context, client *netns.Client, src netip.A
 			return h, err
 		}
 	}
-	local := &net.TCPAddr{IP: src.AsSlice()}
 	for i := 0; i < n; i++ {
-		var c net.Conn
-		err := client.NS.Do(func() (err error) {
-			d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: local}
-			c, err = d.DialContext(ctx, "tcp4", vip.String())
-			return err
-		})
+		c, err := s.dialHeld(ctx, client, src, vip)
 		if err != nil {
 			return h, fmt.Errorf("could not hold connection %d of %d to %s: %w", i+1, n, vip, err)
 		}
@@ -446,6 +444,34 @@ func (s *suite) holdConns(ctx context.Context, client *netns.Client, src netip.A
 		}
 	}
 	return h, nil
+}
+
+// heldPortLo and heldPortHi bound the source ports of held connections:
+// below the probes' (portLo), so that no probe's 5-tuple meets a held
+// connection's entry.
+const (
+	heldPortLo = 1024
+	heldPortHi = portLo
+)
+
+// dialHeld connects from client at src, from a source port below the
+// probes' drawn at random (another one when the kernel refuses it: in use,
+// or a TIME_WAIT of an earlier connection; at most 8 tries).
+func (s *suite) dialHeld(ctx context.Context, client *netns.Client, src netip.Addr, vip netip.AddrPort) (net.Conn, error) {
+	var c net.Conn
+	var err error
+	for try := 0; try < 8; try++ {
+		local := &net.TCPAddr{IP: src.AsSlice(), Port: heldPortLo + s.rng.IntN(heldPortHi-heldPortLo)}
+		err = client.NS.Do(func() (err error) {
+			d := net.Dialer{Timeout: timeScaled(3 * time.Second), LocalAddr: local}
+			c, err = d.DialContext(ctx, "tcp4", vip.String())
+			return err
+		})
+		if err == nil || !errors.Is(err, unix.EADDRINUSE) && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return c, err
+		}
+	}
+	return nil, err
 }
 
 // listen accepts on endpoint e ("ip:port") in its backend namespace.
@@ -469,6 +495,11 @@ func (h *held) listen(t *netns.Topology, e string, echo bool) error {
 				return
 			}
 			h.mu.Lock()
+			if h.closed {
+				h.mu.Unlock()
+				c.Close()
+				return
+			}
 			h.servers = append(h.servers, c)
 			if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 				h.byPort[ra.Port] = c.LocalAddr().String()
@@ -477,16 +508,21 @@ func (h *held) listen(t *netns.Topology, e string, echo bool) error {
 			if echo {
 				go func() { _, _ = io.Copy(c, c) }()
 			}
-			h.accepted <- struct{}{}
+			select { // a wake-up for await; it also polls
+			case h.accepted <- struct{}{}:
+			default:
+			}
 		}
 	}()
 	return nil
 }
 
 // await records the endpoint that accepted the client connection from
-// port (bounded: 3 s).
+// port (bounded: 3 s, stretched with the run's waits).
 func (h *held) await(port int) error {
-	deadline := time.After(3 * time.Second)
+	deadline := time.After(timeScaled(3 * time.Second))
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		h.mu.Lock()
 		e, ok := h.byPort[port]
@@ -499,6 +535,7 @@ func (h *held) await(port int) error {
 		}
 		select {
 		case <-h.accepted:
+		case <-poll.C:
 		case <-deadline:
 			return errors.New("not accepted by any endpoint")
 		}

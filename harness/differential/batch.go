@@ -80,7 +80,7 @@ func (e *Env) RunBatch(ctx context.Context, scs []*Scenario, fn func(Comparison)
 			rs = rounds(w, live, owner)
 		}
 		track(live, owner, w)
-		if err := e.plantFlows(ctx, w.svcs); err != nil {
+		if err := e.plantFlows(ctx); err != nil {
 			return fmt.Errorf("step %d of seeds %v: %w", k, c.Seeds, err)
 		}
 		for _, r := range rs {

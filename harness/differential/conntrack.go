@@ -21,15 +21,18 @@ import (
 // first), as clients would have them established: for every UDP service
 // port, from each of its frontends (cluster IP, external IPs, load-balancer
 // ingress IPs, the node's address at its node port) one flow NATed to each
-// of its first plantedPerFrontend serving endpoints; for every UDP port the
-// step is about to create (a new Service, or a new port), one flow not
-// NATed to each of its IP frontends (a client that sent before the rules
-// existed); for every TCP service port one flow from its cluster IP to its
-// first endpoint. None of them is stale before the step, so a cleanup that
-// a sync in the middle of the step runs (kube-proxy syncs per event, ours
-// once per write) finds nothing more than one at its end. After the step
-// settles, Compare lists both tables' planted flows and diffs them: which
-// flows each proxy's conntrack cleanup left. Their client is one address
+// of its first plantedPerFrontend serving endpoints; for every TCP service
+// port one flow from its cluster IP to its first endpoint. None of them is
+// stale before the step, so a cleanup that a sync in the middle of the step
+// runs (kube-proxy syncs per event, ours once per write) finds nothing
+// that one at its end would not. Flows that are not NATed (made before a
+// Service's rules existed) are left out: kube-proxy deletes them only in a
+// sync that has both the Service and an endpoint change, and its two
+// watches may deliver a new Service after its slices, so whether it does
+// depends on that order, not on its logic (which the conntrack package's
+// tests and the udp-flow check hold). After the step settles, Compare
+// lists both tables' planted flows and diffs them: which flows each
+// proxy's conntrack cleanup left. Their client is one address
 // of TEST-NET-1 (RFC 5737), which nothing else in the run uses, each flow
 // from a port of its own, so the listing leaves out the proxies' own
 // connections (kube-proxy's to the API server, the health checks).
@@ -60,8 +63,8 @@ func (e *Env) openConntrack() error {
 }
 
 // plantFlows empties both sides' tables and plants the flows of the API's
-// current Services and of the step's (next) ones (see plantedClient).
-func (e *Env) plantFlows(ctx context.Context, next []*corev1.Service) error {
+// current Services (see plantedClient).
+func (e *Env) plantFlows(ctx context.Context) error {
 	svcs, err := e.cp.Client().CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("could not list the Services to plant flows: %w", err)
@@ -79,7 +82,7 @@ func (e *Env) plantFlows(ctx context.Context, next []*corev1.Service) error {
 			if err := t.Flush(); err != nil {
 				return fmt.Errorf("node %s: could not empty %s conntrack table: %w", p.node.Name, side, err)
 			}
-			if _, err := t.Create(PlantedFlows(svcs.Items, sls.Items, next, addr)); err != nil {
+			if _, err := t.Create(PlantedFlows(svcs.Items, sls.Items, addr)); err != nil {
 				return fmt.Errorf("node %s: %s table: %w", p.node.Name, side, err)
 			}
 		}
@@ -87,10 +90,10 @@ func (e *Env) plantFlows(ctx context.Context, next []*corev1.Service) error {
 	return nil
 }
 
-// PlantedFlows are the flows planted for the Services and slices, and for
-// the UDP ports next creates, the node-port ones at nodeIP, in a fixed
-// order with fixed clients (so both sides get the same).
-func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, next []*corev1.Service, nodeIP netip.Addr) []*netlink.ConntrackFlow {
+// PlantedFlows are the flows planted for the Services and slices, the
+// node-port ones at nodeIP, in a fixed order with fixed clients (so both
+// sides get the same).
+func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, nodeIP netip.Addr) []*netlink.ConntrackFlow {
 	bySvc := map[string][]*discoveryv1.EndpointSlice{}
 	for i := range sls {
 		s := &sls[i]
@@ -107,7 +110,6 @@ func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, next [
 		}
 		out = append(out, plantedFlow(proto, netip.AddrPortFrom(plantedClient, uint16(plantedPort+len(out))), dst, reply))
 	}
-	exists := map[string]bool{} // "ns/name/port/protocol"
 	for i := range svcs {
 		s := &svcs[i]
 		cip, err := netip.ParseAddr(s.Spec.ClusterIP)
@@ -115,7 +117,6 @@ func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, next [
 			continue // headless, ExternalName, IPv6
 		}
 		for _, sp := range s.Spec.Ports {
-			exists[fmt.Sprintf("%s/%s/%d/%s", s.Namespace, s.Name, sp.Port, sp.Protocol)] = true
 			eps := endpointsOf(bySvc[s.Namespace+"/"+s.Name], sp.Name, sp.Protocol)
 			switch {
 			case sp.Protocol == corev1.ProtocolTCP && len(eps) > 0:
@@ -126,20 +127,6 @@ func PlantedFlows(svcs []corev1.Service, sls []discoveryv1.EndpointSlice, next [
 						add(unix.IPPROTO_UDP, fe, ep)
 					}
 				}
-			}
-		}
-	}
-	for _, s := range next {
-		cip, err := netip.ParseAddr(s.Spec.ClusterIP)
-		if err != nil || !cip.Is4() {
-			continue
-		}
-		for _, sp := range s.Spec.Ports {
-			if sp.Protocol != corev1.ProtocolUDP || exists[fmt.Sprintf("%s/%s/%d/%s", s.Namespace, s.Name, sp.Port, sp.Protocol)] {
-				continue
-			}
-			for _, fe := range frontends(s, sp, cip, netip.Addr{}) {
-				add(unix.IPPROTO_UDP, fe, fe) // not NATed
 			}
 		}
 	}
@@ -160,7 +147,7 @@ func frontends(s *corev1.Service, sp corev1.ServicePort, cip, nodeIP netip.Addr)
 			out = append(out, netip.AddrPortFrom(a, port))
 		}
 	}
-	if sp.NodePort != 0 && nodeIP.IsValid() {
+	if sp.NodePort != 0 {
 		out = append(out, netip.AddrPortFrom(nodeIP, uint16(sp.NodePort)))
 	}
 	return out

@@ -501,7 +501,7 @@ func (e *Env) EnsureNamespaces(ctx context.Context, names ...string) error {
 // programmed it (Settle), and in nftables mode lets both delete the chains
 // the batch flushed (settleStale).
 func (e *Env) Write(ctx context.Context, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, delSvcs, delSlices []types.NamespacedName) error {
-	if err := e.plantFlows(ctx, svcs); err != nil {
+	if err := e.plantFlows(ctx); err != nil {
 		return err
 	}
 	if err := e.write(ctx, writeSet{svcs: svcs, slices: slices, delSvc: delSvcs, delSl: delSlices}); err != nil {

@@ -1670,6 +1670,9 @@ func (v *validator) checkRoute(cp string, c *Check) {
 	switch c.Type {
 	case CheckUDPFlow, CheckTCPEstablished:
 		v.checkProtocol(cp, c, ref)
+		if c.Type == CheckTCPEstablished && ref.affinity {
+			v.r.at(cp+".service", "Service %s has sessionAffinity ClientIP: a connection whose conntrack entry was flushed goes back to its endpoint, so tcp-established could not see a flush; check a Service without affinity", c.Service)
+		}
 	case CheckExternalAffinity, CheckAffinityMoves:
 		if !ref.affinity {
 			v.r.at(cp+".service", "Service %s has no sessionAffinity ClientIP to check", c.Service)
@@ -1704,7 +1707,11 @@ func (v *validator) checkProtocol(cp string, c *Check, ref *svcRef) {
 		p = corev1.ProtocolTCP // the API's default
 	}
 	if ok && p != want {
-		v.r.at(cp+".port", "%s checks need a %s port; Service %s's port %q is %s", c.Type, want, c.Service, c.Port, p)
+		name := fmt.Sprintf("port %q", c.Port)
+		if c.Port == "" {
+			name = "only port"
+		}
+		v.r.at(cp+".port", "%s checks need a %s port; Service %s's %s is %s", c.Type, want, c.Service, name, p)
 	}
 }
 
