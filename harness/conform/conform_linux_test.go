@@ -81,3 +81,41 @@ func TestConformanceFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestEstablishedLocalMasquerade: the established-flow checks under
+// internalTrafficPolicy Local and masqueradeAll pass on the correct
+// dataplane (the two that cannot test anything there not run, with the
+// reason), and the UDP flows still catch no-conntrack-cleanup.
+func TestEstablishedLocalMasquerade(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip", "iptables-nft-restore", "conntrack")
+	file := "../../scenarios/testdata/established/local-masquerade.yaml"
+	run, err := Run(context.Background(), []string{file}, Options{Mode: "iptables"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notRun := 0
+	for _, c := range run.Suites[0].Checks {
+		switch c.Verdict {
+		case report.NotRun:
+			notRun++
+		case report.Pass:
+		default:
+			t.Errorf("%s: %s: %s", c.Name, c.Verdict, c.Message)
+		}
+	}
+	if notRun != 2 {
+		t.Errorf("%d verdicts not run, want 2 (the terminating phase and the UDP affinity move: one local endpoint)", notRun)
+	}
+	run, err = Run(context.Background(), []string{file}, Options{Mode: "iptables", Faults: []string{string(proxy.FaultNoConntrackCleanup)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caught := false
+	for _, c := range run.Suites[0].Checks {
+		caught = caught || (c.Verdict == report.Fail && c.Type == scenario.CheckUDPFlow)
+	}
+	if !caught {
+		t.Errorf("no-conntrack-cleanup passed every udp-flow phase under Local and masqueradeAll (failed: %v)", run.Failed())
+	}
+}

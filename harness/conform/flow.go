@@ -18,8 +18,6 @@ const flowInterval = 2500 * time.Microsecond
 
 var maxFlowDatagrams = uint32(timeScaled(time.Minute) / flowInterval)
 
-// allEndpoints selects every endpoint of a Service in a step (Count).
-const allEndpoints = 1 << 30
 
 // flow is one UDP flow: datagrams on one 5-tuple at a fixed rate, each
 // carrying its sequence number, followed datagram by datagram through the

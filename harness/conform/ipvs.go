@@ -371,7 +371,7 @@ type held struct {
 	clients   []net.Conn
 	servers   []net.Conn
 	at        []string       // endpoint of each client connection
-	byPort    map[int]string // client port -> endpoint
+	byID      map[int]string // connection number (its hello) -> endpoint
 	accepted  chan struct{}
 	closed    bool // close ran: a late accept is closed at once
 }
@@ -422,10 +422,13 @@ func (s *suite) hold(ctx context.Context, k *ipvsCheck, n int) (*held, error) {
 
 // holdConns opens n TCP connections from client at src to vip, one after
 // the other, each accepted by a listener on its endpoint's address (of
-// eps, "ip:port") in the backend namespace, and records where each landed.
-// With echo, the accepted connections echo what they read.
+// eps, "ip:port") in the backend namespace, and records where each landed:
+// each connection first sends its number (hello), which the endpoint that
+// accepts it reads, whatever source address and port the node gave it
+// (masquerade). With echo, the accepted connections then echo what they
+// read.
 func (s *suite) holdConns(ctx context.Context, client *netns.Client, src netip.Addr, vip netip.AddrPort, eps []string, n int, echo bool) (*held, error) {
-	h := &held{byPort: map[int]string{}, accepted: make(chan struct{}, 64)}
+	h := &held{byID: map[int]string{}, accepted: make(chan struct{}, 64)}
 	for _, e := range eps {
 		if err := h.listen(s.topo, e, echo); err != nil {
 			return h, err
@@ -439,7 +442,10 @@ func (s *suite) holdConns(ctx context.Context, client *netns.Client, src netip.A
 		h.mu.Lock()
 		h.clients = append(h.clients, c)
 		h.mu.Unlock()
-		if err := h.await(c.LocalAddr().(*net.TCPAddr).Port); err != nil {
+		if _, err := c.Write(hello(i)); err != nil {
+			return h, fmt.Errorf("connection %d to %s: could not send its hello: %w", i+1, vip, err)
+		}
+		if err := h.await(i); err != nil {
 			return h, fmt.Errorf("connection %d to %s: %w", i+1, vip, err)
 		}
 	}
@@ -501,31 +507,52 @@ func (h *held) listen(t *netns.Topology, e string, echo bool) error {
 				return
 			}
 			h.servers = append(h.servers, c)
-			if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-				h.byPort[ra.Port] = c.LocalAddr().String()
-			}
 			h.mu.Unlock()
-			if echo {
-				go func() { _, _ = io.Copy(c, c) }()
-			}
-			select { // a wake-up for await; it also polls
-			case h.accepted <- struct{}{}:
-			default:
-			}
+			go h.serve(c, echo)
 		}
 	}()
 	return nil
 }
 
-// await records the endpoint that accepted the client connection from
-// port (bounded: 3 s, stretched with the run's waits).
-func (h *held) await(port int) error {
+// helloLen is the length of a held connection's hello.
+const helloLen = 16
+
+func hello(i int) []byte { return []byte(fmt.Sprintf("kpsim-hello-%04d", i)) }
+
+// serve reads an accepted connection's hello (bounded), records where the
+// connection landed, and echoes after it when echo is set.
+func (h *held) serve(c net.Conn, echo bool) {
+	b := make([]byte, helloLen)
+	_ = c.SetReadDeadline(time.Now().Add(timeScaled(3 * time.Second)))
+	if _, err := io.ReadFull(c, b); err != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	var i int
+	if _, err := fmt.Sscanf(string(b), "kpsim-hello-%04d", &i); err != nil {
+		return
+	}
+	h.mu.Lock()
+	h.byID[i] = c.LocalAddr().String()
+	h.mu.Unlock()
+	select { // a wake-up for await; it also polls
+	case h.accepted <- struct{}{}:
+	default:
+	}
+	if echo {
+		_, _ = io.Copy(c, c)
+	}
+}
+
+// await records the endpoint that accepted connection i (bounded: 3 s,
+// stretched with the run's waits).
+func (h *held) await(i int) error {
 	deadline := time.After(timeScaled(3 * time.Second))
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		h.mu.Lock()
-		e, ok := h.byPort[port]
+		e, ok := h.byID[i]
 		if ok {
 			h.at = append(h.at, e)
 		}

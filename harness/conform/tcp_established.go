@@ -122,7 +122,7 @@ func (s *suite) tcpSteps(e *estCheck, c *scenario.Check, phase, first string) ([
 	case phaseTerminatingEP:
 		return []apiserver.Step{{Action: apiserver.ActTerminate, Service: c.Service, Endpoint: a.Addr().String()}}, a, nil
 	case phaseFallback:
-		return []apiserver.Step{{Action: apiserver.ActTerminate, Service: c.Service, Count: allEndpoints}}, netip.AddrPort{}, nil
+		return []apiserver.Step{{Action: apiserver.ActTerminate, Service: c.Service, Count: apiserver.AllEndpoints}}, netip.AddrPort{}, nil
 	}
 	return nil, a, fmt.Errorf("unknown phase %q", phase)
 }

@@ -77,7 +77,7 @@ func (s *suite) udpStages(ctx context.Context, e *estCheck, f *flow, c *scenario
 		plan = [][]apiserver.Step{{{Action: apiserver.ActRemove, Service: c.Service, Endpoint: at},
 			{Action: apiserver.ActAdd, Service: c.Service, Endpoint: b.String(), Node: node}}}
 	case phaseNoEndpoints:
-		plan = [][]apiserver.Step{{{Action: apiserver.ActSetReady, Service: c.Service, Count: allEndpoints, Ready: false}},
+		plan = [][]apiserver.Step{{{Action: apiserver.ActSetReady, Service: c.Service, Count: apiserver.AllEndpoints, Ready: false}},
 			{{Action: apiserver.ActRestore, Service: c.Service, Snapshot: e.snap}}}
 	default:
 		return nil, fmt.Errorf("unknown phase %q", phase)

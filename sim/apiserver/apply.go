@@ -219,7 +219,7 @@ func selectEndpoints(sl []*discoveryv1.EndpointSlice, s Step) []epRef {
 // scale adds endpoints (ready, on the nodes round-robin, with fresh addresses
 // from each node's pod block) or removes the last ones in address order.
 func (c *Cluster) scale(ctx context.Context, sl []*discoveryv1.EndpointSlice, s Step) (int, error) {
-	live := selectEndpoints(sl, Step{Count: 1 << 30})
+	live := selectEndpoints(sl, Step{Count: AllEndpoints})
 	switch {
 	case len(live) > s.Replicas:
 		return changeEndpoints(ctx, c.Client, sl, live[s.Replicas:], ActRemove, false)

@@ -40,13 +40,19 @@ type Step struct {
 	Snapshot Snapshot
 }
 
+// AllEndpoints as a step's Count picks every endpoint of the Service.
+const AllEndpoints = 1 << 30
+
 // String describes the step for logs and reports.
 func (s Step) String() string {
 	target := s.Pod
 	if target == "" {
 		target = s.Endpoint
 	}
-	if target == "" && s.Count > 0 {
+	switch {
+	case target == "" && s.Count >= AllEndpoints:
+		target = "every endpoint"
+	case target == "" && s.Count > 0:
 		target = fmt.Sprintf("%d endpoint(s)", s.Count)
 	}
 	switch s.Action {
