@@ -18,7 +18,6 @@ const flowInterval = 2500 * time.Microsecond
 
 var maxFlowDatagrams = uint32(timeScaled(time.Minute) / flowInterval)
 
-
 // flow is one UDP flow: datagrams on one 5-tuple at a fixed rate, each
 // carrying its sequence number, followed datagram by datagram through the
 // prober's observers (Prober.Trace): where each one arrived, and the ICMP
