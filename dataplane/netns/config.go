@@ -98,19 +98,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid topology: %d nodes, at most %d", len(c.Nodes), maxLinkIndex)
 	}
 	labels := map[string]string{}
-	owner := map[netip.Addr]string{}
-	claim := func(a netip.Addr, what string) error {
-		if !a.Is4() {
-			return fmt.Errorf("invalid topology: %s address %v is not IPv4", what, a)
-		}
-		if prev, ok := owner[a]; ok {
-			return fmt.Errorf("invalid topology: address %s is both %s and %s", a, prev, what)
-		}
-		owner[a] = what
-		return nil
-	}
+	cl := claims{}
 	if c.ControlPlane.IsValid() {
-		if err := claim(c.ControlPlane.Addr(), "the control plane"); err != nil {
+		if err := cl.claim(c.ControlPlane.Addr(), "the control plane"); err != nil {
 			return err
 		}
 	}
@@ -120,70 +110,100 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("invalid topology: nodes %s and %s have the same label %s", prev, n.Name, l)
 		}
 		labels[l] = n.Name
-		if err := claim(n.Addr.Addr(), "node "+n.Name); err != nil {
+		if err := c.validateNode(n, cl); err != nil {
 			return err
-		}
-		if !n.PodCIDR.Contains(n.Gateway) {
-			return fmt.Errorf("invalid topology: node %s's gateway %v is outside its pod CIDR %v", n.Name, n.Gateway, n.PodCIDR)
-		}
-		if err := claim(n.Gateway, "node "+n.Name+"'s gateway"); err != nil {
-			return err
-		}
-		for _, a := range n.Endpoints {
-			if err := claim(a, "an endpoint on "+n.Name); err != nil {
-				return err
-			}
-		}
-		if len(n.Clients) > maxLinkIndex+1 {
-			return fmt.Errorf("invalid topology: node %s has %d client pods, at most %d", n.Name, len(n.Clients), maxLinkIndex+1)
-		}
-		names := map[string]bool{}
-		for _, cl := range n.Clients {
-			if cl.Endpoint && slices.Contains(n.Endpoints, cl.Addrs[0]) {
-				return fmt.Errorf("invalid topology: endpoint %s on %s is both a pod of its own and in the backend namespace", cl.Addrs[0], n.Name)
-			}
-			if len(cl.Addrs) == 0 {
-				return fmt.Errorf("invalid topology: client %s-%d on %s has no address", cl.Group, cl.Index, n.Name)
-			}
-			ns := ClientName(c.RunID, n.Name, cl.Group, cl.Index)
-			if names[ns] {
-				return fmt.Errorf("invalid topology: two client pods on %s are named %s", n.Name, ns)
-			}
-			names[ns] = true
-			for _, a := range cl.Addrs {
-				if !n.PodCIDR.Contains(a) {
-					return fmt.Errorf("invalid topology: client %s-%d address %s is outside node %s's pod CIDR %s", cl.Group, cl.Index, a, n.Name, n.PodCIDR)
-				}
-				if err := claim(a, fmt.Sprintf("client %s-%d on %s", cl.Group, cl.Index, n.Name)); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	if o := c.Outside; o != nil {
-		if err := claim(o.Router.Addr(), "the router"); err != nil {
+		return c.validateOutside(o, cl)
+	}
+	return nil
+}
+
+// claims records which part of a topology owns each address.
+type claims map[netip.Addr]string
+
+// claim gives a to what, refusing a non-IPv4 address and one owned already.
+func (cl claims) claim(a netip.Addr, what string) error {
+	if !a.Is4() {
+		return fmt.Errorf("invalid topology: %s address %v is not IPv4", what, a)
+	}
+	if prev, ok := cl[a]; ok {
+		return fmt.Errorf("invalid topology: address %s is both %s and %s", a, prev, what)
+	}
+	cl[a] = what
+	return nil
+}
+
+// validateNode checks one node: its address, gateway, endpoints and client
+// pods.
+func (c *Config) validateNode(n NodeConfig, cl claims) error {
+	if err := cl.claim(n.Addr.Addr(), "node "+n.Name); err != nil {
+		return err
+	}
+	if !n.PodCIDR.Contains(n.Gateway) {
+		return fmt.Errorf("invalid topology: node %s's gateway %v is outside its pod CIDR %v", n.Name, n.Gateway, n.PodCIDR)
+	}
+	if err := cl.claim(n.Gateway, "node "+n.Name+"'s gateway"); err != nil {
+		return err
+	}
+	for _, a := range n.Endpoints {
+		if err := cl.claim(a, "an endpoint on "+n.Name); err != nil {
 			return err
 		}
-		if err := claim(o.Gateway, "the router's client gateway"); err != nil {
-			return err
+	}
+	if len(n.Clients) > maxLinkIndex+1 {
+		return fmt.Errorf("invalid topology: node %s has %d client pods, at most %d", n.Name, len(n.Clients), maxLinkIndex+1)
+	}
+	names := map[string]bool{}
+	for _, p := range n.Clients {
+		if p.Endpoint && slices.Contains(n.Endpoints, p.Addrs[0]) {
+			return fmt.Errorf("invalid topology: endpoint %s on %s is both a pod of its own and in the backend namespace", p.Addrs[0], n.Name)
 		}
-		if len(o.Clients) > maxLinkIndex+1 {
-			return fmt.Errorf("invalid topology: %d outside clients, at most %d", len(o.Clients), maxLinkIndex+1)
+		if len(p.Addrs) == 0 {
+			return fmt.Errorf("invalid topology: client %s-%d on %s has no address", p.Group, p.Index, n.Name)
 		}
-		names := map[string]bool{}
-		for _, cl := range o.Clients {
-			if len(cl.Addrs) == 0 {
-				return fmt.Errorf("invalid topology: outside client %s-%d has no address", cl.Group, cl.Index)
+		ns := ClientName(c.RunID, n.Name, p.Group, p.Index)
+		if names[ns] {
+			return fmt.Errorf("invalid topology: two client pods on %s are named %s", n.Name, ns)
+		}
+		names[ns] = true
+		for _, a := range p.Addrs {
+			if !n.PodCIDR.Contains(a) {
+				return fmt.Errorf("invalid topology: client %s-%d address %s is outside node %s's pod CIDR %s", p.Group, p.Index, a, n.Name, n.PodCIDR)
 			}
-			ns := OutsideName(c.RunID, cl.Group, cl.Index)
-			if names[ns] {
-				return fmt.Errorf("invalid topology: two outside clients are named %s", ns)
+			if err := cl.claim(a, fmt.Sprintf("client %s-%d on %s", p.Group, p.Index, n.Name)); err != nil {
+				return err
 			}
-			names[ns] = true
-			for _, a := range cl.Addrs {
-				if err := claim(a, fmt.Sprintf("outside client %s-%d", cl.Group, cl.Index)); err != nil {
-					return err
-				}
+		}
+	}
+	return nil
+}
+
+// validateOutside checks the router and the outside clients.
+func (c *Config) validateOutside(o *OutsideConfig, cl claims) error {
+	if err := cl.claim(o.Router.Addr(), "the router"); err != nil {
+		return err
+	}
+	if err := cl.claim(o.Gateway, "the router's client gateway"); err != nil {
+		return err
+	}
+	if len(o.Clients) > maxLinkIndex+1 {
+		return fmt.Errorf("invalid topology: %d outside clients, at most %d", len(o.Clients), maxLinkIndex+1)
+	}
+	names := map[string]bool{}
+	for _, p := range o.Clients {
+		if len(p.Addrs) == 0 {
+			return fmt.Errorf("invalid topology: outside client %s-%d has no address", p.Group, p.Index)
+		}
+		ns := OutsideName(c.RunID, p.Group, p.Index)
+		if names[ns] {
+			return fmt.Errorf("invalid topology: two outside clients are named %s", ns)
+		}
+		names[ns] = true
+		for _, a := range p.Addrs {
+			if err := cl.claim(a, fmt.Sprintf("outside client %s-%d", p.Group, p.Index)); err != nil {
+				return err
 			}
 		}
 	}
