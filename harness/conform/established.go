@@ -97,13 +97,7 @@ func (s *suite) newEstablished(ctx context.Context, c *scenario.Check, node, pha
 
 // finishEstablished files the verdict (deferred by each check, inside its
 // dump: the dump's "after" shows the state the verdict judged).
-func (s *suite) finishEstablished(e *estCheck) {
-	e.rc.Duration = time.Since(e.start)
-	if e.rc.Verdict == "" {
-		e.rc.Verdict = report.Pass // Holm decides at the end of the run
-	}
-	s.out.Checks = append(s.out.Checks, e.rc)
-}
+func (s *suite) finishEstablished(e *estCheck) { s.fileVerdict(e.rc, e.start) }
 
 // restoreEstablished writes the snapshot back and takes added addresses
 // away, after the verdict and its dump; bounded, and done even when the run

@@ -185,12 +185,17 @@ func (s *suite) newIPVSCheck(c *scenario.Check, node, phase string) (*ipvsCheck,
 	return k, true
 }
 
-func (s *suite) finish(k *ipvsCheck) {
-	k.rc.Duration = time.Since(k.start)
-	if k.rc.Verdict == "" {
-		k.rc.Verdict = report.Pass // Holm decides at the end of the run
+func (s *suite) finish(k *ipvsCheck) { s.fileVerdict(k.rc, k.start) }
+
+// fileVerdict files a deterministic verdict that began at start: its
+// duration, and pass unless it says otherwise (Holm decides at the end of
+// the run).
+func (s *suite) fileVerdict(rc *report.Check, start time.Time) {
+	rc.Duration = time.Since(start)
+	if rc.Verdict == "" {
+		rc.Verdict = report.Pass
 	}
-	s.out.Checks = append(s.out.Checks, k.rc)
+	s.out.Checks = append(s.out.Checks, rc)
 }
 
 // fail marks a deterministic check as failed with a message.

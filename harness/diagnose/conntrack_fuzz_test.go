@@ -1,12 +1,9 @@
 package diagnose
 
 import (
-	"errors"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 // FuzzReadConntrack: any input either reads or is rejected with
@@ -26,16 +23,7 @@ func FuzzReadConntrack(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ct, err := ReadConntrack("ct", data)
 		if err != nil {
-			var l scenario.ErrorList
-			if !errors.As(err, &l) || len(l) == 0 {
-				t.Fatalf("error %v is not a scenario.ErrorList", err)
-			}
-			lines := strings.Count(string(data), "\n") + 1
-			for _, e := range l {
-				if e.File != "ct" || e.Pos.Line < 1 || e.Pos.Line > lines || e.Pos.Column < 1 || e.Message == "" {
-					t.Errorf("error %q does not locate a line of the input (%d lines)", e, lines)
-				}
-			}
+			requireLocated(t, err, "ct", data)
 			return
 		}
 		for _, fl := range ct.Entries {

@@ -23,16 +23,7 @@ func FuzzReadIPTablesSave(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := ReadIPTablesSave("dump", data)
 		if err != nil {
-			var l scenario.ErrorList
-			if !errors.As(err, &l) || len(l) == 0 {
-				t.Fatalf("error %v is not a scenario.ErrorList", err)
-			}
-			lines := strings.Count(string(data), "\n") + 1
-			for _, e := range l {
-				if e.File != "dump" || e.Pos.Line < 1 || e.Pos.Line > lines || e.Pos.Column < 1 || e.Message == "" {
-					t.Errorf("error %q does not locate a line of the input (%d lines)", e, lines)
-				}
-			}
+			requireLocated(t, err, "dump", data)
 			return
 		}
 		for i, sp := range d.Ports {
@@ -58,4 +49,20 @@ func FuzzReadIPTablesSave(f *testing.F) {
 			t.Errorf("a second read differs (error %v)", err)
 		}
 	})
+}
+
+// requireLocated fails unless err is a scenario.ErrorList whose every
+// error names file and a line and column of data.
+func requireLocated(t *testing.T, err error, file string, data []byte) {
+	t.Helper()
+	var l scenario.ErrorList
+	if !errors.As(err, &l) || len(l) == 0 {
+		t.Fatalf("error %v is not a scenario.ErrorList", err)
+	}
+	lines := strings.Count(string(data), "\n") + 1
+	for _, e := range l {
+		if e.File != file || e.Pos.Line < 1 || e.Pos.Line > lines || e.Pos.Column < 1 || e.Message == "" {
+			t.Errorf("error %q does not locate a line of the input (%d lines)", e, lines)
+		}
+	}
 }

@@ -118,23 +118,19 @@ func (c *reqCounts) add(o *reqCounts) {
 	c.failed += o.failed
 	for i := range c.ports {
 		p, q := &c.ports[i], &o.ports[i]
-		for j := range p.reqs {
-			p.reqs[j] += q.reqs[j]
-			p.busy[j] += q.busy[j]
-			p.conn[j] += q.conn[j]
-			p.opened[j] += q.opened[j]
-		}
+		addInts(p.reqs, q.reqs)
+		addInts(p.busy, q.busy)
+		addInts(p.conn, q.conn)
+		addInts(p.opened, q.opened)
 		for b := range p.n2 {
 			p.n2[b] += q.n2[b]
 		}
 		p.stale += q.stale
 		for wi := range p.win {
 			a, b := &p.win[wi], &q.win[wi]
-			for ep := range a.reqs {
-				a.reqs[ep] += b.reqs[ep]
-				a.busy[ep] += b.busy[ep]
-				a.conn[ep] += b.conn[ep]
-			}
+			addInts(a.reqs, b.reqs)
+			addInts(a.busy, b.busy)
+			addInts(a.conn, b.conn)
 			a.n2 += b.n2
 			a.ct2 += b.ct2
 		}
@@ -447,4 +443,11 @@ func (h *busyHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// addInts adds src to dst element by element (the same length).
+func addInts(dst, src []int64) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
 }
