@@ -284,58 +284,6 @@ func quantile(v []int64, p float64) int64 {
 	return v[min(len(v)-1, int(p*float64(len(v))))]
 }
 
-// firstPacket is the rules a new connection's first packet walks. In
-// iptables mode it is linear in the Service's position in KUBE-SERVICES
-// (sim/cost); the figure is the worst node's, weighted by the node's
-// connections. nftables and IPVS look the Service up in a hash.
-func (w *world) firstPacket(mi int, res []*nodeResult) report.FirstPacket {
-	md := w.modes[mi]
-	switch md.mode {
-	case engine.NFTables:
-		return report.FirstPacket{RulesP50: 5, RulesP99: 5, Note: "constant: one service-ips verdict-map lookup, the service chain (masquerade check, numgen vmap) and the endpoint chain (masquerade check, dnat); affinity adds one set lookup per endpoint"}
-	case engine.IPVS:
-		return report.FirstPacket{RulesP50: 2, RulesP99: 2, Note: "constant: KUBE-SERVICES matches the KUBE-CLUSTER-IP ipset (a hash), then IPVS finds the virtual server in its hash table"}
-	}
-	var fp report.FirstPacket
-	for _, nr := range res {
-		fp.RulesP50 = max(fp.RulesP50, nr.fp.RulesP50)
-		fp.RulesP99 = max(fp.RulesP99, nr.fp.RulesP99)
-		fp.Note = nr.fp.Note
-	}
-	return fp
-}
-
-// firstPacketNode is one node's iptables first-packet figures, weighted by
-// its new connections per service port (computed before the node's
-// counts are folded).
-func (w *world) firstPacketNode(mi, ni int, nr *nodeResult, wk *worker) report.FirstPacket {
-	md := w.modes[mi]
-	if md.mode != engine.IPTables {
-		return report.FirstPacket{}
-	}
-	// The inputs are megabytes at 30,000 service ports: the worker's,
-	// reused from node to node.
-	in := take(&wk.fpIn, len(w.svcs))
-	weights := take(&wk.fpWeights, len(w.svcs))
-	defer func() { wk.fpIn, wk.fpWeights = in, weights }()
-	total := 0.0
-	for s := range w.svcs {
-		sv := &w.svcs[s]
-		in[s] = md.ruleAt(int(sv.gvs[0]), ni).CostInput(sv.name)
-		for _, g := range sv.gvs {
-			weights[s] += float64(nr.gv[g].Total - nr.gv[g].Established)
-		}
-		total += weights[s]
-	}
-	ws := weights
-	if total == 0 {
-		ws = nil
-	}
-	f := cost.IPTablesFirstPacket(in, ws)
-	return report.FirstPacket{RulesP50: f.RulesP50, RulesP99: f.RulesP99,
-		Note: f.Note + "; KUBE-SERVICES in service-port name order; the worst node's quantiles over its new connections"}
-}
-
 // flapping measures the exposure window of every timeline step on every
 // node, and the connections decided by stale rules.
 func (w *world) flapping(res []*nodeResult, acc *modeAcc) report.Flapping {

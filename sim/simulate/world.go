@@ -579,55 +579,6 @@ func (w *world) calibration(md *modeData, o Options) (cal cost.Calibration, ok b
 	return cal, ok
 }
 
-// syncCosts counts each node's objects in the initial state and turns them
-// into full and partial sync times: the caller's SyncTime if set, else the
-// calibration if there is one, else zero (instant syncs).
-func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options) {
-	nn := len(w.nodes)
-	md.counts = make([]cost.Counts, nn)
-	md.fullSync = make([]int64, nn)
-	md.partSync = make([]int64, nn)
-	var model cost.Model
-	if ok && o.SyncTime == nil {
-		var err error
-		// Calibrations() has fitted every calibration once already.
-		if model, err = cost.NewModel(cal); err != nil {
-			ok = false
-			md.cal = "none: " + err.Error()
-		}
-	}
-	in := make([]cost.ServicePortInput, len(w.svcs)) // refilled per node
-	names, eps := make([]string, nn), make([][]*cluster.Endpoint, len(w.svcs))
-	for ni, n := range w.nodes {
-		names[ni] = n.name
-	}
-	for s := range w.svcs {
-		eps[s] = w.gvs[w.svcs[s].gvs[0]].eps
-	}
-	locals := cost.Locals(names, eps)
-	for ni := range w.nodes {
-		for s := range w.svcs {
-			r := md.ruleAt(int(w.svcs[s].gvs[0]), ni)
-			in[s] = r.CostInput(w.svcs[s].name)
-		}
-		c := cost.CountOn(md.name, in, locals[ni], true)
-		md.counts[ni] = c
-		switch {
-		case o.SyncTime != nil:
-			md.fullSync[ni] = int64(o.SyncTime(md.name, c.Objects, true))
-			md.partSync[ni] = int64(o.SyncTime(md.name, c.Objects, false))
-		case ok:
-			// IPVS: Full is a sync into an empty kernel, Partial a
-			// steady-state run (cost.Model).
-			full, part := model.Full(c), model.Partial(c)
-			md.fullSync[ni], md.partSync[ni] = seconds(full.Seconds), seconds(part.Seconds)
-			if md.fullEst == nil || full.Seconds > md.fullEst.Seconds {
-				md.fullEst, md.partEst = &full, &part
-			}
-		}
-	}
-}
-
 func seconds(s float64) int64 {
 	if !(s > 0) || math.IsInf(s, 0) {
 		return 0
