@@ -60,6 +60,16 @@ type nodeInfo struct {
 type svcInfo struct {
 	name  cluster.ServicePortName
 	label string
+	// via is how clients reach it: the cluster IP (a service port's own
+	// entry), or, for an external frontend (traffic from outside the
+	// cluster through a node port, an external IP or a load balancer), that
+	// destination; base is the entry of the service port it fronts (itself
+	// for a cluster IP entry). An external frontend has versions of its own
+	// (the same states as its base's, rendered with engine.RenderExternal)
+	// and its own engine per node, as the kernel has its own chains (ipvs:
+	// virtual servers) per destination.
+	via  cluster.Via
+	base int32
 	proto engine.Proto
 	eps   []netip.AddrPort // by local ID
 	names []string         // "ip:port" by local ID
@@ -249,7 +259,7 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	for _, name := range initial.SortedServicePorts() {
 		sp := initial.Services[name]
 		s := int32(len(w.svcs))
-		w.svcs = append(w.svcs, svcInfo{name: name, label: name.String(), proto: protoOf(sp)})
+		w.svcs = append(w.svcs, svcInfo{name: name, label: name.String(), proto: protoOf(sp), via: cluster.ViaClusterIP, base: s})
 		w.svcByName[name] = s
 		addVersion(s, -1, sp, initial.Endpoints[name])
 	}
