@@ -717,22 +717,16 @@ func (e *expander) generatedService(d *genDraws, gc *GeneratedCounts, i int) (*c
 	return s, ports, true
 }
 
-// generatedEndpoints places a Service's k endpoints on nodes (round-robin
-// from a random node, or each at random), gives each the next address of
+// generatedEndpoints places a Service's k endpoints on nodes (placer),
+// gives each the next address of
 // its node's pod CIDR and its drawn conditions. It reports false, having
 // said why, when a node's pod CIDR is full.
 func (e *expander) generatedEndpoints(d *genDraws, gc *GeneratedCounts, k int) ([]discoveryv1.Endpoint, bool) {
-	nnodes := len(e.out.Nodes)
 	eps := make([]discoveryv1.Endpoint, k)
 	conds := make([]bool, 3*k)
-	offset := d.place.IntN(nnodes)
+	pickNode := e.placer(d)
 	for j := 0; j < k; j++ {
-		var ni int
-		if e.sc.Generate.Placement == "random" {
-			ni = d.place.IntN(nnodes)
-		} else {
-			ni = (offset + j) % nnodes
-		}
+		ni := pickNode(j)
 		addr, ok := e.nextPodIP(ni)
 		if !ok {
 			e.r.at("generate.endpointsPerService", "node %s's podCIDR %s is full: the generated endpoints need larger node blocks (cluster.nodeCIDRMaskSize) or more nodes", e.out.Nodes[ni].Name, e.nodeCIDR[ni])
@@ -833,4 +827,56 @@ func setHints(s *corev1.Service, eps []discoveryv1.Endpoint) {
 			e.Hints = &h
 		}
 	}
+}
+
+// placer returns the node of a Service's j-th endpoint under
+// generate.placement: spread (round robin from a node drawn per Service),
+// random (uniform), skewed (Zipf weights 1/r^s over the nodes in an order
+// drawn per Service) or weighted (smooth weighted round robin over
+// nodeWeights, so that k endpoints split as the weights do, exactly when
+// k is a multiple of their sum).
+func (e *expander) placer(d *genDraws) func(j int) int {
+	g := e.sc.Generate
+	nnodes := len(e.out.Nodes)
+	switch g.Placement {
+	case "random":
+		return func(int) int { return d.place.IntN(nnodes) }
+	case "skewed":
+		order := d.place.Perm(nnodes)
+		cum := make([]float64, nnodes)
+		sum := 0.0
+		for r := range order {
+			sum += math.Pow(float64(r+1), -g.PlacementSkew)
+			cum[r] = sum
+		}
+		return func(int) int {
+			x := d.place.Float64() * sum
+			r, _ := slices.BinarySearch(cum, x)
+			return order[min(r, nnodes-1)]
+		}
+	case "weighted":
+		w := make([]float64, nnodes)
+		total := 0.0
+		for i, n := range e.out.Nodes {
+			w[i] = g.NodeWeights[n.Name]
+			total += w[i]
+		}
+		cur := make([]float64, nnodes)
+		return func(int) int {
+			best := -1
+			for i := range cur {
+				if w[i] == 0 {
+					continue
+				}
+				cur[i] += w[i]
+				if best < 0 || cur[i] > cur[best] {
+					best = i
+				}
+			}
+			cur[best] -= total
+			return best
+		}
+	}
+	offset := d.place.IntN(nnodes)
+	return func(j int) int { return (offset + j) % nnodes }
 }

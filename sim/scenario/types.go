@@ -81,7 +81,18 @@ type Generate struct {
 	Namespaces          int           `json:"namespaces,omitempty"`
 	NamePrefix          string        `json:"namePrefix,omitempty"`
 	EndpointsPerService Distribution  `json:"endpointsPerService"`
-	Placement           string        `json:"placement,omitempty"`
+	// Placement puts each Service's endpoints on nodes: spread (round
+	// robin from a random node, the default), random (each on a node drawn
+	// uniformly), skewed (each on a node drawn with Zipf weights of
+	// exponent PlacementSkew over the nodes in an order drawn per Service),
+	// or weighted (in proportion to NodeWeights, by smooth weighted round
+	// robin: 6 endpoints over weights 1, 2, 3 land 1, 2, 3).
+	Placement string `json:"placement,omitempty"`
+	// PlacementSkew is the Zipf exponent of skewed placement (default 1).
+	PlacementSkew float64 `json:"placementSkew,omitempty"`
+	// NodeWeights are the per-node weights of weighted placement, by node
+	// name; a node not listed gets no endpoint.
+	NodeWeights map[string]float64 `json:"nodeWeights,omitempty"`
 	Ports               PortGenerator `json:"ports,omitempty"`
 	SessionAffinity     AffinityGen   `json:"sessionAffinity,omitempty"`
 	// InternalTrafficPolicyLocal is the fraction of Services with
@@ -191,6 +202,26 @@ type Client struct {
 	Requests *Requests `json:"requests,omitempty"`
 	// Pool is the client's pool of long-lived connections (requests.go).
 	Pool *Pool `json:"pool,omitempty"`
+	// Via is the destination external clients connect to (external.go):
+	// load-balancer (the default: a balancer spreads connections evenly
+	// over Nodes, following each node's health check; they arrive at the
+	// Service's load-balancer IP, or at its node port when it has none),
+	// node-port (spread evenly over Nodes) or external-ip (routed to Nodes
+	// evenly). Pod and host clients connect to the cluster IP.
+	Via cluster.Via `json:"via,omitempty"`
+	// HealthCheck is how the load balancer probes each node's health
+	// check node port (via load-balancer only).
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+}
+
+// HealthCheck is a load balancer's probe of the nodes: every Interval, a
+// node is taken out after UnhealthyThreshold failed probes in a row and put
+// back after HealthyThreshold passed ones. The defaults are the GCE cloud
+// provider's for a Service's nodes (8 s, 3 and 1).
+type HealthCheck struct {
+	Interval           *metav1.Duration `json:"interval,omitempty"`
+	UnhealthyThreshold int              `json:"unhealthyThreshold,omitempty"`
+	HealthyThreshold   int              `json:"healthyThreshold,omitempty"`
 }
 
 // Event types.

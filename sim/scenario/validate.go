@@ -46,7 +46,7 @@ var (
 	IPTablesBackends = []string{"nft", "legacy"}
 	IPTablesAffinity = []string{"recent", "ipset"}
 	NFTablesLayouts  = []string{"kube-proxy", "fast"}
-	Placements       = []string{"spread", "random"}
+	Placements       = []string{"spread", "random", "skewed", "weighted"}
 	DistKinds        = []string{"fixed", "uniform", "zipf", "lognormal"}
 	SourcePortModes  = []string{"random", "sequential", "fixed"}
 	EventTypes       = []string{EventReadiness, EventFlap, EventDeletePod, EventScale, EventServiceUpdate}
@@ -1147,11 +1147,7 @@ func (v *validator) generate() {
 	}
 	v.generateNames(g)
 	v.endpointsPerService(&g.EndpointsPerService)
-	if g.Placement == "" {
-		g.Placement = "spread"
-	} else if !oneOf(g.Placement, Placements) {
-		v.r.at("generate.placement", "unknown placement %q (choose from %s)", g.Placement, choices(Placements))
-	}
+	v.placement(g)
 	v.generatePorts(&g.Ports)
 	v.generateFractions(g)
 	if g.Services < 1 || g.Namespaces < 1 || g.Services > 100000 {
@@ -1425,6 +1421,7 @@ func (v *validator) traffic() {
 		case c.Where == cluster.Outside && v.extNet.IsValid() && c.SourceIPs > 1<<(32-v.extNet.Bits())-4:
 			v.r.at(cp+".sourceIPs", "%d addresses do not fit cluster.externalNetwork %s", c.SourceIPs, v.extNet)
 		}
+		v.clientVia(cp, c)
 		for j, n := range c.Nodes {
 			if _, ok := v.nodes[n]; !ok {
 				v.r.at(fmt.Sprintf("%s.nodes[%d]", cp, j), "node %q is not defined", n)
@@ -1454,8 +1451,12 @@ func (v *validator) traffic() {
 		} else if c.Weight == 0 {
 			c.Weight = 1
 		}
-		for j, s := range c.Services {
-			v.svcTarget(fmt.Sprintf("%s.services[%d]", cp, j), s)
+		if c.Where == cluster.Outside {
+			v.externalTargets(cp, c)
+		} else {
+			for j, s := range c.Services {
+				v.svcTarget(fmt.Sprintf("%s.services[%d]", cp, j), s)
+			}
 		}
 	}
 	if v.requestsOnly(t) {
