@@ -77,10 +77,10 @@ type NodeSpec struct {
 
 // Generate produces ordinary Services and EndpointSlices at scale.
 type Generate struct {
-	Services            int           `json:"services"`
-	Namespaces          int           `json:"namespaces,omitempty"`
-	NamePrefix          string        `json:"namePrefix,omitempty"`
-	EndpointsPerService Distribution  `json:"endpointsPerService"`
+	Services            int          `json:"services"`
+	Namespaces          int          `json:"namespaces,omitempty"`
+	NamePrefix          string       `json:"namePrefix,omitempty"`
+	EndpointsPerService Distribution `json:"endpointsPerService"`
 	// Placement puts each Service's endpoints on nodes: spread (round
 	// robin from a random node, the default), random (each on a node drawn
 	// uniformly), skewed (each on a node drawn with Zipf weights of
@@ -92,9 +92,9 @@ type Generate struct {
 	PlacementSkew float64 `json:"placementSkew,omitempty"`
 	// NodeWeights are the per-node weights of weighted placement, by node
 	// name; a node not listed gets no endpoint.
-	NodeWeights map[string]float64 `json:"nodeWeights,omitempty"`
-	Ports               PortGenerator `json:"ports,omitempty"`
-	SessionAffinity     AffinityGen   `json:"sessionAffinity,omitempty"`
+	NodeWeights     map[string]float64 `json:"nodeWeights,omitempty"`
+	Ports           PortGenerator      `json:"ports,omitempty"`
+	SessionAffinity AffinityGen        `json:"sessionAffinity,omitempty"`
 	// InternalTrafficPolicyLocal is the fraction of Services with
 	// internalTrafficPolicy: Local.
 	InternalTrafficPolicyLocal float64 `json:"internalTrafficPolicyLocal,omitempty"`

@@ -68,8 +68,8 @@ type svcInfo struct {
 	// (the same states as its base's, rendered with engine.RenderExternal)
 	// and its own engine per node, as the kernel has its own chains (ipvs:
 	// virtual servers) per destination.
-	via  cluster.Via
-	base int32
+	via   cluster.Via
+	base  int32
 	proto engine.Proto
 	eps   []netip.AddrPort // by local ID
 	names []string         // "ip:port" by local ID
