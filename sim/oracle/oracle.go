@@ -420,12 +420,13 @@ func externallyAccessible(sp *cluster.ServicePort) bool {
 //   - to a load-balancer IP of a Service with loadBalancerSourceRanges,
 //     from an address in none of them: dropped (node ports are not
 //     subject to the ranges; the node itself may reach its load-balancer IPs
-//     when a range holds its address);
+//     when a range holds its address); a standpoint without an address is
+//     a client the ranges let in;
 //   - a pod reaching itself through the Service is masqueraded (hairpin:
 //     Outcome.SourceOf).
 func (o Oracle) ExpectFrom(mode cluster.Mode, sp *cluster.ServicePort, eps []*cluster.Endpoint, from cluster.Standpoint, via cluster.Via, zone string) Outcome {
 	name := sp.Name.String()
-	if via == cluster.ViaLoadBalancer && len(sp.SourceRanges) > 0 && anyUsable(eps) && !inRanges(sp.SourceRanges, from.Addr) {
+	if via == cluster.ViaLoadBalancer && len(sp.SourceRanges) > 0 && from.Addr.IsValid() && anyUsable(eps) && !inRanges(sp.SourceRanges, from.Addr) {
 		return Outcome{Kind: Drop, Reason: fmt.Sprintf("%s: %s is outside every loadBalancerSourceRanges entry", name, from.Addr)}
 	}
 	var out Outcome

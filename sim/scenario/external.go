@@ -39,6 +39,9 @@ func (v *validator) clientVia(cp string, c *Client) {
 		c.Via = cluster.ViaClusterIP
 		return
 	}
+	if c.Requests != nil || c.Pool != nil {
+		v.r.at(cp+".requests", "requests and pools are pod clients' (sim run); a client outside the cluster opens new connections")
+	}
 	switch {
 	case c.Via == "":
 		c.Via = cluster.ViaLoadBalancer

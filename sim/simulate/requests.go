@@ -220,7 +220,7 @@ func countTargets(plain []groupPlan, req []reqGroup) int {
 
 // requestGroup resolves one client group with requests.
 func (w *world) requestGroup(c scenario.Client) (reqGroup, error) {
-	gp, err := w.clientGroup(c)
+	gp, err := w.clientGroup(c, nil)
 	if err != nil {
 		return reqGroup{}, err
 	}

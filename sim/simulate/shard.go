@@ -72,7 +72,26 @@ func (w *world) planShardsWith(ni int, rn *reqNode) *shardPlan {
 			total += ng.weight * gp.weights[i]
 		}
 	}
-	live := expectedLive(np.conns, &w.tr)
+	if np.lbConns > 0 {
+		// The balancers' connections, by their share of the node's.
+		f := float64(np.lbConns) / float64(np.conns+np.lbConns)
+		if total > 0 {
+			for s := range weight {
+				weight[s] *= (1 - f) / total
+			}
+			total = 1 - f
+		}
+		for _, st := range np.lb {
+			for _, sg := range st.segs {
+				for i, s := range sg.targets {
+					x := f * float64(sg.n) / float64(np.lbConns) * sg.share[i]
+					weight[s] += x
+					total += x
+				}
+			}
+		}
+	}
+	live := expectedLive(np.conns+np.lbConns, &w.tr)
 	if rn != nil {
 		live = min(maxReserve, live+rn.addWeights(weight, &total, np.conns))
 	}
@@ -158,19 +177,36 @@ type trafficGen struct {
 	protos []engine.Proto
 	i, n   int64
 	delta  float64
+	// The node's load-balancer streams (nil without any), merged with the
+	// static stream in time order: si counts the static arrivals emitted,
+	// sx and st are the next static arrival's pre-drawn number and time.
+	lb     []lbCursor
+	lbRand *rand.PCG
+	lbXR   *rand.Rand
+	si     int64
+	sx     uint64
+	st     int64
+	sReady bool
 }
 
 func newTrafficGen(w *world, ni int, seed uint64) *trafficGen {
 	tr := &w.tr
 	np := &tr.perNode[ni]
-	g := &trafficGen{tr: tr, np: np, pcg: trafficStream(seed, ni), n: np.conns}
+	g := &trafficGen{tr: tr, np: np, pcg: trafficStream(seed, ni), n: np.conns + np.lbConns}
 	g.xr = rand.New(g.pcg)
+	if np.lbConns > 0 {
+		g.lbRand = rand.NewPCG(seed^0x62616c616e636572, mix(uint64(ni)|2<<40))
+		g.lbXR = rand.New(g.lbRand)
+		for k := range np.lb {
+			g.lb = append(g.lb, newLBCursor(&np.lb[k], g.lbRand))
+		}
+	}
 	g.seq = make([]uint16, np.seqPorts)
 	for i := range g.seq {
 		g.seq[i] = uint16((uint64(uint32(g.pcg.Uint64())) * ephemeralN) >> 32)
 	}
-	if g.n > 0 {
-		g.delta = float64(tr.span) / float64(g.n)
+	if np.conns > 0 {
+		g.delta = float64(tr.span) / float64(np.conns)
 	}
 	g.protos = make([]engine.Proto, len(w.svcs))
 	for s := range w.svcs {
@@ -196,34 +232,39 @@ func (g *trafficGen) fill(ch *chunk, p *shardPlan) bool {
 	if k <= 0 {
 		return false
 	}
-	tr, np, pcg := g.tr, g.np, g.pcg
-	multi := len(np.groups) > 1
+	if g.lb != nil {
+		g.fillMerged(ch, p, k)
+		return true
+	}
 	for j := range k {
-		x := pcg.Uint64()
-		t := int64((float64(g.i+j) + float64(x>>11)*0x1p-53) * g.delta)
-		ng := &np.groups[0]
-		if multi {
-			ng = &np.groups[np.alias.pick(pcg.Uint64())]
-		}
-		gp := &tr.groups[ng.group]
-		y := pcg.Uint64()
-		src := uint32(((y >> 32) * uint64(ng.count)) >> 32)
-		var sp *uint16
-		if ng.seqOff >= 0 {
-			sp = &g.seq[int(ng.seqOff)+int(src)]
-		}
-		port := sourcePort(gp.portMode, uint32(y), sp)
-		s := gp.targets[gp.alias.pick(pcg.Uint64())]
-		d := tr.meanDur
-		if tr.expDur {
-			d = int64(g.xr.ExpFloat64() * float64(tr.meanDur))
-		}
-		b := p.of[s]
-		ch.byShard[b] = append(ch.byShard[b], chunkConn{
-			c: engine.Conn{SrcIP: ng.base + src, SrcPort: port, Proto: g.protos[s], End: t + d},
-			t: t, svc: s, local: p.local[s],
-		})
+		x := g.pcg.Uint64()
+		g.emitStatic(ch, p, int64((float64(g.i+j)+float64(x>>11)*0x1p-53)*g.delta))
 	}
 	g.i += k
 	return true
+}
+
+// emitStatic draws the rest of a static arrival at t (its arrival number
+// already drawn): its client group, source address and port, target
+// service port and duration, from the node's traffic stream.
+func (g *trafficGen) emitStatic(ch *chunk, p *shardPlan, t int64) {
+	tr, np, pcg := g.tr, g.np, g.pcg
+	ng := &np.groups[0]
+	if len(np.groups) > 1 {
+		ng = &np.groups[np.alias.pick(pcg.Uint64())]
+	}
+	gp := &tr.groups[ng.group]
+	y := pcg.Uint64()
+	src := uint32(((y >> 32) * uint64(ng.count)) >> 32)
+	var sp *uint16
+	if ng.seqOff >= 0 {
+		sp = &g.seq[int(ng.seqOff)+int(src)]
+	}
+	port := sourcePort(gp.portMode, uint32(y), sp)
+	s := gp.targets[gp.alias.pick(pcg.Uint64())]
+	d := tr.meanDur
+	if tr.expDur {
+		d = int64(g.xr.ExpFloat64() * float64(tr.meanDur))
+	}
+	g.put(ch, p, s, engine.Conn{SrcIP: ng.base + src, SrcPort: port, Proto: g.protos[s], End: t + d}, t)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/scenario"
 )
 
@@ -58,9 +59,12 @@ type groupPlan struct {
 }
 
 type nodePlan struct {
-	conns  int64
-	groups []nodeGroup
-	alias  alias // over groups, when more than one
+	// conns is the node's static connections (groups); lbConns its
+	// load balancers' (lb).
+	conns, lbConns int64
+	groups         []nodeGroup
+	lb             []lbStream
+	alias          alias // over groups, when more than one
 	// seqPorts is the number of sequential-port counters the node needs.
 	seqPorts int
 }
@@ -81,11 +85,15 @@ func (w *world) planTraffic() error {
 	if !w.trafficVolume() {
 		return nil
 	}
-	share, err := w.planClients(w.sc.Traffic.Clients)
+	if err := w.externalSources(); err != nil {
+		return err
+	}
+	share, lbConns, err := w.planClients(w.sc.Traffic.Clients)
 	if err != nil {
 		return err
 	}
-	tr.splitConnections(share)
+	tr.splitConnections(share, tr.total-lbConns)
+	w.planBalancers()
 	for i := range tr.perNode {
 		np := &tr.perNode[i]
 		ws := make([]float64, len(np.groups))
@@ -137,13 +145,14 @@ func (w *world) trafficVolume() bool {
 // source addresses. It returns each node's share of the connections: a
 // group's weight, split evenly over its nodes. Clients with requests
 // send at their own rate (planRequests) and have no share.
-func (w *world) planClients(clients []scenario.Client) ([]float64, error) {
+func (w *world) planClients(clients []scenario.Client) ([]float64, int64, error) {
 	tr := &w.tr
 	nodeIdx := map[string]int{}
 	for i, n := range w.nodes {
 		nodeIdx[n.name] = i
 	}
 	share := make([]float64, len(w.nodes))
+	var lbConns int64
 	next := uint32(sourceBase)
 	allTargets := map[int32]bool{}
 	totalW := 0.0
@@ -152,17 +161,28 @@ func (w *world) planClients(clients []scenario.Client) ([]float64, error) {
 			totalW += c.Weight
 		}
 	}
-	for _, c := range clients {
+	for i, c := range clients {
 		if c.Requests != nil {
 			continue
 		}
 		gi := len(tr.groups)
-		g, err := w.clientGroup(c)
+		ec := w.extClientOf(i)
+		g, err := w.clientGroup(c, ec)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, s := range g.targets {
 			allTargets[s] = true
+		}
+		if ec != nil && ec.via == cluster.ViaLoadBalancer {
+			// The balancer's connections follow its view of the nodes
+			// (planLB), not a static share.
+			ec.group = int32(gi)
+			ec.conns = int64(math.Round(float64(tr.total) * c.Weight / totalW))
+			lbConns += ec.conns
+			w.lbNodeGroups(ec, gi, g.portMode)
+			tr.groups = append(tr.groups, g)
+			continue
 		}
 		nodes := c.Nodes
 		if len(nodes) == 0 {
@@ -173,31 +193,38 @@ func (w *world) planClients(clients []scenario.Client) ([]float64, error) {
 		for _, name := range nodes {
 			ni, ok := nodeIdx[name]
 			if !ok {
-				return nil, fmt.Errorf("client %s: node %s is not in the cluster", c.Name, name)
+				return nil, 0, fmt.Errorf("client %s: node %s is not in the cluster", c.Name, name)
 			}
-			count := uint64(c.PodsPerNode) * uint64(c.SourceIPs)
-			if uint64(next)+count > sourceBase+sourceCount {
-				return nil, fmt.Errorf("client %s: more than %d client source addresses in all", c.Name, sourceCount)
+			ng := nodeGroup{group: int32(gi), seqOff: -1, weight: c.Weight / totalW / float64(len(nodes))}
+			if ec != nil {
+				// An outside client's addresses are the same whichever
+				// node its connections enter at.
+				ng.base, ng.count = ec.base, ec.count
+			} else {
+				count := uint64(c.PodsPerNode) * uint64(c.SourceIPs)
+				if uint64(next)+count > sourceBase+sourceCount {
+					return nil, 0, fmt.Errorf("client %s: more than %d client source addresses in all", c.Name, sourceCount)
+				}
+				ng.base, ng.count = next, uint32(count)
+				next += uint32(count)
 			}
-			ng := nodeGroup{group: int32(gi), base: next, count: uint32(count), seqOff: -1, weight: c.Weight / totalW / float64(len(nodes))}
 			if g.portMode == portSequential {
 				ng.seqOff = int32(tr.perNode[ni].seqPorts)
-				tr.perNode[ni].seqPorts += int(count)
+				tr.perNode[ni].seqPorts += int(ng.count)
 			}
-			next += uint32(count)
 			tr.perNode[ni].groups = append(tr.perNode[ni].groups, ng)
 			share[ni] += ng.weight
 		}
 		tr.groups = append(tr.groups, g)
 	}
-	tr.sources = int(next - sourceBase)
+	tr.sources = int(next-sourceBase) + w.externalSourceCount()
 	tr.targets = len(allTargets)
-	return share, nil
+	return share, lbConns, nil
 }
 
 // clientGroup is one client group's source-port policy and target service
 // ports, with their weights normalised to sum to 1.
-func (w *world) clientGroup(c scenario.Client) (groupPlan, error) {
+func (w *world) clientGroup(c scenario.Client, ec *extClient) (groupPlan, error) {
 	g := groupPlan{name: c.Name}
 	switch c.SourcePorts {
 	case "sequential":
@@ -205,9 +232,15 @@ func (w *world) clientGroup(c scenario.Client) (groupPlan, error) {
 	case "fixed":
 		g.portMode = portFixed
 	}
-	weights, err := w.targets(c.Services, c.Protocol, &g)
-	if err != nil {
-		return groupPlan{}, fmt.Errorf("client %s: %w", c.Name, err)
+	var weights []float64
+	if ec != nil {
+		// Resolved with the external entries (addExternalEntries).
+		g.targets, weights = ec.targets, ec.weights
+	} else {
+		var err error
+		if weights, err = w.targets(c.Services, c.Protocol, &g); err != nil {
+			return groupPlan{}, fmt.Errorf("client %s: %w", c.Name, err)
+		}
 	}
 	g.alias = newAlias(weights)
 	sum := 0.0
@@ -223,15 +256,22 @@ func (w *world) clientGroup(c scenario.Client) (groupPlan, error) {
 // splitConnections gives each node its share of the total connections,
 // rounded by largest remainder so that they add up to exactly the total;
 // a node with no share gets none.
-func (tr *trafficPlan) splitConnections(share []float64) {
+func (tr *trafficPlan) splitConnections(share []float64, total int64) {
 	type rem struct {
 		i int
 		r float64
 	}
 	var rems []rem
 	var given int64
+	sum := 0.0
+	for _, s := range share {
+		sum += s
+	}
 	for i, s := range share {
-		x := float64(tr.total) * s
+		x := 0.0
+		if sum > 0 {
+			x = float64(total) * s / sum
+		}
 		n := int64(math.Floor(x))
 		tr.perNode[i].conns = n
 		given += n
@@ -246,7 +286,7 @@ func (tr *trafficPlan) splitConnections(share []float64) {
 		}
 		return 0
 	})
-	for k := 0; given < tr.total && k < len(rems); k++ {
+	for k := 0; given < total && k < len(rems); k++ {
 		if share[rems[k].i] > 0 {
 			tr.perNode[rems[k].i].conns++
 			given++
@@ -272,21 +312,21 @@ func (w *world) targets(list []string, proto string, g *groupPlan) ([]float64, e
 		}
 	}
 	if len(list) == 0 {
-		for s := range w.svcs {
-			if match(int32(s)) {
-				add(w.svcs[s].name.NamespacedName.String(), int32(s))
+		for s := range w.nBase {
+			if match(s) {
+				add(w.svcs[s].name.NamespacedName.String(), s)
 			}
 		}
 	}
 	for _, target := range list {
 		svc, port, hasPort := strings.Cut(target, ":")
 		found := false
-		for s := range w.svcs {
+		for s := range w.nBase {
 			n := w.svcs[s].name
-			if n.NamespacedName.String() != svc || (hasPort && n.Port != port) || !match(int32(s)) {
+			if n.NamespacedName.String() != svc || (hasPort && n.Port != port) || !match(s) {
 				continue
 			}
-			add(svc, int32(s))
+			add(svc, s)
 			found = true
 		}
 		if !found {

@@ -48,6 +48,15 @@ type world struct {
 	affCheck map[int32][]bool
 	// keep marks the versions whose per-node counts outlive the node's run.
 	keep []bool
+	// extOf lists, per cluster IP entry, its external frontends (nil
+	// without external clients); ext is the external traffic's plan.
+	extOf [][]int32
+	ext   *extPlan
+	// seed is the run's seed (the load balancers' probe phases).
+	seed uint64
+	// nBase is the number of cluster IP entries: w.svcs[:nBase] are the
+	// service ports, in name order; external frontends follow.
+	nBase int32
 }
 
 type nodeInfo struct {
@@ -111,6 +120,10 @@ type outcome struct {
 	allowed []uint64 // bitset over local endpoint IDs
 	n       int32
 	devs    []string
+	// lost: the endpoints get the connection but their replies do not
+	// reach the client (ipvs, externalTrafficPolicy Local without a local
+	// endpoint).
+	lost bool
 }
 
 func (o *outcome) allows(ep int32) bool {
@@ -236,32 +249,23 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	// model's objects (two copies of each, the clientset's and the
 	// informers') can go before the rules are rendered.
 	m.Release()
-	w := &world{sc: sc, svcByName: map[cluster.ServicePortName]int32{}, tlSvc: -1, cals: o.Calibrations}
+	w := &world{sc: sc, svcByName: map[cluster.ServicePortName]int32{}, tlSvc: -1, cals: o.Calibrations, seed: m.Expanded.Seed}
 	for _, n := range initial.SortedNodes() {
 		w.nodes = append(w.nodes, nodeInfo{name: n, zone: initial.Nodes[n].Zone})
 	}
 	if len(w.nodes) == 0 {
 		return nil, fmt.Errorf("the scenario has no nodes")
 	}
-	addVersion := func(s int32, step int32, sp *cluster.ServicePort, eps []*cluster.Endpoint) int32 {
-		g := int32(len(w.gvs))
-		gi := gvInfo{svc: s, step: step, sp: sp, eps: eps}
-		if sp != nil {
-			gi.local = sp.InternalLocal
-			gi.nodeDep = sp.InternalLocal || slices.ContainsFunc(eps, func(e *cluster.Endpoint) bool {
-				return len(e.ZoneHints) > 0 || len(e.NodeHints) > 0
-			})
-		}
-		w.gvs = append(w.gvs, gi)
-		w.svcs[s].gvs = append(w.svcs[s].gvs, g)
-		return g
-	}
 	for _, name := range initial.SortedServicePorts() {
 		sp := initial.Services[name]
 		s := int32(len(w.svcs))
 		w.svcs = append(w.svcs, svcInfo{name: name, label: name.String(), proto: protoOf(sp), via: cluster.ViaClusterIP, base: s})
 		w.svcByName[name] = s
-		addVersion(s, -1, sp, initial.Endpoints[name])
+		w.addVersion(s, -1, sp, initial.Endpoints[name])
+	}
+	w.nBase = int32(len(w.svcs))
+	if err := w.addExternalEntries(); err != nil {
+		return nil, err
 	}
 	for i, ts := range tsteps {
 		si := stepInfo{at: int64(ts.At), desc: ts.String(), writes: writes[i]}
@@ -272,7 +276,10 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 				// or disappears here is not simulated.
 				continue
 			}
-			si.changes = append(si.changes, addVersion(s, int32(i), c.sp, c.eps))
+			si.changes = append(si.changes, w.addVersion(s, int32(i), c.sp, c.eps))
+			for _, x := range w.externalOf(s) {
+				si.changes = append(si.changes, w.addVersion(x, int32(i), c.sp, c.eps))
+			}
 		}
 		w.steps = append(w.steps, si)
 	}
@@ -319,6 +326,37 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	}
 	w.pickTimeline()
 	return w, nil
+}
+
+// externalOf lists entry s's external frontends.
+func (w *world) externalOf(s int32) []int32 {
+	if int(s) < len(w.extOf) {
+		return w.extOf[s]
+	}
+	return nil
+}
+
+// addVersion appends a version of entry s made by step (-1: the initial
+// state). A version's rules differ between nodes under a Local policy (the
+// internal one for a cluster IP entry, the external one for an external
+// frontend) and with topology hints.
+func (w *world) addVersion(s int32, step int32, sp *cluster.ServicePort, eps []*cluster.Endpoint) int32 {
+	g := int32(len(w.gvs))
+	gi := gvInfo{svc: s, step: step, sp: sp, eps: eps}
+	if sp != nil {
+		policyLocal := sp.InternalLocal
+		if w.svcs[s].via.External() {
+			policyLocal = sp.ExternalLocal
+		} else {
+			gi.local = sp.InternalLocal
+		}
+		gi.nodeDep = policyLocal || slices.ContainsFunc(eps, func(e *cluster.Endpoint) bool {
+			return len(e.ZoneHints) > 0 || len(e.NodeHints) > 0
+		})
+	}
+	w.gvs = append(w.gvs, gi)
+	w.svcs[s].gvs = append(w.svcs[s].gvs, g)
+	return g
 }
 
 // buildModes builds every mode at once, one goroutine each (the rendering
@@ -436,8 +474,8 @@ func (w *world) renderVersions(md *modeData, or oracle.Oracle) error {
 				}
 				seen[key] = ni
 			}
-			r := engine.Render(md.mode, gi.sp, gi.eps, nd.name, nd.zone, sv.ids, engine.RenderOptions{})
-			oc, err := expectOutcome(or, md.name, gi, sv, nd, words)
+			r, exp := renderEntry(md, or, gi, sv, nd)
+			oc, err := compactOutcome(exp, sv, words)
 			if err != nil {
 				return err
 			}
@@ -523,12 +561,26 @@ func nodeView(eps []*cluster.Endpoint, nd nodeInfo) string {
 	return string(b)
 }
 
-// expectOutcome is the oracle's verdict for one version on one node, with
+// renderEntry renders one version of an entry on one node and asks the
+// oracle what it must do, for a client standing where the entry's clients
+// stand: a pod, through the cluster IP (engine.Render, oracle.Expect), or a
+// machine outside the cluster entering at the node through a node port,
+// external IP or load-balancer IP (engine.RenderExternal, oracle.ExpectFrom
+// from outside; the client's address is left unset: sim run takes every
+// external client to be inside loadBalancerSourceRanges).
+func renderEntry(md *modeData, or oracle.Oracle, gi *gvInfo, sv *svcInfo, nd nodeInfo) (engine.Rules, oracle.Outcome) {
+	if !sv.via.External() {
+		return engine.Render(md.mode, gi.sp, gi.eps, nd.name, nd.zone, sv.ids, engine.RenderOptions{}), or.Expect(md.name, gi.sp, gi.eps, nd.name, nd.zone)
+	}
+	from := cluster.Standpoint{Where: cluster.Outside, Node: nd.name}
+	return engine.RenderExternal(md.mode, gi.sp, gi.eps, nd.name, nd.zone, sv.ids, engine.RenderOptions{}), or.ExpectFrom(md.name, gi.sp, gi.eps, from, sv.via, nd.zone)
+}
+
+// compactOutcome is the oracle's verdict for one version on one node, with
 // the allowed endpoints as a bitset over the service's local endpoint IDs.
 // An endpoint the oracle names that the state does not have is an error.
-func expectOutcome(or oracle.Oracle, name cluster.Mode, gi *gvInfo, sv *svcInfo, nd nodeInfo, words int) (outcome, error) {
-	exp := or.Expect(name, gi.sp, gi.eps, nd.name, nd.zone)
-	oc := outcome{kind: exp.Kind, allowed: make([]uint64, words), devs: exp.Deviations}
+func compactOutcome(exp oracle.Outcome, sv *svcInfo, words int) (outcome, error) {
+	oc := outcome{kind: exp.Kind, allowed: make([]uint64, words), devs: exp.Deviations, lost: exp.RepliesLost}
 	for key := range exp.Probs {
 		id, ok := sv.index[key]
 		if !ok {
