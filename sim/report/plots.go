@@ -47,6 +47,9 @@ func (r *Report) plots() []plotFile {
 	if r.hasLongLived() {
 		out = append(out, plotFile{Files.Requests, r.requestsPlot})
 	}
+	if r.External != nil && len(r.External.Services) > 0 {
+		out = append(out, plotFile{Files.External, r.externalPlot})
+	}
 	return out
 }
 

@@ -43,6 +43,9 @@ type Report struct {
 	// Steps are the API writes of the events timeline.
 	Steps []Step `json:"steps"`
 	Modes []Mode `json:"modes"`
+	// External is the traffic from outside the cluster (nil without
+	// external clients).
+	External *External `json:"external,omitempty"`
 	// Checks are the scenario's checks, one entry per mode and check.
 	Checks []Check `json:"checks"`
 	// Failed names the failed checks as "mode/check" ("mode/engine-self-check"
@@ -450,9 +453,10 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 // Files names what WriteFiles writes in the output folder.
-var Files = struct{ JSON, Markdown, Rules, SyncTime, Deviation, PValues, Flapping, Requests string }{
+var Files = struct{ JSON, Markdown, Rules, SyncTime, Deviation, PValues, Flapping, Requests, External string }{
 	JSON: "report.json", Markdown: "report.md", Rules: "rules.png", SyncTime: "sync-time.png",
 	Deviation: "deviation.png", PValues: "p-values.png", Flapping: "flapping.png", Requests: "requests.png",
+	External: "external.png",
 }
 
 // WriteFiles writes report.json, report.md and the plots into dir, creating

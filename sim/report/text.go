@@ -104,6 +104,7 @@ func (r *Report) rows() []row {
 		}},
 		{"mismatched after sync", func(m *Mode) string { return count(m.Flapping.MismatchedAfterSync) }},
 	}
+	rows = append(rows, r.externalRows()...)
 	return append(rows, r.longLivedRows()...)
 }
 
@@ -224,6 +225,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	r.writeSelfCheck(p)
 	r.writeAffinity(p)
 	r.writeSteps(p)
+	r.writeExternal(p)
 	r.writeLongLived(p)
 	r.writeModel(p)
 	return nil

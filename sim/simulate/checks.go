@@ -20,7 +20,9 @@ import (
 func (w *world) prepareChecks() {
 	w.keep = make([]bool, len(w.gvs))
 	for g := range w.gvs {
-		w.keep[g] = w.gvs[g].nodeDep
+		// External entries' per-node counts feed the external section
+		// (its health-check lags are per node).
+		w.keep[g] = w.gvs[g].nodeDep || w.gvs[g].svc >= w.nBase
 	}
 	for i := range w.sc.Checks {
 		c := &w.sc.Checks[i]

@@ -30,6 +30,9 @@ type gvCount struct {
 	InWindow  int64
 	Misrouted int64
 	Refused   int64
+	// Lost were accepted by an endpoint the oracle allows where it says
+	// the replies never reach the client (outcome.lost).
+	Lost int64
 }
 
 type syncRec struct {
@@ -91,6 +94,7 @@ func (c *gvCount) add(o *gvCount) {
 	c.InWindow += o.InWindow
 	c.Misrouted += o.Misrouted
 	c.Refused += o.Refused
+	c.Lost += o.Lost
 }
 
 // modeAcc is a mode's counts summed over nodes (integers: the order in
@@ -569,6 +573,9 @@ func (r *nodeRun) account(s int32, c *engine.Conn, res engine.Result, t int64) {
 			}
 		}
 		misrouted = !ok
+		if ok && o.lost {
+			st.Lost++
+		}
 		r.live(t, c)
 	case engine.Drop:
 		st.Dropped++
@@ -621,6 +628,7 @@ type svcState struct {
 type fastOutcome struct {
 	kind  oracle.Kind
 	small bool
+	lost  bool
 	// cellOff is the version's gvInfo.cellOff, here because the counters
 	// of a connection are written next to this read (gvInfo is a cache
 	// miss away).

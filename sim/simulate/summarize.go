@@ -29,7 +29,7 @@ func (w *world) report(sum *apiserver.Summary, seed uint64, results [][]*nodeRes
 	tr := &w.tr
 	clientNodes := 0
 	for ni, np := range tr.perNode {
-		if np.conns > 0 || (w.rq != nil && len(w.rq.perNode[ni]) > 0) {
+		if np.conns+np.lbConns > 0 || (w.rq != nil && len(w.rq.perNode[ni]) > 0) {
 			clientNodes++
 		}
 	}
@@ -64,6 +64,7 @@ func (w *world) report(sum *apiserver.Summary, seed uint64, results [][]*nodeRes
 		}
 		r.Checks = append(r.Checks, cs...)
 	}
+	r.External = w.externalReport(results, accs)
 	// r.Checks and r.Modes are complete: the members may point into them.
 	for _, pa := range pend {
 		u := &r.Checks[pa.base+pa.c].Units[pa.u]

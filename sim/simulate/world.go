@@ -516,7 +516,7 @@ func (md *modeData) fastOutcomes(w *world) {
 	md.fast = make([]fastOutcome, len(md.out))
 	for k, oi := range md.out {
 		o := &md.outs[oi]
-		md.fast[k] = fastOutcome{kind: o.kind, o: o}
+		md.fast[k] = fastOutcome{kind: o.kind, o: o, lost: o.lost}
 		if len(o.allowed) == 1 {
 			md.fast[k].bits, md.fast[k].small = o.allowed[0], true
 		}
