@@ -302,8 +302,13 @@ func externalPanel(s *ExternalService) (*plot.Plot, error) {
 	pl := newPlot(fmt.Sprintf("%s via %s (%s)", s.ServicePort, s.Via, s.Policy), "pod (by node)", "load ÷ fair share")
 	pl.Title.TextStyle.Font.Size = vg.Points(9)
 	pl.Legend.TextStyle.Font.Size = vg.Points(7)
-	pl.Legend.Top = true
+	pl.Legend.Top, pl.Legend.Left = true, false
 	k := float64(len(s.Pods))
+	var ticks []plot.Tick
+	for i, pod := range s.Pods {
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: pod.Node})
+	}
+	pl.X.Tick.Marker = plot.ConstantTicks(ticks)
 	var loc, clu plotter.XYs
 	top := 1.0
 	for i, pod := range s.Pods {
