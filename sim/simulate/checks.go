@@ -33,7 +33,7 @@ func (w *world) prepareChecks() {
 		for _, g := range w.svcs[s].gvs {
 			w.keep[g] = true
 		}
-		if c.Type != scenario.CheckAffinity {
+		if c.Type != scenario.CheckAffinity && c.Type != scenario.CheckExternalAffinity {
 			continue
 		}
 		if w.affCheck == nil {
@@ -208,6 +208,11 @@ func (w *world) evalChecks(mi int, res []*nodeResult) ([]report.Check, []pending
 		}
 		rc.ServicePort = w.svcs[s].label
 		nodes := w.clientNodes(c, s)
+		if c.Type == scenario.CheckExternalLocalBalance {
+			rc.Units = append(rc.Units, w.balanceUnit(mi, res, s))
+			out = append(out, rc)
+			continue
+		}
 		if len(nodes) == 0 {
 			rc.Verdict, rc.Message = report.Error, "no client sends traffic to it"
 			out = append(out, rc)
@@ -256,7 +261,7 @@ func (w *world) evalUnit(mi int, res []*nodeResult, ni int, s int32, c *scenario
 			break
 		}
 		pu, ok = w.distributionUnit(mi, res, ni, s, c, &u)
-	case c.Type == scenario.CheckAffinity:
+	case c.Type == scenario.CheckAffinity || c.Type == scenario.CheckExternalAffinity:
 		ac := nr.aff[s]
 		if ac == nil {
 			ac = &affCount{}
@@ -290,6 +295,16 @@ func (w *world) evalUnit(mi int, res []*nodeResult, ni int, s int32, c *scenario
 		exact("new connections")
 		if u.Verdict == report.Pass {
 			u.Message = "new connections only: sim run does not model established flows (sim conform checks them on the kernel)"
+		}
+	case c.Type == scenario.CheckExternalDistribution:
+		exact("a DROP or REJECT, or an endpoint the oracle excludes, for a connection entering at this node")
+		if u.Verdict == report.Pass {
+			pu, ok = w.distributionUnit(mi, res, ni, s, c, &u)
+		}
+	default:
+		exact("endpoints the oracle allows")
+		if u.Verdict == report.Pass {
+			u.Message = "only the endpoints chosen are checked: sim run does not model source addresses, health check answers, source ranges or hairpin (sim conform checks them on the kernel)"
 		}
 	}
 	return u, pu, ok
@@ -383,4 +398,49 @@ func finishChecks(out []report.Check) {
 			rc.Message = fmt.Sprintf("%s on %d of %d client node(s): %s", rc.Verdict, len(bad), len(rc.Units), strings.Join(bad, ", "))
 		}
 	}
+}
+
+// balanceUnit is an external-local-balance check in sim run: one verdict
+// for the balancer, from every node's connections to the entry's initial
+// state: no connection decided against the oracle, and each pod's share
+// inside its simultaneous interval around what the oracle expects of a
+// balancer over the client's nodes (the external section's figures).
+func (w *world) balanceUnit(mi int, res []*nodeResult, x int32) report.Unit {
+	u := report.Unit{ClientNode: "load balancer", Verdict: report.Pass}
+	if w.ext == nil || len(w.ext.byEntry[x]) == 0 {
+		u.Verdict, u.Message = report.Error, "no client outside the cluster sends to it through a load balancer"
+		return u
+	}
+	acc := &modeAcc{gv: make([]gvCount, len(w.gvs)), cells: make([]uint64, w.cells)}
+	for ni, nr := range res {
+		for _, g := range w.svcs[x].gvs {
+			if kg := nr.perNode[g]; kg != nil {
+				acc.gv[g].add(&kg.c)
+				off := w.gvs[g].cellOff
+				for i, c := range kg.cells {
+					acc.cells[off+int32(i)] += uint64(c)
+				}
+			}
+		}
+		uc := w.unitCounts(mi, nr, ni, x)
+		u.Decisions += uc.decisions
+		u.Mismatched += uc.mismatched
+	}
+	s, ids, ok := w.externalPods(x)
+	if !ok {
+		u.Verdict, u.Message = report.Error, "the oracle expects no endpoint to receive its connections"
+		return u
+	}
+	m := w.externalShares(w.modes[mi].name, x, ids, &s, res, acc)
+	switch {
+	case u.Mismatched > 0:
+		u.Verdict, u.Message = report.Fail, fmt.Sprintf("%d of %d connections decided by up-to-date rules disagreed with the oracle", u.Mismatched, u.Decisions)
+	case m.Sample == 0:
+		u.Verdict, u.Message = report.Error, "no connection of the initial state was decided by up-to-date rules"
+	case !m.Within:
+		u.Verdict, u.Message = report.Fail, fmt.Sprintf("a pod's share is outside its %.1f%% simultaneous interval around the oracle's (busiest/idlest %.2f, expected %.2f)", 100*extConfidence, m.BusiestToIdlest, s.Expected)
+	default:
+		u.Message = fmt.Sprintf("%d connections; every pod's share inside its %.1f%% simultaneous interval around the oracle's (busiest/idlest %.2f, expected %.2f)", m.Sample, 100*extConfidence, m.BusiestToIdlest, s.Expected)
+	}
+	return u
 }

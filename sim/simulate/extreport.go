@@ -60,12 +60,26 @@ func (w *world) externalReport(results [][]*nodeResult, accs []*modeAcc) *report
 // externalService is one external entry's pods and shares; false when it
 // received nothing the oracle sends to endpoints.
 func (w *world) externalService(x int32, results [][]*nodeResult, accs []*modeAcc) (report.ExternalService, bool) {
+	s, ids, ok := w.externalPods(x)
+	if !ok {
+		return s, false
+	}
+	for mi, md := range w.modes {
+		s.Modes = append(s.Modes, w.externalShares(md.name, x, ids, &s, results[mi], accs[mi]))
+	}
+	return s, true
+}
+
+// externalPods is an external entry's pods with the oracle's expectations
+// (of its initial state), and their local endpoint IDs; false when the
+// oracle sends its connections to no endpoint.
+func (w *world) externalPods(x int32) (report.ExternalService, []int, bool) {
 	sv := &w.svcs[x]
 	g0 := sv.gvs[0]
 	gi := &w.gvs[g0]
 	exp, local, clu := w.expectedShares(x, gi)
 	if len(exp.Probs) == 0 {
-		return report.ExternalService{}, false
+		return report.ExternalService{}, nil, false
 	}
 	s := report.ExternalService{ServicePort: w.svcs[sv.base].label, Via: sv.via, Policy: "Cluster", Source: "node"}
 	if gi.sp.ExternalLocal {
@@ -84,10 +98,7 @@ func (w *world) externalService(x int32, results [][]*nodeResult, accs []*modeAc
 	s.Expected = ratioOf(s.Pods, func(p report.ExternalPod) float64 { return p.Expected })
 	s.ExpectedLocal = ratioOf(s.Pods, func(p report.ExternalPod) float64 { return p.Local })
 	s.ExpectedCluster = ratioOf(s.Pods, func(p report.ExternalPod) float64 { return p.Cluster })
-	for mi, md := range w.modes {
-		s.Modes = append(s.Modes, w.externalShares(md.name, x, ids, &s, results[mi], accs[mi]))
-	}
-	return s, true
+	return s, ids, true
 }
 
 // externalShares is one mode's shares of an entry's initial version.

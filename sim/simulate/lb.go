@@ -250,6 +250,30 @@ func (lp *lbPlan) segments(w *world, ci int, ec *extClient) {
 		}
 		lp.lagShares(ec, per, t0, t1)
 	}
+	lp.settle(ec, acc, given)
+}
+
+// settle gives the connections the flooring left over, one each, to the
+// nodes with the largest remainders (their last segment), so that the
+// client sends exactly its count.
+func (lp *lbPlan) settle(ec *extClient, acc []float64, given []int64) {
+	var sum int64
+	for _, ni := range ec.nodes {
+		sum += given[ni]
+	}
+	order := slices.Clone(ec.nodes)
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmpFloat(acc[b]-float64(given[b]), acc[a]-float64(given[a]))
+	})
+	for _, ni := range order {
+		if sum >= ec.conns {
+			return
+		}
+		if segs := lp.segs[ni]; len(segs) > 0 {
+			segs[len(segs)-1].n++
+			sum++
+		}
+	}
 }
 
 // lagShares adds to each lag episode the connections its node received

@@ -41,9 +41,17 @@ func TestSeedsResolveChecks(t *testing.T) {
 				for _, c := range sc.Checks {
 					targets = append(targets, c.Service)
 				}
-				for i := range sc.Traffic.Clients {
-					sc.Traffic.Clients[i].Services = targets
+				// The pod clients send to the checked Services; the
+				// clients outside the cluster (to the node ports) are left
+				// out.
+				var pods []scenario.Client
+				for _, c := range sc.Traffic.Clients {
+					if c.Where != cluster.Outside {
+						c.Services = targets
+						pods = append(pods, c)
+					}
 				}
+				sc.Traffic.Clients = pods
 				sc.Traffic.Connections = 200_000
 				m, err := apiserver.OpenLoaded(context.Background(), l, &seed)
 				if err != nil {

@@ -691,7 +691,7 @@ func (w *world) pickTimeline() {
 // the rule validation has already enforced), or -1 and why not.
 func (w *world) checkService(c *scenario.Check) (int32, error) {
 	n, err := cluster.ResolvePort(c.Service, c.Port, func(yield func(cluster.ServicePortName) bool) {
-		for s := range w.svcs {
+		for s := range w.nBase {
 			if !yield(w.svcs[s].name) {
 				return
 			}
@@ -700,7 +700,21 @@ func (w *world) checkService(c *scenario.Check) (int32, error) {
 	if err != nil {
 		return -1, err
 	}
-	return w.svcByName[n], nil
+	s := w.svcByName[n]
+	from, via := scenario.CheckRoute(c)
+	if from != cluster.Outside {
+		return s, nil
+	}
+	// A check of clients outside the cluster follows the external entry of
+	// its destination.
+	if v, ok := entryVia(w.gvs[w.svcs[s].gvs[0]].sp, via); ok {
+		for _, x := range w.externalOf(s) {
+			if w.svcs[x].via == v {
+				return x, nil
+			}
+		}
+	}
+	return -1, fmt.Errorf("no client outside the cluster sends to %s through %s: give traffic a client with where: external and via: %s", w.svcs[s].label, via, via)
 }
 
 // oracleOutcome rebuilds the oracle's outcome from its compact form (the
