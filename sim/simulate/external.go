@@ -311,4 +311,3 @@ func lbDuration(h *scenario.HealthCheck) int64 {
 	}
 	return int64(h.Interval.Duration)
 }
-
