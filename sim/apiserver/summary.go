@@ -87,10 +87,13 @@ type Quantiles struct {
 
 // TrafficSummary is the traffic section in numbers.
 type TrafficSummary struct {
-	Clients     int   `json:"clients"`
-	ClientPods  int   `json:"clientPods"`
-	SourceIPs   int   `json:"sourceIPs"`
-	Connections int64 `json:"connections"`
+	Clients    int `json:"clients"`
+	ClientPods int `json:"clientPods"`
+	// ExternalClients are the client groups outside the cluster (their
+	// addresses are in SourceIPs, once each).
+	ExternalClients int   `json:"externalClients,omitempty"`
+	SourceIPs       int   `json:"sourceIPs"`
+	Connections     int64 `json:"connections"`
 }
 
 // Summarize describes the state a tracker holds for an expanded scenario.
@@ -157,6 +160,11 @@ func Summarize(exp *scenario.Expanded, st *cluster.State) *Summary {
 			ts.Connections = int64(t.Rate * t.Duration.Seconds())
 		}
 		for _, c := range t.Clients {
+			if c.Where == cluster.Outside {
+				ts.ExternalClients++
+				ts.SourceIPs += c.SourceIPs
+				continue
+			}
 			nodes := len(c.Nodes)
 			if nodes == 0 {
 				nodes = len(st.Nodes)
@@ -208,7 +216,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	p("proxy\tmodes %s; ipvs scheduler %s; minSyncPeriod %s; syncPeriod %s; iptables backend %s\n",
 		cluster.JoinModes(s.Proxy.Modes, ","), s.Proxy.IPVSScheduler, s.Proxy.MinSyncPeriod.Duration, s.Proxy.SyncPeriod.Duration, s.Proxy.IPTablesBackend)
 	if t := s.Traffic; t != nil {
-		p("traffic\t%d clients, %d client pods, %d source IPs, %d connections\n", t.Clients, t.ClientPods, t.SourceIPs, t.Connections)
+		p("traffic\t%d clients, %d client pods, %d outside the cluster, %d source IPs, %d connections\n", t.Clients, t.ClientPods, t.ExternalClients, t.SourceIPs, t.Connections)
 	}
 	p("events\t%s\n", kv(s.Events))
 	p("checks\t%d\n", len(s.Checks))
