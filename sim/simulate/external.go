@@ -137,14 +137,15 @@ func (w *world) externalClient(i int, c scenario.Client, idx map[[2]int32]int32)
 		}
 		perService[key] = append(perService[key], w.externalEntry(b, via, idx))
 	}
-	for _, target := range c.Services {
+	cp := fmt.Sprintf("traffic.clients[%d]", i)
+	for j, target := range c.Services {
 		svc, _, _ := strings.Cut(target, ":")
 		if len(perService[svc]) == 0 {
-			return nil, fmt.Errorf("client %s: target %s has no %sservice port reachable through %s", c.Name, target, protoWord(c.Protocol), c.Via)
+			return nil, w.inputError(fmt.Sprintf("%s.services[%d]", cp, j), "%s has no %sservice port reachable through %s (it has no %s)", target, protoWord(c.Protocol), c.Via, viaNeeds[c.Via])
 		}
 	}
 	if len(order) == 0 {
-		return nil, fmt.Errorf("client %s: no Service is reachable through %s (none has a %s)", c.Name, c.Via, map[cluster.Via]string{cluster.ViaNodePort: "node port", cluster.ViaExternalIP: "external IP", cluster.ViaLoadBalancer: "load-balancer IP or node port"}[c.Via])
+		return nil, w.inputError(cp+".via", "no %sService is reachable through %s: none has a %s", protoWord(c.Protocol), c.Via, viaNeeds[c.Via])
 	}
 	for _, key := range order {
 		for _, x := range perService[key] {
@@ -154,6 +155,20 @@ func (w *world) externalClient(i int, c scenario.Client, idx map[[2]int32]int32)
 	}
 	ec.nodes = w.nodeIndexes(c.Nodes)
 	return ec, nil
+}
+
+// viaNeeds is what a service port needs to be reached through a via.
+var viaNeeds = map[cluster.Via]string{cluster.ViaNodePort: "node port", cluster.ViaExternalIP: "external IP", cluster.ViaLoadBalancer: "load-balancer IP or node port"}
+
+// inputError is a problem of the scenario found once it was expanded (a
+// generated Service's node port depends on the draws), located at its
+// field: bad input (exit 2), like validation's.
+func (w *world) inputError(path, format string, a ...any) error {
+	e := &scenario.FieldError{Field: path, Message: fmt.Sprintf(format, a...)}
+	if w.loaded != nil {
+		e.File, e.Pos = w.loaded.File, w.loaded.PosOf(path)
+	}
+	return scenario.ErrorList{e}
 }
 
 func protoWord(p string) string {

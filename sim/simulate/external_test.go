@@ -2,13 +2,18 @@ package simulate
 
 import (
 	"bytes"
+	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kpsim/kpsim/sim/apiserver"
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/engine"
 	"github.com/kpsim/kpsim/sim/report"
+	"github.com/kpsim/kpsim/sim/scenario"
 )
 
 const placementScenario = "../../scenarios/external-placement.yaml"
@@ -144,5 +149,38 @@ func TestExternalModeAlone(t *testing.T) {
 	}
 	if a, b := encode(t, pick(full)), encode(t, pick(alone)); !bytes.Equal(a, b) {
 		t.Fatalf("nftables alone differs from its part of the full run:\n%s\n%s", a, b)
+	}
+}
+
+// TestExternalUnreachableTarget: a generated Service's node port is known
+// only once expanded; an outside client naming one without it is bad input
+// at its line, found before anything runs.
+func TestExternalUnreachableTarget(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "unreachable.yaml")
+	doc := `apiVersion: kpsim.dev/v1alpha1
+kind: Scenario
+metadata: {name: unreachable}
+cluster: {nodeCount: 2}
+generate:
+  services: 3
+  endpointsPerService: {kind: fixed, value: 2}
+traffic:
+  clients:
+    - name: internet
+      where: external
+      services: [default/svc-1]
+  connections: 1000
+`
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := apiserver.Open(context.Background(), file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	_, err = Run(context.Background(), m, Options{})
+	if !scenario.IsInvalid(err) || !strings.Contains(err.Error(), file+":12:18: traffic.clients[0].services[0]: default/svc-1 has no service port reachable through load-balancer") {
+		t.Fatalf("got %v, want bad input at traffic.clients[0].services[0] (line 12)", err)
 	}
 }

@@ -54,6 +54,8 @@ type world struct {
 	ext   *extPlan
 	// seed is the run's seed (the load balancers' probe phases).
 	seed uint64
+	// loaded locates problems found after expansion (inputError).
+	loaded *scenario.Loaded
 	// nBase is the number of cluster IP entries: w.svcs[:nBase] are the
 	// service ports, in name order; external frontends follow.
 	nBase int32
@@ -249,7 +251,7 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	// model's objects (two copies of each, the clientset's and the
 	// informers') can go before the rules are rendered.
 	m.Release()
-	w := &world{sc: sc, svcByName: map[cluster.ServicePortName]int32{}, tlSvc: -1, cals: o.Calibrations, seed: m.Expanded.Seed}
+	w := &world{sc: sc, svcByName: map[cluster.ServicePortName]int32{}, tlSvc: -1, cals: o.Calibrations, seed: m.Expanded.Seed, loaded: m.Loaded}
 	for _, n := range initial.SortedNodes() {
 		w.nodes = append(w.nodes, nodeInfo{name: n, zone: initial.Nodes[n].Zone})
 	}
