@@ -45,6 +45,18 @@ type Options struct {
 	// Conntrack is the node's conntrack table (ReadConntrack), taken with
 	// the dump; nil when not given.
 	Conntrack *Conntrack
+	// Peers are other nodes' dumps of the same cluster, in the same
+	// format and taken at about the same time: under externalTrafficPolicy
+	// Local each pod's count is held against its node's share
+	// (placement.go).
+	Peers []Peer
+}
+
+// Peer is another node's dump.
+type Peer struct {
+	// Node names it; "" to infer it from the API, else the file's name.
+	Node string
+	Dump *Dump
 }
 
 // Defaults of an analysis.
@@ -89,9 +101,21 @@ type Report struct {
 	// Conntrack is the analysis of the node's conntrack table
 	// (Options.Conntrack), nil without one.
 	Conntrack *ConntrackReport `json:"conntrack,omitempty"`
+	// External is each service port's traffic from outside the cluster
+	// (external.go); Placement, under externalTrafficPolicy Local, each
+	// pod's share against what its node's share predicts, over this node
+	// and the Peers (placement.go).
+	External  []*ExternalReport  `json:"external,omitempty"`
+	Placement []*PlacementReport `json:"placement,omitempty"`
+	Peers     []string           `json:"peers,omitempty"`
 
 	api  *API
 	idle []string // ports with nothing counted
+	zone string
+	// peerSplits and peerExternal are the peers' Local external splits
+	// and reports: their tests join this report's Holm family.
+	peerSplits   []*PortReport
+	peerExternal []*ExternalReport
 }
 
 // Level says whether a finding makes the dump abnormal.
@@ -133,6 +157,7 @@ const (
 	KindAffinityMissing  = "affinity-differs"
 	KindNodeUnknown      = "node-unknown"
 	KindGraceful         = "graceful-termination"
+	KindAPIIncomplete    = "api-incomplete"
 )
 
 // What a finding is about.
@@ -174,7 +199,10 @@ type Finding struct {
 
 // PortReport is one service port's analysis.
 type PortReport struct {
-	Name      string            `json:"name"`
+	Name string `json:"name"`
+	// Via names the external destination a port's own address is (see
+	// Label), "" for a cluster IP.
+	Via       string            `json:"via,omitempty"`
 	Key       string            `json:"key"` // ClusterIP:port/protocol
 	Chain     string            `json:"chain"`
 	Scheduler string            `json:"scheduler"`
@@ -217,7 +245,15 @@ type PortReport struct {
 
 	port      *ServicePort
 	oneActive bool
+	// external marks an external split (external.go); rulesOnly one
+	// whose rules are read but whose counts are not its own.
+	external, rulesOnly bool
+	// onNode names a peer's node for its ports that join this report.
+	onNode string
 }
+
+// counted reports whether the port's counts are its own counters'.
+func (pr *PortReport) counted(r *Report) bool { return r.Counters && !pr.rulesOnly }
 
 // EndpointReport is one endpoint of a port.
 type EndpointReport struct {
@@ -306,13 +342,23 @@ func Analyze(d *Dump, opt Options) *Report {
 		}
 	}
 	for _, p := range d.Ports {
-		r.Ports = append(r.Ports, newPortReport(p))
+		pr := newPortReport(p)
+		if xp := p.External; xp != nil && xp.Chain != "" && xp.Chain == p.Chain {
+			pr.Via = "external address " + destWords(p.ClusterIP, p.Port)
+			if r.firewalled(p) {
+				pr.Via = "load-balancer IP " + destWords(p.ClusterIP, p.Port)
+			}
+		}
+		r.Ports = append(r.Ports, pr)
 	}
 	if opt.API != nil {
 		// First: it names the ports every later finding refers to.
 		r.API, r.api = opt.API.File, opt.API
 		checkAPI(r, d, opt)
 	}
+	r.externals(d, opt.Before)
+	r.peers(opt)
+	r.externalAPI(d, r.zone)
 	for _, pr := range r.Ports {
 		if bp := before[pr.Key]; opt.Before != nil && d.Counters {
 			if reset := applyDelta(pr, bp); reset != "" {
@@ -320,10 +366,12 @@ func Analyze(d *Dump, opt Options) *Report {
 			}
 		}
 	}
-	for _, pr := range r.Ports {
+	for _, pr := range r.tests() {
 		r.rules(pr)
 	}
 	r.test(opt)
+	r.externalVerdicts()
+	r.placement()
 	if opt.Conntrack != nil {
 		r.analyzeConntrack(opt.Conntrack)
 	}
@@ -333,12 +381,22 @@ func Analyze(d *Dump, opt Options) *Report {
 
 func spKey(p *ServicePort) string { return Key(p.ClusterIP, p.Port, p.Protocol) }
 
-// Label is how a port is named in the report: its name, else its key.
+// Label is how a port is named in the report: its name, else its key;
+// a port whose own address is an external destination (nftables external
+// and load-balancer IPs, IPVS virtual servers on them or on node ports)
+// says which ("demo/web:http via load-balancer IP 192.0.2.130:80").
 func (p *PortReport) Label() string {
-	if p.Name != "" {
-		return p.Name
+	l := p.Name
+	if l == "" {
+		l = p.Key
 	}
-	return p.Key
+	if p.Via != "" {
+		l += " via " + p.Via
+	}
+	if p.onNode != "" {
+		l += " on " + p.onNode
+	}
+	return l
 }
 
 func newPortReport(p *ServicePort) *PortReport {
@@ -526,7 +584,8 @@ func intendedWords(pr *PortReport) string {
 // test runs the per-port tests, Holm over the dump, power and intervals.
 func (r *Report) test(opt Options) {
 	var cands []*PortReport
-	for _, pr := range r.Ports {
+	all := r.tests()
+	for _, pr := range all {
 		if r.prepare(pr) {
 			cands = append(cands, pr)
 		}
@@ -543,11 +602,15 @@ func (r *Report) test(opt Options) {
 	for i, pr := range cands {
 		pr.Rejected, pr.Adjusted = rej[i], Float(adj[i])
 	}
-	for _, pr := range r.Ports {
+	for _, pr := range all {
 		r.power(pr, level, opt.MDE)
 		r.judge(pr, level)
 	}
 }
+
+// tests are the splits the report tests: its ports, then the external
+// splits of their own (this node's and the peers').
+func (r *Report) tests() []*PortReport { return append(slices.Clone(r.Ports), r.splits()...) }
 
 // tested returns the counts a port's test uses and what they are.
 func tested(pr *PortReport) (counts []float64, what string) {
@@ -624,7 +687,7 @@ func (r *Report) prepare(pr *PortReport) bool {
 	if len(pr.Endpoints) == 0 {
 		return false
 	}
-	if r.Counters {
+	if pr.counted(r) {
 		n := float64(pr.N)
 		for _, e := range pr.Endpoints {
 			e.Expected = n * e.Intended
@@ -705,7 +768,7 @@ func normalise(p []float64) []float64 {
 // clients test needs no counters: the affinity state names them.
 func (r *Report) cells(pr *PortReport) (counts, intended []float64, what string) {
 	all, what := tested(pr)
-	if all == nil || (what != "clients" && !r.Counters) {
+	if all == nil || (what != "clients" && !pr.counted(r)) {
 		return nil, nil, ""
 	}
 	for i, e := range pr.Endpoints {
@@ -742,7 +805,7 @@ func oneOff(p0 []float64, delta float64) []float64 {
 }
 
 func (r *Report) power(pr *PortReport, level, mde float64) {
-	if !pr.port.Exact || len(pr.Endpoints) < 2 || !(r.Counters || pr.Tested == "clients") {
+	if !pr.port.Exact || len(pr.Endpoints) < 2 || !(pr.counted(r) || pr.Tested == "clients") {
 		return
 	}
 	intended := intendedOf(pr)
@@ -813,7 +876,7 @@ func (r *Report) judge(pr *PortReport, level float64) {
 			r.add(LevelNote, "no-endpoints", pr, "the rules list no endpoint: "+what+"; --api tells whether the Service should have some", p.Evidence...)
 		}
 		return
-	case !r.Counters && pr.Tested == "":
+	case !pr.counted(r) && pr.Tested == "":
 		pr.Verdict = "no counters"
 		if !pr.RulesFair {
 			pr.Verdict = "rules unequal"

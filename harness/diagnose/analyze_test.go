@@ -821,8 +821,8 @@ func TestNodePortVirtualServer(t *testing.T) {
 	np := mk("192.168.0.3", 30080, true, "10.244.2.30:8080")
 	d := &Dump{File: "ipvs.txt", Format: FormatIPVSAdm, Mode: "ipvs", Ports: []*ServicePort{cip, np}}
 	r := Analyze(d, Options{API: api})
-	if r.Problems() || r.Node != "node-2" || r.Ports[1].Name != "ns/np:http (external)" {
-		t.Fatalf("node %q name %q %+v", r.Node, r.Ports[1].Name, kinds(r, LevelFinding))
+	if r.Problems() || r.Node != "node-2" || r.Ports[1].Label() != "ns/np:http via node port 192.168.0.3:30080" {
+		t.Fatalf("node %q name %q %+v", r.Node, r.Ports[1].Label(), kinds(r, LevelFinding))
 	}
 	// The NodePort sending to node-1's endpoint breaks externalTrafficPolicy Local.
 	np.Endpoints[0].Addr = netip.MustParseAddrPort("10.244.1.30:8080")

@@ -286,9 +286,15 @@ func inferNode(d *Dump, a *API) (string, string) {
 		return hits[0], "inferred: its InternalIP appears in the dump"
 	}
 	var local []netip.Addr
+	api := a.ports()
 	for _, p := range d.Ports {
-		if p.LocalOnly {
+		if p.LocalOnly || (d.Mode == "ipvs" && ipvsExternalLocal(api, p)) {
 			for _, e := range p.Endpoints {
+				local = append(local, e.Addr.Addr())
+			}
+		}
+		if xp := p.External; xp != nil && xp.Local {
+			for _, e := range xp.Endpoints {
 				local = append(local, e.Addr.Addr())
 			}
 		}
@@ -309,10 +315,21 @@ func inferNode(d *Dump, a *API) (string, string) {
 			}
 		}
 		if len(by) == 1 {
-			return by[0], "inferred: its podCIDR holds the endpoints of the Local-only ports"
+			return by[0], "inferred: its podCIDR holds the endpoints of the Local-only ports and external paths"
 		}
 	}
 	return "", ""
+}
+
+// ipvsExternalLocal reports an IPVS virtual server on an external
+// address of an externalTrafficPolicy Local Service: kube-proxy gives it
+// the node's own endpoints only.
+func ipvsExternalLocal(api map[string]*apiPort, p *ServicePort) bool {
+	if api[spKey(p)] != nil {
+		return false
+	}
+	ap := external(api, &PortReport{port: p})
+	return ap != nil && ap.etpLocal
 }
 
 func dumpMentions(d *Dump, ip string) bool {
@@ -378,7 +395,7 @@ func checkAPI(r *Report, d *Dump, opt Options) {
 			r.add(LevelNote, KindNodeUnknown, nil, fmt.Sprintf("node %s is not among the API's Nodes: Local policies and topology hints are checked without its zone", node))
 		}
 	}
-	r.Node, r.NodeHow = node, how
+	r.Node, r.NodeHow, r.zone = node, how, zone
 	if node == "" {
 		r.NodeHow = ""
 	}
@@ -389,6 +406,10 @@ func checkAPI(r *Report, d *Dump, opt Options) {
 		ap, ext := api[pr.Key], false
 		if ap == nil {
 			if ap = external(api, pr); ap == nil {
+				if isAPIServerService(pr) && !a.hasService("default", "kubernetes") {
+					r.add(LevelNote, KindAPIIncomplete, pr, fmt.Sprintf("the rules handle %s for default/kubernetes, which every API server makes for itself; the API given has no such Service, so it is not a whole kubectl get svc -A and this port is not checked", pr.Key), pr.Evidence...)
+					continue
+				}
 				r.add(LevelFinding, KindStaleService, pr, fmt.Sprintf("the rules handle %s, which no Service of the API has: stale rules of a deleted Service", pr.Key), pr.Evidence...)
 				continue
 			}
@@ -396,11 +417,11 @@ func checkAPI(r *Report, d *Dump, opt Options) {
 		} else {
 			seen[pr.Key] = true
 		}
+		if ext {
+			pr.Via = apiWhat(ap, pr.port) + " " + destWords(pr.port.ClusterIP, pr.port.Port)
+		}
 		if pr.Name == "" {
 			pr.Name = ap.name
-			if ext {
-				pr.Name += " (external)"
-			}
 		} else if pr.Name != ap.name {
 			r.add(LevelNote, "name-differs", pr, fmt.Sprintf("the rules' comment names %s, the API %s", pr.Name, ap.name), pr.Evidence...)
 		}
@@ -431,8 +452,13 @@ func checkAPI(r *Report, d *Dump, opt Options) {
 }
 
 func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string, ext bool) {
+	compareAffinity(r, pr, ap)
+	compareEndpoints(r, pr, ap, node, zone, mode, ext)
+}
+
+// compareAffinity holds the rules' ClientIP affinity to the Service's.
+func compareAffinity(r *Report, pr *PortReport, ap *apiPort) {
 	p := pr.port
-	// Affinity.
 	switch {
 	case ap.affinity > 0 && p.Affinity == nil:
 		r.add(LevelFinding, KindAffinityMissing, pr, fmt.Sprintf("the Service asks for ClientIP affinity (timeout %s) but the rules have none", ap.affinity), ap.svcLine)
@@ -441,6 +467,13 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 	case p.Affinity != nil && p.Affinity.Timeout > 0 && p.Affinity.Timeout != ap.affinity:
 		r.add(LevelFinding, KindAffinityTimeout, pr, fmt.Sprintf("the rules' affinity timeout is %s, the Service's sessionAffinityConfig.clientIP.timeoutSeconds %s", p.Affinity.Timeout, ap.affinity), p.Affinity.Evidence, ap.svcLine)
 	}
+}
+
+// compareEndpoints holds the port's endpoints to the ones the API says
+// its traffic policy selects on node (ext: an external destination, whose
+// policy is externalTrafficPolicy).
+func compareEndpoints(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string, ext bool) {
+	p := pr.port
 	// Local policy: internalTrafficPolicy for the ClusterIP, external for
 	// NodePorts, externalIPs and load-balancer IPs.
 	policy, local := "internalTrafficPolicy", ap.itpLocal
@@ -450,7 +483,7 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 	// IPVS has no chain that says "Local": kube-proxy's ipvs proxier
 	// gives the virtual server only the node's local endpoints, so the
 	// API's policy says how to read its real servers.
-	localOnly := p.LocalOnly || (mode == "ipvs" && local)
+	localOnly := p.LocalOnly || (ext && p.ExternalLocal) || (mode == "ipvs" && local)
 	if local && !localOnly {
 		r.add(LevelFinding, KindLocalIgnored, pr, fmt.Sprintf("the Service has %s Local but the rules send this traffic to every node's endpoints", policy), append([]Line{ap.svcLine}, pr.Evidence...)...)
 	}
@@ -518,6 +551,17 @@ func comparePort(r *Report, pr *PortReport, ap *apiPort, node, zone, mode string
 		}
 		r.add(LevelFinding, KindMissing, pr, fmt.Sprintf("endpoint %s is %s in the API (EndpointSlice %s) but missing from the rules", e.addr, state, e.slice), apiLine(e, r), ap.svcLine)
 	}
+}
+
+// isAPIServerService reports a port the rules name default/kubernetes.
+func isAPIServerService(pr *PortReport) bool {
+	n := pr.Name
+	return n == "default/kubernetes" || strings.HasPrefix(n, "default/kubernetes:")
+}
+
+// hasService reports whether the API has the Service.
+func (a *API) hasService(ns, name string) bool {
+	return slices.ContainsFunc(a.Services, func(s *corev1.Service) bool { return s.Namespace == ns && s.Name == name })
 }
 
 // anyHints reports whether any endpoint carries zone hints.

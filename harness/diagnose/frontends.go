@@ -47,7 +47,11 @@ func (l *loader) frontends() {
 			if fw || strings.HasSuffix(comment(r.args), " loadbalancer IP") {
 				what = "load-balancer IP"
 			}
-			l.addFrontend(byHash, k.proto, Frontend{What: what, Addr: k.ip, Port: k.port, Chain: tgt, Evidence: r.line})
+			f := Frontend{What: what, Addr: k.ip, Port: k.port, Chain: tgt, Packets: r.packets, Ranges: fw, Evidence: r.line}
+			if fw {
+				f.Allowed, f.Denied = l.firewall(tgt, k)
+			}
+			l.addFrontend(byHash, k.proto, f)
 		}
 	}
 	if c := l.nat.chains[iptables.ChainNodePorts]; c != nil {
@@ -66,7 +70,7 @@ func (l *loader) frontends() {
 			if !strings.HasPrefix(tgt, iptables.PrefixEXT) || !ok || neg || !dok || dneg || err != nil || port < 1 || port > 65535 {
 				continue
 			}
-			l.addFrontend(byHash, strings.ToLower(proto), Frontend{What: "node port", Port: port, Chain: tgt, Evidence: r.line})
+			l.addFrontend(byHash, strings.ToLower(proto), Frontend{What: "node port", Port: port, Chain: tgt, Packets: r.packets, Evidence: r.line})
 		}
 	}
 	for _, sp := range l.d.Ports {
@@ -77,13 +81,41 @@ func (l *loader) frontends() {
 func (l *loader) addFrontend(byHash map[string]*ServicePort, proto string, f Frontend) {
 	_, h, _ := strings.Cut(strings.TrimPrefix(f.Chain, "KUBE-"), "-")
 	sp := byHash[h]
-	if sp == nil || sp.Protocol != proto || slices.ContainsFunc(sp.Frontends, func(g Frontend) bool {
+	if sp == nil || sp.Protocol != proto {
+		return
+	}
+	if i := slices.IndexFunc(sp.Frontends, func(g Frontend) bool {
 		return g.What == f.What && g.Addr == f.Addr && g.Port == f.Port
-	}) {
+	}); i >= 0 {
+		sp.Frontends[i].Packets += f.Packets // the 127.0.0.0/8 copy of a node port rule
 		return
 	}
 	f.Endpoints, f.Local = l.reach(f.Chain)
 	sp.Frontends = append(sp.Frontends, f)
+}
+
+// firewall reads a load-balancer IP's source ranges: the packets of the
+// KUBE-FW chain's rules that let a source on to the external chain, and
+// of filter KUBE-PROXY-FIREWALL's DROP rule for the address.
+func (l *loader) firewall(fw string, k portKey) (allowed, denied uint64) {
+	if c := l.nat.chains[fw]; c != nil {
+		for _, r := range c.rules {
+			if _, neg, ok := optValue(r.args, "-s"); ok && !neg && strings.HasPrefix(ruleTarget(r.args), iptables.PrefixEXT) {
+				allowed += r.packets
+			}
+		}
+	}
+	if l.flt == nil {
+		return allowed, 0
+	}
+	if c := l.flt.chains[iptables.ChainProxyFirewall]; c != nil {
+		for _, r := range c.rules {
+			if dk, ok := dispatch(r.args); ok && dk == k && ruleTarget(r.args) == "DROP" {
+				denied += r.packets
+			}
+		}
+	}
+	return allowed, denied
 }
 
 // reach walks the nat chains from chain: the DNAT destinations of the

@@ -310,6 +310,9 @@ type loader struct {
 	flt  *saveTable
 	// overBudget is set once a trace ran out of steps.
 	overBudget bool
+	// sepRefs counts, per KUBE-SEP chain, the nat chains that jump to it
+	// (sharedSEPs, made on first use).
+	sepRefs map[string]int
 }
 
 func loadKube(sf *saveFile, d *Dump) *loader {
@@ -550,6 +553,7 @@ func (l *loader) ports() {
 		l.trace(sp, portKey{sp.ClusterIP, sp.Port, sp.Protocol}, src)
 	}
 	l.frontends()
+	l.externalPaths()
 }
 
 // errTraceBudget reports that a trace was too long to finish: the rules
@@ -612,6 +616,14 @@ func (l *loader) endpoints(sp *ServicePort) {
 			ep.Fresh += r.packets
 		}
 	}
+	if l.sharedSEPs(sp.Endpoints) {
+		// Another chain (KUBE-SVL under externalTrafficPolicy Local)
+		// sends to the same KUBE-SEP chains: their DNAT counters mix
+		// both, the service chain's own jumps count this port's.
+		for _, ep := range sp.Endpoints {
+			ep.Observed = ep.Fresh + ep.Sticky
+		}
+	}
 	if sp.Affinity != nil {
 		sp.SplitKnown = true
 	} else {
@@ -619,6 +631,29 @@ func (l *loader) endpoints(sp *ServicePort) {
 			ep.Fresh, ep.Sticky = 0, 0
 		}
 	}
+}
+
+// sharedSEPs reports whether any of the endpoints' KUBE-SEP chains is
+// jumped to from more than one chain of the nat table.
+func (l *loader) sharedSEPs(eps []*Endpoint) bool {
+	if l.sepRefs == nil {
+		l.sepRefs = map[string]int{}
+		for _, n := range l.nat.order {
+			seen := map[string]bool{}
+			for _, r := range l.nat.chains[n].rules {
+				if t := ruleTarget(r.args); strings.HasPrefix(t, iptables.PrefixSEP) && !seen[t] {
+					seen[t] = true
+					l.sepRefs[t]++
+				}
+			}
+		}
+	}
+	for _, ep := range eps {
+		if l.sepRefs[ep.Chain] > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // affinity reads ClientIP affinity from a service chain's affinity rule.

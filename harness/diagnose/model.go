@@ -136,6 +136,70 @@ type ServicePort struct {
 	// external and load-balancer IPs and IPVS virtual servers are ports of
 	// their own instead.
 	Frontends []Frontend `json:"frontends,omitempty"`
+	// External is how the rules treat connections from outside the
+	// cluster that reach the port through its external destinations (its
+	// Frontends, or its own address when that is an external one), nil
+	// when it has none (external.go).
+	External *ExternalPath `json:"external,omitempty"`
+}
+
+// ExternalPath is a service port's path for connections from outside the
+// cluster: kube-proxy's external chain (iptables KUBE-EXT-<hash>, nftables
+// external-<base>), the endpoints a client outside the cluster reaches
+// through it, and the connections the rules counted on it.
+type ExternalPath struct {
+	// Chain is the external chain; "" when the port has only refusals
+	// (no endpoint: its external destinations are rejected or dropped).
+	Chain string `json:"chain,omitempty"`
+	// Local reports externalTrafficPolicy Local: the chain sends outside
+	// clients to this node's endpoints only (KUBE-SVL-, local-).
+	Local bool `json:"local,omitempty"`
+	// Endpoints are the endpoints an outside client reaches, P from a
+	// trace of a new connection from outside the cluster (from inside the
+	// load balancer's source ranges when it has some).
+	Endpoints []*Endpoint `json:"endpoints"`
+	// Counted says where Endpoint.Observed comes from: CountedApart (rule
+	// counters only outside traffic passes: the KUBE-SVL chain's jumps
+	// under Local), CountedWithPort (the port's own service chain: the
+	// counts are the port's, cluster IP traffic included), "" (none).
+	Counted string `json:"counted,omitempty"`
+	// SplitKnown reports that Endpoint.Fresh and Sticky are filled
+	// (affinity, counted apart).
+	SplitKnown bool `json:"splitKnown,omitempty"`
+	// Ranges reports that the port's own address, an external one, has
+	// load-balancer source ranges (nftables firewall-ips): it is a
+	// load-balancer IP.
+	Ranges bool `json:"ranges,omitempty"`
+	// Outside is the new connections from outside the cluster the chain
+	// sent on (iptables: the packets of its last rule, the one no pod or
+	// node traffic takes), valid when Dump.Counters.
+	Outside uint64 `json:"outside,omitempty"`
+	// Refused are the port's external destinations the rules reject or
+	// drop because it has no (local) endpoint.
+	Refused  []Refusal `json:"refused,omitempty"`
+	Evidence []Line    `json:"evidence,omitempty"`
+}
+
+// What ExternalPath.Counted says.
+const (
+	CountedApart    = "apart"
+	CountedWithPort = "with the port"
+)
+
+// Refusal is an external destination the rules refuse: iptables
+// KUBE-EXTERNAL-SERVICES, nftables no-endpoint-nodeports and the
+// no-endpoint-services elements of external addresses.
+type Refusal struct {
+	What string     `json:"what"` // "node port", "external IP", "load-balancer IP", "external or load-balancer IP"
+	Addr netip.Addr `json:"addr,omitzero"`
+	Port int        `json:"port"`
+	// Verdict is "REJECT" (no endpoint at all) or "DROP" (Local, no local
+	// endpoint).
+	Verdict string `json:"verdict"`
+	// Packets are the packets the rule refused, valid when
+	// Dump.Counters (a filter rule: each retransmission counts).
+	Packets  uint64 `json:"packets,omitempty"`
+	Evidence Line   `json:"evidence"`
 }
 
 // Frontend is a destination other than the port's own address that the
@@ -156,8 +220,20 @@ type Frontend struct {
 	// Local reports externalTrafficPolicy Local: traffic from outside the
 	// cluster reaches only this node's endpoints (the chain goes to a
 	// KUBE-SVL- or local- chain), so its split is not the port's.
-	Local    bool `json:"local,omitempty"`
-	Evidence Line `json:"evidence"`
+	Local bool `json:"local,omitempty"`
+	// Packets are the new connections the rule of this destination
+	// counted (iptables: its KUBE-SERVICES or KUBE-NODEPORTS rules, the
+	// 127.0.0.0/8 copy included), valid when Dump.Counters. kube-proxy
+	// rewrites these chains at every sync, so they count since the last
+	// one, while the service chains keep theirs.
+	Packets uint64 `json:"packets,omitempty"`
+	// Allowed and Denied split Packets of a load-balancer IP with source
+	// ranges: the KUBE-FW rules that let a source on, and the packets
+	// KUBE-PROXY-FIREWALL dropped (a filter rule: retransmissions count).
+	Allowed  uint64 `json:"allowed,omitempty"`
+	Denied   uint64 `json:"denied,omitempty"`
+	Ranges   bool   `json:"ranges,omitempty"`
+	Evidence Line   `json:"evidence"`
 }
 
 // Endpoint is one endpoint of a service port.

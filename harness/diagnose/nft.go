@@ -120,9 +120,14 @@ type nftKube struct {
 	tb      *nftTable
 	chains  map[string]*nftChain
 	sets    map[string]*nftSet
+	fake    *knftables.Fake
 	tracer  *nftables.Tracer
 	client  netip.Addr
+	pods    netip.Prefix // the pod range the services chain names, if any
 	skipped map[*nftRule]bool
+	// nodeTr traces with a node address as local (node ports), made on
+	// first use.
+	nodeTr *nftables.Tracer
 }
 
 func buildNFTDump(file string, format Format, tables []*nftTable) (*Dump, error) {
@@ -151,6 +156,7 @@ func buildNFTDump(file string, format Format, tables []*nftTable) (*Dump, error)
 		return nil, err
 	}
 	k.frontends()
+	k.externalPaths()
 	slices.SortFunc(d.Ports, func(a, b *ServicePort) int {
 		if c := a.ClusterIP.Compare(b.ClusterIP); c != 0 {
 			return c
@@ -192,7 +198,7 @@ func (k *nftKube) load() error {
 	if err != nil {
 		return err
 	}
-	k.client = client
+	k.client, k.fake = client, f
 	t, err := nftables.NewTracer(f)
 	if err != nil {
 		return &scenario.FieldError{File: k.tb.line.File, Pos: scenario.Pos{Line: k.tb.line.Line, Column: 1}, Field: "table ip kube-proxy",
@@ -362,6 +368,7 @@ func (k *nftKube) clientAddr() (netip.Addr, error) {
 			for i := 0; i+3 < len(w); i++ {
 				if w[i] == "ip" && w[i+1] == "saddr" && w[i+2] == "!=" {
 					if p, err := netip.ParsePrefix(w[i+3]); err == nil && p.Addr().Is4() && p.Bits() <= 30 {
+						k.pods = p.Masked()
 						// The range's last but one address.
 						a := p.Masked().Addr().As4()
 						n := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
@@ -494,8 +501,14 @@ func (k *nftKube) ports() error {
 }
 
 // fill finds a port's endpoints (the DNAT targets its chains name, in
-// order), their probabilities (the tracer's) and the affinity state.
+// order), their probabilities (the tracer's) and the affinity state. A
+// port whose own address is external (an external or load-balancer IP:
+// its chain is external-B) is for clients outside the cluster: its
+// endpoints are those its chain sends them to (not the short-circuit of
+// pod and node traffic) and the trace starts outside the cluster, inside
+// the source ranges when it has some.
 func (k *nftKube) fill(sp *ServicePort) error {
+	outside := strings.HasPrefix(sp.Chain, nftables.PrefixExternal)
 	byAddr := map[netip.AddrPort]*Endpoint{}
 	var walk func(chain string, depth int)
 	add := func(ap netip.AddrPort, chain string, line Line) *Endpoint {
@@ -523,8 +536,8 @@ func (k *nftKube) fill(sp *ServicePort) error {
 		}
 		for i := range c.rules {
 			r := &c.rules[i]
-			if k.skipped[r] {
-				continue
+			if k.skipped[r] || (outside && strings.HasPrefix(chain, nftables.PrefixExternal) && strings.Contains(r.text, "saddr")) {
+				continue // an external chain's short-circuit of pod and node traffic
 			}
 			for _, ap := range dnatTargets(r.text) {
 				add(ap, endpointChain, r.line)
@@ -535,7 +548,11 @@ func (k *nftKube) fill(sp *ServicePort) error {
 		}
 	}
 	walk(sp.Chain, 0)
-	res, err := k.tracer.Trace(trace.Packet{Src: k.client, Protocol: sp.Protocol, Dst: sp.ClusterIP, DPort: sp.Port}, nil)
+	src := k.client
+	if outside {
+		src = k.outsideSource(sp.ClusterIP, sp.Protocol, sp.Port)
+	}
+	res, err := k.tracer.Trace(trace.Packet{Src: src, Protocol: sp.Protocol, Dst: sp.ClusterIP, DPort: sp.Port}, nil)
 	if err != nil {
 		// Rules the tracer reads but cannot follow (a chain that
 		// loops, a map value it cannot use): the port's shares are

@@ -47,6 +47,9 @@ func (r *Report) header() string {
 	if r.Node != "" {
 		fmt.Fprintf(&b, "; node %s (%s)", r.Node, r.NodeHow)
 	}
+	if len(r.Peers) > 0 {
+		fmt.Fprintf(&b, "; other nodes %s", strings.Join(r.Peers, ", "))
+	}
 	if r.Conntrack != nil {
 		fmt.Fprintf(&b, "; conntrack %s", r.Conntrack.File)
 	}
@@ -83,6 +86,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", p.Label(), len(p.Endpoints), n, p.Verdict, num(p.P, "%.3g"), num(p.Power, "%.3f"))
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := r.writeExternalTable(w); err != nil {
+		return err
+	}
+	if err := r.writePlacementTable(w); err != nil {
 		return err
 	}
 	if r.Conntrack != nil {
@@ -187,6 +196,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(w, "| %s | %.6f | %.6f | %d | %.1f | %.4f | %s |\n", e.Addr, e.P, e.Intended, e.Observed, e.Expected, e.Share, iv)
 		}
 	}
+	r.writeExternalMarkdown(w)
 	if r.Conntrack != nil {
 		r.Conntrack.writeMarkdown(w)
 	}

@@ -296,6 +296,25 @@ func zeroCounters(d *Dump) {
 			ep.Observed, ep.Fresh, ep.Sticky = 0, 0, 0
 			zeroLines(&ep.Evidence)
 		}
+		for i := range sp.Frontends {
+			f := &sp.Frontends[i]
+			f.Packets, f.Allowed, f.Denied = 0, 0, 0
+			zeroLines(&f.Evidence)
+		}
+		if xp := sp.External; xp != nil {
+			xp.Outside = 0
+			for i := range xp.Evidence {
+				zeroLines(&xp.Evidence[i])
+			}
+			for _, ep := range xp.Endpoints {
+				ep.Observed, ep.Fresh, ep.Sticky = 0, 0, 0
+				zeroLines(&ep.Evidence)
+			}
+			for i := range xp.Refused {
+				xp.Refused[i].Packets = 0
+				zeroLines(&xp.Refused[i].Evidence)
+			}
+		}
 	}
 	for i := range d.Skipped {
 		zeroLines(&d.Skipped[i].Line)

@@ -19,6 +19,7 @@ type diagnoseFlags struct {
 	conntrack           string
 	api                 string
 	node                string
+	peers               []string
 	alpha               float64
 	output              string
 	out                 string
@@ -33,7 +34,7 @@ var readConntrack = diagnose.ReadConntrackFile
 func newDiagnose(s Streams) *cobra.Command {
 	var f diagnoseFlags
 	c := &cobra.Command{
-		Use:   "diagnose --iptables-save FILE | --nft FILE | --ipvsadm FILE [--before FILE] [--api FILE] [--node NAME] [--conntrack FILE]",
+		Use:   "diagnose --iptables-save FILE | --nft FILE | --ipvsadm FILE [--before FILE] [--api FILE] [--node NAME] [--peer [NODE=]FILE ...] [--conntrack FILE]",
 		Short: "Say whether a real node's load split is normal, from its rules and counters",
 		Long: `diagnose reads what a node's tools print (iptables-save -c, nft list ruleset or
 nft -j list ruleset, ipvsadm -Ln --stats --exact optionally followed by -Lnc),
@@ -50,6 +51,17 @@ that show them. No root needed; nothing is touched.
                 -o yaml, or a scenario): names ports, finds stale and missing
                 endpoints, Local policies without a local endpoint
 --node NAME     the node the dump comes from (else inferred from the API)
+--peer [NODE=]FILE
+                another node's dump of the same cluster (same format, taken
+                at about the same time; repeatable). External traffic: each
+                port's entries (node port, external and load-balancer IPs)
+                with what their rules counted, and the split of connections
+                from outside (tested like a port's where the rules count it
+                apart: iptables under externalTrafficPolicy Local). Under
+                Local a node sees only what entered there: with the other
+                nodes' dumps (or --api's placement) each pod's count is held
+                against its node's share, and an uneven split is named:
+                placement (pods per node), the balancer, or the rules
 --conntrack FILE
                 conntrack -L of the same node (conntrack -L > FILE 2>&1, any
                 -o form): which endpoints its open connections are pinned to,
@@ -72,6 +84,7 @@ Exit codes: 0 nothing wrong; 1 a finding; 2 bad input or usage.`,
 	c.Flags().StringVar(&f.before, "before", "", "an earlier dump of the same node in the same format: use the counter deltas")
 	c.Flags().StringVar(&f.api, "api", "", "Kubernetes objects: kubectl get nodes,svc,endpointslices -A -o yaml, or a scenario file")
 	c.Flags().StringVar(&f.node, "node", "", "the node the dump was taken on (default: inferred from --api)")
+	c.Flags().StringArrayVar(&f.peers, "peer", nil, "[NODE=]FILE: another node's dump in the same format (repeatable): externalTrafficPolicy Local pods held against their node's share")
 	c.Flags().StringVar(&f.conntrack, "conntrack", "", "conntrack -L output of the same node: pinned and long-lived connections per service port, stale entries")
 	c.Flags().Float64Var(&f.alpha, "alpha", diagnose.DefaultAlpha, "family-wise level of the dump's tests (Holm over its ports)")
 	c.Flags().StringVarP(&f.output, "output", "o", "table", "output format: table, json or markdown")
@@ -103,6 +116,11 @@ func runDiagnose(w io.Writer, f *diagnoseFlags) error {
 	default:
 		return &UsageError{Err: fmt.Errorf("unknown output format %q: use table, json or markdown", f.output)}
 	}
+	for _, p := range f.peers {
+		if _, file := peerArg(p); file == "" {
+			return &UsageError{Err: fmt.Errorf("--peer %q: want [NODE=]FILE", p)}
+		}
+	}
 	d, err := readDump(format, file)
 	if err != nil {
 		return err
@@ -122,6 +140,14 @@ func runDiagnose(w io.Writer, f *diagnoseFlags) error {
 		if opt.Conntrack, err = readConntrack(f.conntrack); err != nil {
 			return err
 		}
+	}
+	for _, p := range f.peers {
+		node, file := peerArg(p)
+		pd, err := readDump(format, file)
+		if err != nil {
+			return err
+		}
+		opt.Peers = append(opt.Peers, diagnose.Peer{Node: node, Dump: pd})
 	}
 	r := diagnose.Analyze(d, opt)
 	switch f.output {
@@ -152,4 +178,13 @@ func runDiagnose(w io.Writer, f *diagnoseFlags) error {
 		return &CheckFailedError{Failed: failed}
 	}
 	return nil
+}
+
+// peerArg splits --peer's [NODE=]FILE.
+func peerArg(p string) (node, file string) {
+	node, file, ok := strings.Cut(p, "=")
+	if !ok {
+		return "", p
+	}
+	return node, file
 }

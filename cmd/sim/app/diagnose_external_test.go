@@ -1,0 +1,87 @@
+package app
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// untarExternal unpacks one of harness/diagnose's external-path fixtures
+// into a temporary folder.
+func untarExternal(t *testing.T, name string) string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "..", "harness", "diagnose", "testdata", "external", name+".tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return dir
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, filepath.Clean(h.Name))
+		if h.Typeflag == tar.TypeDir {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// externalArgs are sim diagnose's arguments for node-c's last dump of a
+// fixture, node-a's and node-b's as peers (named, and inferred from the
+// API), and the API beside it.
+func externalArgs(dir string) []string {
+	d := filepath.Join(dir, "01-diagnose-external")
+	at := func(check string) string { return filepath.Join(d, check, "after.iptables-save") }
+	return []string{"diagnose", "--iptables-save", at("004-shop-external-ip-node-c"), "--api", filepath.Join(d, "004-shop-external-ip-node-c", "api.yaml"),
+		"--peer", "node-a=" + at("002-shop-node-port-node-a"), "--peer", at("003-shop-load-balancer-node-b")}
+}
+
+// TestDiagnoseExternal: the real dumps of three nodes under an even
+// balancer to a Local Service with 1, 2 and 3 pods: exit 0, the external
+// section and the placement naming its cause; with the uniform-probability
+// fault exit 1 on the Local split; --peer without a file is usage.
+func TestDiagnoseExternal(t *testing.T) {
+	code, out, errs := run(externalArgs(untarExternal(t, "kpsim-iptables-correct"))...)
+	if code != ExitOK || !strings.Contains(out, "other nodes node-a=") || !strings.Contains(out, "node-b=") ||
+		!strings.Contains(out, "PLACEMENT demo/web:http (externalTrafficPolicy Local): cause placement") || !strings.Contains(out, "[local-placement]") {
+		t.Fatalf("correct: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = run(append(externalArgs(untarExternal(t, "kpsim-iptables-uniform-probability")), "-o", "markdown")...)
+	if code != ExitCheckFailed || !strings.Contains(errs, "unequal-rule-shares demo/web:http (external, Local, node-c)") || !strings.Contains(out, "## External traffic") {
+		t.Fatalf("fault: exit %d\n%s%s", code, out, errs)
+	}
+	nodeC := externalArgs(untarExternal(t, "kpsim-iptables-correct"))[:3]
+	for _, bad := range []string{"node-a=", "no-such-peer.txt"} {
+		code, _, errs = run(append(nodeC, "--peer", bad)...)
+		if code != ExitBadInput || !strings.Contains(errs, bad) {
+			t.Errorf("--peer %q: exit %d %s", bad, code, errs)
+		}
+	}
+}
