@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/kpsim/kpsim/sim/apiserver"
@@ -261,20 +260,14 @@ func latencyOf(rate float64, seed uint64, p pacing, full, partial cost.Estimate)
 	return l
 }
 
-// firstPacket is the rules a new connection's first packet walks: the
-// iptables cascade (cost.IPTablesFirstPacket, connections spread evenly
-// over service ports, KUBE-SERVICES in service-port name order as
-// sim/simulate orders it); constant lookups for nftables and IPVS (the
-// figures sim run reports).
+// firstPacket is the rules a new connection's first packet walks
+// (cost.FirstPackets, KUBE-SERVICES in service-port name order as
+// sim/simulate orders it), with connections spread evenly: one for each
+// cluster IP, node port, external IP and load-balancer IP that has
+// endpoints to reach. In iptables mode it grows with the Service count;
+// nftables and IPVS walk the same rules at any size.
 func firstPacket(mode cluster.Mode, order []cost.ServicePortInput) cost.FirstPacket {
-	switch mode {
-	case cluster.ModeNFTables:
-		return cost.FirstPacket{RulesP50: 5, RulesP99: 5, Note: "constant: a verdict-map lookup, the service and the endpoint chain"}
-	case cluster.ModeIPVS:
-		return cost.FirstPacket{RulesP50: 2, RulesP99: 2, Note: "constant: the KUBE-CLUSTER-IP ipset and the IPVS hash"}
-	}
-	in := slices.DeleteFunc(slices.Clone(order), func(s cost.ServicePortInput) bool { return s.Reject || s.Drop })
-	return cost.IPTablesFirstPacket(in, nil)
+	return cost.FirstPackets(mode, order, nil, true)
 }
 
 // eventRate is the scenario's API writes per second: its timeline's steps
@@ -342,7 +335,8 @@ func (res *Result) notes(ct conntrack) {
 		"figures are the node with the most objects (medianObjectsPerNode is the median node's)",
 		fmt.Sprintf("nodes %s: %s", res.Nodes, nodesNote(res.Nodes)),
 		fmt.Sprintf("event rate %.3g/s at %d Services (%s), proportional to the Service count; programming latency over a seeded Poisson stream of %s (%d-%d events) per size and variant through kube-proxy's sync runner (minSyncPeriod %.3g s, burst 2, one sync at a time), syncs partial except the periodic ones and one per FullSyncPeriod (%s), which take the full time; in iptables mode above %d endpoints (kube-proxy's large-cluster mode) and in IPVS mode (whose every later run reconciles what the kernel holds: the calibration's resync) only the start-up sync is full (rows marked startUpFullSyncOnly)", res.EventRate, res.Base.Services, res.EventRateSource, LatencySpan, MinLatencyEvents, MaxLatencyEvents, res.MinSyncPeriod, FullSyncPeriod, cluster.LargeClusterEndpoints),
-		ct.note)
+		ct.note,
+		"first-packet rules (cost.FirstPackets): rules evaluated before the DNAT, connections spread evenly over every cluster IP, node port, external IP and load-balancer IP with endpoints to reach on the node; p50/p99 over every path, and by path (node port; load-balancer and external IP; JSON also clusterIP). In iptables mode a node port's first packet walks all of KUBE-SERVICES first; nftables and IPVS walk the same rules at any size")
 	for _, m := range res.Models {
 		if m.Emulated {
 			res.Notes = append(res.Notes, fmt.Sprintf("%s: calibrated in the microVM under emulation, each point divided by the VM/host ratio measured at its size (the same calibration in the VM and on the host)", m.Variant))

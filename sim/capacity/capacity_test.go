@@ -228,3 +228,70 @@ func TestBandsHoldEstimates(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalCarried: the sweep counts the scenario's NodePort Services'
+// external objects (IPVS: one more virtual server per node port, the
+// node's one address) and gives their first packets' walk, which in
+// iptables mode comes after every cluster IP rule of KUBE-SERVICES.
+func TestExternalCarried(t *testing.T) {
+	res := sweep(t, Options{Sizes: []int{200, 1000}})
+	for _, sz := range res.Sizes {
+		st, _, err := stateOf(mustScaled(t, sz.Services), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodePorts := 0
+		for _, sp := range st.Services {
+			if sp.NodePort != 0 {
+				nodePorts++
+			}
+		}
+		if nodePorts == 0 {
+			t.Fatalf("%d Services: no node port to test", sz.Services)
+		}
+		for _, r := range sz.Rows {
+			fp := r.FirstPacket
+			if r.Mode == cluster.ModeIPVS && r.Counts.VirtualServers != sz.Shape.ServicePorts+nodePorts {
+				t.Errorf("%d Services, %s: %d virtual servers, want %d cluster IPs and %d node ports", sz.Services, r.Variant, r.Counts.VirtualServers, sz.Shape.ServicePorts, nodePorts)
+			}
+			if fp.NodePort == nil || fp.ClusterIP == nil {
+				t.Errorf("%d Services, %s: no node-port or cluster-IP walk: %+v", sz.Services, r.Variant, fp)
+				continue
+			}
+			// Every cluster IP with endpoints on the node has its rule in
+			// KUBE-SERVICES: at least the ports without internalTrafficPolicy
+			// Local (10 %) or not-ready endpoints (2 %).
+			if min := 0.85 * float64(sz.Shape.ServicePorts); r.Mode == cluster.ModeIPTables && (fp.NodePort.RulesP50 < min || fp.NodePort.RulesP50 <= fp.ClusterIP.RulesP50) {
+				t.Errorf("%d Services, %s: node port p50 %v, cluster IP p50 %v: a node port walks all of KUBE-SERVICES first (> %v rules)", sz.Services, r.Variant, fp.NodePort.RulesP50, fp.ClusterIP.RulesP50, min)
+			}
+		}
+	}
+	var items int
+	for _, d := range res.PerfData().DataItems {
+		if d.Labels["Metric"] == "FirstPacketRulesNodePort" {
+			items++
+		}
+	}
+	if want := 2 * len(res.Models); items != want {
+		t.Errorf("%d FirstPacketRulesNodePort items, want %d", items, want)
+	}
+}
+
+func mustScaled(t *testing.T, n int) *scenario.Loaded {
+	t.Helper()
+	l := load(t)
+	sl, _, err := scaled(l, shapeOfLoaded(t, l), n, NodesScaled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sl
+}
+
+func shapeOfLoaded(t *testing.T, l *scenario.Loaded) Shape {
+	t.Helper()
+	st, _, err := stateOf(l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shapeOf(l.Scenario.Generate.Services, st)
+}

@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"net/netip"
 	"slices"
 
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -42,6 +43,7 @@ func countNodes(mode cluster.Mode, st *cluster.State) (nodeCounts, error) {
 		}
 		r := engine.Render(em, sp, eps, "", "", ids[i], engine.RenderOptions{})
 		shared[i] = r.CostInput(name)
+		engine.AddExternal(&shared[i], em, sp, eps, "", "", netip.Addr{}, engine.RenderOptions{})
 	}
 	in := slices.Clone(shared)
 	all := make([]cost.Counts, len(nodes))
@@ -54,14 +56,17 @@ func countNodes(mode cluster.Mode, st *cluster.State) (nodeCounts, error) {
 	locals := cost.Locals(nodes, eps)
 	cache := make([]nodeCache, len(dep))
 	for k, i := range dep {
-		cache[k] = newNodeCache(st.Endpoints[names[i]])
+		cache[k] = newNodeCache(st.Services[names[i]], st.Endpoints[names[i]])
 	}
 	for ni, node := range nodes {
-		zone := st.Nodes[node].Zone
+		zone, ip := st.Nodes[node].Zone, st.Nodes[node].IP
 		for k, i := range dep {
 			in[i] = cache[k].get(node, zone, func() cost.ServicePortInput {
-				r := engine.Render(em, st.Services[names[i]], st.Endpoints[names[i]], node, zone, ids[i], engine.RenderOptions{})
-				return r.CostInput(names[i])
+				sp, eps := st.Services[names[i]], st.Endpoints[names[i]]
+				r := engine.Render(em, sp, eps, node, zone, ids[i], engine.RenderOptions{})
+				c := r.CostInput(names[i])
+				engine.AddExternal(&c, em, sp, eps, node, zone, ip, engine.RenderOptions{})
+				return c
 			})
 		}
 		all[ni] = cost.CountOn(mode, in, locals[ni], true)
@@ -84,14 +89,17 @@ func countNodes(mode cluster.Mode, st *cluster.State) (nodeCounts, error) {
 // rendering can depend on: the node's name when an endpoint runs there or
 // names it in a hint, else only the node's zone (zone hints). Nodes that
 // host none of a Local Service's endpoints share one rendering per zone,
-// which keeps a sweep at hundreds of nodes linear in the endpoints.
+// which keeps a sweep at hundreds of nodes linear in the endpoints. A
+// load-balancer IP's source ranges depend on the node's address
+// (cost.External.FromNode): such a port is rendered per node.
 type nodeCache struct {
-	hosts map[string]bool
-	seen  map[string]cost.ServicePortInput
+	hosts   map[string]bool
+	perNode bool
+	seen    map[string]cost.ServicePortInput
 }
 
-func newNodeCache(eps []*cluster.Endpoint) nodeCache {
-	c := nodeCache{hosts: map[string]bool{}, seen: map[string]cost.ServicePortInput{}}
+func newNodeCache(sp *cluster.ServicePort, eps []*cluster.Endpoint) nodeCache {
+	c := nodeCache{hosts: map[string]bool{}, seen: map[string]cost.ServicePortInput{}, perNode: sourceRanges(sp)}
 	for _, e := range eps {
 		c.hosts[e.NodeName] = true
 		for _, h := range e.NodeHints {
@@ -103,7 +111,7 @@ func newNodeCache(eps []*cluster.Endpoint) nodeCache {
 
 func (c nodeCache) get(node, zone string, render func() cost.ServicePortInput) cost.ServicePortInput {
 	key := "zone/" + zone
-	if c.hosts[node] {
+	if c.perNode || c.hosts[node] {
 		key = "node/" + node
 	}
 	in, ok := c.seen[key]
@@ -114,8 +122,16 @@ func (c nodeCache) get(node, zone string, render func() cost.ServicePortInput) c
 	return in
 }
 
+// nodeDependent: the port's rules differ between nodes: a Local traffic
+// policy (internal, or external on a port reachable from outside), source
+// ranges, or topology hints.
 func nodeDependent(sp *cluster.ServicePort, eps []*cluster.Endpoint) bool {
-	return sp.InternalLocal || slices.ContainsFunc(eps, func(e *cluster.Endpoint) bool {
+	return sp.InternalLocal || sp.ExternalLocal && engine.HasExternal(sp) || sourceRanges(sp) || slices.ContainsFunc(eps, func(e *cluster.Endpoint) bool {
 		return len(e.ZoneHints) > 0 || len(e.NodeHints) > 0
 	})
+}
+
+// sourceRanges: load-balancer IPs with loadBalancerSourceRanges.
+func sourceRanges(sp *cluster.ServicePort) bool {
+	return len(sp.LoadBalancerIPs) > 0 && len(sp.SourceRanges) > 0
 }

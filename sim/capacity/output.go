@@ -51,7 +51,7 @@ func latencyText(l *Latency, short bool) (p50, p99 string) {
 	return p50, p99
 }
 
-var columns = []string{"Services", "Nodes", "Mode", "Objects/node", "Full sync", "Partial sync", "Prog. latency p50", "Prog. latency p99", "First packet rules p50/p99", "Conntrack entries", "Conntrack memory"}
+var columns = []string{"Services", "Nodes", "Mode", "Objects/node", "Full sync", "Partial sync", "Prog. latency p50", "Prog. latency p99", "First packet rules p50/p99", "Node port p50/p99", "LB/ext IP p50/p99", "Conntrack entries", "Conntrack memory"}
 
 func (res *Result) cells(short bool) [][]string {
 	var out [][]string
@@ -66,11 +66,20 @@ func (res *Result) cells(short bool) [][]string {
 				strconv.Itoa(sz.Services), strconv.Itoa(sz.Shape.Nodes), r.Variant.String(), strconv.Itoa(r.Objects),
 				full, est(r.PartialSync, short), p50, p99,
 				fmt.Sprintf("%.0f/%.0f", r.FirstPacket.RulesP50, r.FirstPacket.RulesP99),
+				walkText(r.FirstPacket.NodePort), walkText(r.FirstPacket.LoadBalancer),
 				strconv.FormatInt(r.ConntrackEntries, 10), mib(r.ConntrackBytes),
 			})
 		}
 	}
 	return out
+}
+
+// walkText is a path's first-packet rules, "-" when nothing takes it.
+func walkText(p *cost.PathWalk) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f/%.0f", p.RulesP50, p.RulesP99)
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
@@ -160,7 +169,10 @@ type DataItem struct {
 // PerfData turns the sweep into ClusterLoader2 PerfData: per size and
 // variant, NetworkProgrammingLatency (Perc50, Perc99 in ms), FullSync and
 // PartialSync (Perc50 the estimate, Low and High its band, in ms),
-// ObjectsPerNode, FirstPacketRules (Perc50, Perc99) and ConntrackEntries.
+// ObjectsPerNode, FirstPacketRules (Perc50, Perc99; every path), with
+// FirstPacketRulesNodePort and FirstPacketRulesLoadBalancer where the
+// scenario has node ports or load-balancer and external IPs, and
+// ConntrackEntries.
 // Every item carries the same labels (perfdash wants that): Metric, Mode,
 // Variant, Services and Extrapolated.
 func (res *Result) PerfData() PerfData {
@@ -182,6 +194,14 @@ func (res *Result) PerfData() PerfData {
 			}
 			item("ObjectsPerNode", "objects", false, map[string]float64{"Max": float64(r.Objects), "Perc50": float64(r.MedianObjects)})
 			item("FirstPacketRules", "rules", false, map[string]float64{"Perc50": r.FirstPacket.RulesP50, "Perc99": r.FirstPacket.RulesP99})
+			for _, p := range []struct {
+				metric string
+				w      *cost.PathWalk
+			}{{"FirstPacketRulesNodePort", r.FirstPacket.NodePort}, {"FirstPacketRulesLoadBalancer", r.FirstPacket.LoadBalancer}} {
+				if p.w != nil {
+					item(p.metric, "rules", false, map[string]float64{"Perc50": p.w.RulesP50, "Perc99": p.w.RulesP99})
+				}
+			}
 			item("ConntrackEntries", "entries", false, map[string]float64{"Max": float64(r.ConntrackEntries)})
 		}
 	}

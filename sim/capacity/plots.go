@@ -60,6 +60,13 @@ var metricPlots = []metricPlot{
 		v := r.FirstPacket.RulesP99
 		return v, v, v, false, v > 0
 	}},
+	{"first-packet-node-port.png", "Rules a node port's first packet walks, p99", "rules", true, func(r *Row) (float64, float64, float64, bool, bool) {
+		if r.FirstPacket.NodePort == nil {
+			return 0, 0, 0, false, false
+		}
+		v := r.FirstPacket.NodePort.RulesP99
+		return v, v, v, false, v > 0
+	}},
 }
 
 func (res *Result) plots() []plotFile {

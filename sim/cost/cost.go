@@ -2,9 +2,13 @@
 // cluster state: rules or objects programmed, bytes sent per sync, full and
 // partial sync time, the work a first packet does, and conntrack memory.
 //
-// Counts follow kube-proxy's rule layout (reference kube-proxy.md §1.4, §2.1,
-// §3) as formulas, independently of the dataplane's renderers; a test holds
-// the iptables formula against the real renderer's output. Sync times come
+// Counts (count.go) follow kube-proxy v1.37.2's layout (reference
+// kube-proxy.md §1.4, §2.1, §3) as formulas, independently of the
+// dataplane's renderers, node ports, external IPs, load-balancer IPs and
+// their source ranges and health-check node ports included (External);
+// render_test.go holds every mode's counts against the renderers' output.
+// FirstPackets (firstpacket.go) gives the rules a first packet walks by
+// path: cluster IP, node port, load-balancer or external IP. Sync times come
 // from calibration files in results/calibration/ that `sim calibrate`
 // measures on a real kernel; without one, the defaults below (measured on
 // this project's reference machine, design.md) are used and the report says
@@ -91,7 +95,6 @@ package cost
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -104,203 +107,6 @@ import (
 
 	"github.com/kpsim/kpsim/sim/cluster"
 )
-
-// Counts are the objects one node programs.
-type Counts struct {
-	Mode cluster.Mode `json:"mode"`
-	// iptables: rules per table and chains.
-	NatRules    int `json:"natRules,omitempty"`
-	FilterRules int `json:"filterRules,omitempty"`
-	Chains      int `json:"chains,omitempty"`
-	// nftables: chains, rules, map and set elements, named sets (ClientIP
-	// affinity's, besides the fixed ones), and anonymous sets and maps
-	// (kube-proxy layout: a service port's inline numgen DNAT map when it
-	// has two or more endpoints, its numgen verdict map under affinity).
-	NFTChains   int `json:"nftChains,omitempty"`
-	NFTRules    int `json:"nftRules,omitempty"`
-	MapElements int `json:"mapElements,omitempty"`
-	Sets        int `json:"sets,omitempty"`
-	AnonSets    int `json:"anonSets,omitempty"`
-	// ipvs: virtual servers, real servers, ipset entries, iptables rules.
-	VirtualServers int `json:"virtualServers,omitempty"`
-	RealServers    int `json:"realServers,omitempty"`
-	IPSetEntries   int `json:"ipsetEntries,omitempty"`
-	IPVSRules      int `json:"ipvsIptablesRules,omitempty"`
-	// Objects is the size measure sync time is interpolated on: rules for
-	// iptables, rules plus elements for nftables, real servers plus ipset
-	// entries for IPVS.
-	Objects int `json:"objects"`
-	// Bytes is the size of a full restore / transaction.
-	Bytes int `json:"bytes"`
-}
-
-// nftFixedSets are kube-proxy v1.37's named sets and maps of the table
-// (cluster-ips, nodeport-ips, hairpin-connections, service-ips,
-// service-nodeports, no-endpoint-services, no-endpoint-nodeports,
-// firewall-ips); ClientIP affinity adds one per endpoint (Counts.Sets).
-const nftFixedSets = 8
-
-// Per-line sizes of kube-proxy's text, measured on rendered rules (the
-// renderer test checks the iptables ones within 10 %).
-const (
-	bytesSvcRule      = 150 // -A KUBE-SERVICES ... cluster IP ... -j KUBE-SVC-...
-	bytesMasqRule     = 160
-	bytesProbRule     = 170
-	bytesSepRule      = 110
-	bytesAffinityRule = 190
-	bytesNFTElement   = 90
-	bytesNFTRule      = 120
-	// bytesNFTInlineEndpoint is one "N : ip . port ," entry of an inline
-	// DNAT map.
-	bytesNFTInlineEndpoint = 24
-)
-
-// ServicePortInput is what the counting needs of one service port on a node.
-type ServicePortInput struct {
-	Name      cluster.ServicePortName
-	Endpoints int // endpoints in its chain on this node (after policy)
-	Reachable int // endpoints with a SEP chain (all locally reachable)
-	// Local are the service port's endpoints on this node, whatever their
-	// readiness: IPVS mode's KUBE-LOOP-BACK entries (kube-proxy walks the
-	// whole endpoints map for hairpin masquerading). The rendering does not
-	// know the node's endpoints; the caller sets it per node.
-	Local    int
-	Affinity bool // ClientIP
-	Reject   bool // no endpoints: filter REJECT
-	Drop     bool // Local without local endpoints: filter DROP
-}
-
-// LocalPort is a service port with endpoints on a node: its index in the
-// inputs and how many (ServicePortInput.Local).
-type LocalPort struct{ Port, N int32 }
-
-// Locals indexes endpoints by node: for each of nodes, the service ports
-// of eps (one endpoint list per input, in input order) with IPv4
-// endpoints there, whatever their readiness, as dataplane/ipvs writes
-// KUBE-LOOP-BACK. It is linear in the endpoints.
-func Locals(nodes []string, eps [][]*cluster.Endpoint) [][]LocalPort {
-	at := make(map[string]int, len(nodes))
-	for i, n := range nodes {
-		at[n] = i
-	}
-	out := make([][]LocalPort, len(nodes))
-	for p, list := range eps {
-		for _, e := range list {
-			ni, ok := at[e.NodeName]
-			if !ok || !e.IP.Is4() {
-				continue
-			}
-			l := out[ni]
-			if k := len(l) - 1; k >= 0 && l[k].Port == int32(p) {
-				l[k].N++
-				continue
-			}
-			out[ni] = append(l, LocalPort{Port: int32(p), N: 1})
-		}
-	}
-	return out
-}
-
-// CountOn is Count on one node: in with the node's Locals set, and reset
-// to zero when it returns, so one input slice serves every node.
-func CountOn(mode cluster.Mode, in []ServicePortInput, local []LocalPort, masquerade bool) Counts {
-	for _, l := range local {
-		in[l.Port].Local = int(l.N)
-	}
-	c := Count(mode, in, masquerade)
-	for _, l := range local {
-		in[l.Port].Local = 0
-	}
-	return c
-}
-
-// Count computes a node's objects in one mode. masquerade says whether the
-// per-Service masquerade rule is written (a pod CIDR is known or
-// masqueradeAll).
-func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
-	c := Counts{Mode: mode}
-	switch mode {
-	case cluster.ModeIPTables:
-		// Constant chains and jumps (KUBE-SERVICES, -MARK-MASQ, -POSTROUTING,
-		// -FORWARD, -NODEPORTS, -EXTERNAL-SERVICES, -PROXY-FIREWALL, ...).
-		c.Chains, c.NatRules, c.FilterRules = 12, 6, 8
-		for _, s := range in {
-			switch {
-			case s.Reject || s.Drop:
-				c.FilterRules++
-				c.Bytes += bytesSvcRule
-				continue
-			}
-			c.Chains += 1 + s.Reachable // SVC + SEPs
-			c.NatRules += 1             // KUBE-SERVICES
-			c.Bytes += bytesSvcRule
-			if masquerade {
-				c.NatRules++
-				c.Bytes += bytesMasqRule
-			}
-			c.NatRules += s.Endpoints + 2*s.Reachable
-			c.Bytes += s.Endpoints*bytesProbRule + 2*s.Reachable*bytesSepRule
-			if s.Affinity {
-				c.NatRules += s.Endpoints
-				c.Bytes += s.Endpoints * bytesAffinityRule
-			}
-		}
-		c.Objects = c.NatRules + c.FilterRules + c.Chains // restore lines
-	case cluster.ModeNFTables:
-		// kube-proxy v1.37's fixed part: 8 base chains and 7 regular
-		// ones (services, masquerading, reject-chain and the four
-		// checks) with their 21 rules (the service CIDR drop rule
-		// included); masquerading off-cluster traffic is one rule in
-		// services, not one per Service.
-		c.NFTChains, c.NFTRules = 15, 21
-		if masquerade {
-			c.NFTRules++
-		}
-		for _, s := range in {
-			c.MapElements += 2 // cluster-ips; service-ips or no-endpoint-services
-			c.Bytes += 2 * bytesNFTElement
-			if s.Reject || s.Drop {
-				continue
-			}
-			c.NFTChains++ // the service chain
-			if !s.Affinity {
-				// One DNAT rule, the endpoints inline in its numgen map:
-				// an anonymous map whose elements the kernel inserts one
-				// by one, as it does a named set's. One endpoint is a
-				// plain `dnat to`, no map (kube-proxy since PR #140723).
-				c.NFTRules++
-				c.MapElements += s.Endpoints
-				c.Bytes += bytesNFTRule + s.Endpoints*bytesNFTInlineEndpoint
-				if s.Endpoints >= 2 {
-					c.AnonSets++
-				}
-				continue
-			}
-			// ClientIP affinity: an endpoint chain (update, DNAT) and a
-			// set per endpoint, a lookup per endpoint and the numgen vmap
-			// (anonymous, even over one endpoint) in the service chain.
-			if s.Endpoints >= 1 {
-				c.AnonSets++
-			}
-			c.NFTChains += s.Reachable
-			c.Sets += s.Reachable
-			c.NFTRules += 1 + 3*s.Reachable
-			c.Bytes += (1 + 3*s.Reachable) * bytesNFTRule
-		}
-		c.Objects = c.NFTRules + c.MapElements + c.NFTChains + c.Sets
-	case cluster.ModeIPVS:
-		c.IPVSRules = 24 // the constant rule set of kube-proxy's IPVS mode
-		for _, s := range in {
-			c.VirtualServers++
-			c.IPSetEntries++ // KUBE-CLUSTER-IP
-			c.RealServers += s.Endpoints
-			c.IPSetEntries += s.Local // KUBE-LOOP-BACK
-		}
-		c.Objects = c.RealServers + c.VirtualServers + c.IPSetEntries
-		c.Bytes = c.Objects * 64 // netlink messages
-	}
-	return c
-}
 
 // Calibration is sync time against size for one mode and variant, as `sim
 // calibrate` writes it.
@@ -537,57 +343,6 @@ func Find(cs []Calibration, mode cluster.Mode, variant string) (Calibration, boo
 		}
 	}
 	return Calibration{}, false
-}
-
-// FirstPacket is the work the first packet of a new connection does.
-type FirstPacket struct {
-	// RulesP50/P99 are rules evaluated (iptables: KUBE-SERVICES position plus
-	// the Service chain's rules up to the chosen endpoint), weighted by
-	// connections; lookups for nftables and IPVS are constant.
-	RulesP50 float64 `json:"rulesP50"`
-	RulesP99 float64 `json:"rulesP99"`
-	Note     string  `json:"note"`
-}
-
-// IPTablesFirstPacket computes rules walked per new connection. positions
-// are the service ports in KUBE-SERVICES order, with their connection share
-// and endpoint count (the cascade stops at rule i with the chosen endpoint,
-// (n+1)/2 rules on average, plus the masquerade rule and the SEP's two).
-func IPTablesFirstPacket(order []ServicePortInput, weights []float64) FirstPacket {
-	type wv struct{ w, v float64 }
-	xs := make([]wv, 0, len(order))
-	total := 0.0
-	for i, s := range order {
-		w := 1.0
-		if weights != nil {
-			w = weights[i]
-		}
-		if w == 0 {
-			continue
-		}
-		n := float64(max(s.Endpoints, 1))
-		rules := float64(i+1) + 1 + (n+1)/2 + 2
-		if s.Affinity {
-			rules += n
-		}
-		xs = append(xs, wv{w, rules})
-		total += w
-	}
-	slices.SortFunc(xs, func(a, b wv) int { return cmp.Compare(a.v, b.v) })
-	q := func(p float64) float64 {
-		acc := 0.0
-		for _, x := range xs {
-			acc += x.w
-			if acc >= p*total {
-				return x.v
-			}
-		}
-		if len(xs) == 0 {
-			return 0
-		}
-		return xs[len(xs)-1].v
-	}
-	return FirstPacket{RulesP50: q(0.5), RulesP99: q(0.99), Note: "KUBE-SERVICES is linear in Service count: a Service's position sets its cost"}
 }
 
 // Conntrack sizes a node's conntrack table.

@@ -161,7 +161,13 @@ func (s Sync) Extrapolated() bool {
 type FirstPacket struct {
 	RulesP50 float64 `json:"rulesP50"`
 	RulesP99 float64 `json:"rulesP99"`
-	Note     string  `json:"note"`
+	// ClusterIP, NodePort and LoadBalancer (load-balancer and external
+	// IPs) are the same by path, each the worst node's; nil when no new
+	// connection took it (sim/cost's FirstPackets).
+	ClusterIP    *cost.PathWalk `json:"clusterIP,omitempty"`
+	NodePort     *cost.PathWalk `json:"nodePort,omitempty"`
+	LoadBalancer *cost.PathWalk `json:"loadBalancer,omitempty"`
+	Note         string         `json:"note"`
 }
 
 // Conntrack is the conntrack table at its peak, on the busiest node.

@@ -44,6 +44,8 @@ func (r *Report) rows() []row {
 		{"first packet: rules p50 / p99", func(m *Mode) string {
 			return fmt.Sprintf("%s / %s", num(m.FirstPacket.RulesP50), num(m.FirstPacket.RulesP99))
 		}},
+		{"  via node port p50 / p99", func(m *Mode) string { return walkCell(m.FirstPacket.NodePort) }},
+		{"  via LB or external IP p50 / p99", func(m *Mode) string { return walkCell(m.FirstPacket.LoadBalancer) }},
 		{"conntrack peak (busiest node)", func(m *Mode) string {
 			return fmt.Sprintf("%s entries, %s", count(m.Conntrack.PeakEntries), byteSize(m.Conntrack.Bytes))
 		}},
@@ -106,6 +108,14 @@ func (r *Report) rows() []row {
 	}
 	rows = append(rows, r.externalRows()...)
 	return append(rows, r.longLivedRows()...)
+}
+
+// walkCell is a path's first-packet rules p50 / p99, "-" without traffic.
+func walkCell(p *cost.PathWalk) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s", num(p.RulesP50), num(p.RulesP99))
 }
 
 // selfCheckCell is the self-check's verdict in a few words.

@@ -4,6 +4,8 @@ package simulate
 // new connection's first packet walks.
 
 import (
+	"net/netip"
+
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
 	"github.com/kpsim/kpsim/sim/engine"
@@ -12,7 +14,10 @@ import (
 
 // syncCosts counts each node's objects in the initial state and turns them
 // into full and partial sync times: the caller's SyncTime if set, else the
-// calibration if there is one, else zero (instant syncs).
+// calibration if there is one, else zero (instant syncs). The counts come
+// from the cluster IP entries (the service ports), each with its external
+// destinations (cost.External, from its ServicePort): an external
+// frontend's entry is traffic through objects its service port has.
 func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options) {
 	nn := len(w.nodes)
 	md.counts = make([]cost.Counts, nn)
@@ -27,20 +32,17 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 			md.cal = "none: " + err.Error()
 		}
 	}
-	in := make([]cost.ServicePortInput, len(w.svcs)) // refilled per node
-	names, eps := make([]string, nn), make([][]*cluster.Endpoint, len(w.svcs))
+	in := make([]cost.ServicePortInput, w.nBase) // refilled per node
+	names, eps := make([]string, nn), make([][]*cluster.Endpoint, w.nBase)
 	for ni, n := range w.nodes {
 		names[ni] = n.name
 	}
-	for s := range w.svcs {
+	for s := range w.nBase {
 		eps[s] = w.gvs[w.svcs[s].gvs[0]].eps
 	}
 	locals := cost.Locals(names, eps)
 	for ni := range w.nodes {
-		for s := range w.svcs {
-			r := md.ruleAt(int(w.svcs[s].gvs[0]), ni)
-			in[s] = r.CostInput(w.svcs[s].name)
-		}
+		w.costInputs(md, ni, in)
 		c := cost.CountOn(md.name, in, locals[ni], true)
 		md.counts[ni] = c
 		switch {
@@ -59,54 +61,124 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 	}
 }
 
-// firstPacket is the rules a new connection's first packet walks. In
-// iptables mode it is linear in the Service's position in KUBE-SERVICES
-// (sim/cost); the figure is the worst node's, weighted by the node's
-// connections. nftables and IPVS look the Service up in a hash.
-func (w *world) firstPacket(mi int, res []*nodeResult) report.FirstPacket {
-	md := w.modes[mi]
-	switch md.mode {
-	case engine.NFTables:
-		return report.FirstPacket{RulesP50: 5, RulesP99: 5, Note: "constant: one service-ips verdict-map lookup, the service chain (masquerade check, numgen vmap) and the endpoint chain (masquerade check, dnat); affinity adds one set lookup per endpoint"}
-	case engine.IPVS:
-		return report.FirstPacket{RulesP50: 2, RulesP99: 2, Note: "constant: KUBE-SERVICES matches the KUBE-CLUSTER-IP ipset (a hash), then IPVS finds the virtual server in its hash table"}
+// costInputs fills in (one per cluster IP entry, in KUBE-SERVICES order:
+// service-port name order) with node ni's rules of each service port's
+// initial version and its external destinations there. The node's address
+// is not in the world: no load-balancer source range is taken to hold it
+// (cost.External.FromNode).
+func (w *world) costInputs(md *modeData, ni int, in []cost.ServicePortInput) {
+	nd := &w.nodes[ni]
+	for s := range w.nBase {
+		sv := &w.svcs[s]
+		g := &w.gvs[sv.gvs[0]]
+		in[s] = md.ruleAt(int(sv.gvs[0]), ni).CostInput(sv.name)
+		if g.sp != nil {
+			engine.AddExternal(&in[s], md.mode, g.sp, g.eps, nd.name, nd.zone, netip.Addr{}, engine.RenderOptions{})
+		}
 	}
+}
+
+// firstPacket is the rules a new connection's first packet walks
+// (cost.FirstPackets): per path and over all of them, each figure the
+// worst node's, weighted by the node's new connections. In iptables mode
+// it is linear in the Service's position in KUBE-SERVICES, and node ports
+// come after all of it; nftables and IPVS look the Service up in a hash.
+func (w *world) firstPacket(mi int, res []*nodeResult) report.FirstPacket {
 	var fp report.FirstPacket
+	worst := func(p **cost.PathWalk, n *cost.PathWalk) {
+		switch {
+		case n == nil:
+		case *p == nil:
+			c := *n
+			*p = &c
+		default:
+			(*p).RulesP50, (*p).RulesP99 = max((*p).RulesP50, n.RulesP50), max((*p).RulesP99, n.RulesP99)
+		}
+	}
 	for _, nr := range res {
 		fp.RulesP50 = max(fp.RulesP50, nr.fp.RulesP50)
 		fp.RulesP99 = max(fp.RulesP99, nr.fp.RulesP99)
+		worst(&fp.ClusterIP, nr.fp.ClusterIP)
+		worst(&fp.NodePort, nr.fp.NodePort)
+		worst(&fp.LoadBalancer, nr.fp.LoadBalancer)
 		fp.Note = nr.fp.Note
 	}
 	return fp
 }
 
-// firstPacketNode is one node's iptables first-packet figures, weighted by
-// its new connections per service port (computed before the node's
-// counts are folded).
+// firstPacketNode is one node's first-packet figures, weighted by its new
+// connections per entry (computed before the node's counts are folded):
+// a cluster IP entry's on its service port's cluster IP, an external
+// frontend's on its service port's node port, external IPs or
+// load-balancer IPs.
 func (w *world) firstPacketNode(mi, ni int, nr *nodeResult, wk *worker) report.FirstPacket {
 	md := w.modes[mi]
-	if md.mode != engine.IPTables {
-		return report.FirstPacket{}
-	}
+	n := int(w.nBase)
 	// The inputs are megabytes at 30,000 service ports: the worker's,
 	// reused from node to node.
-	in := take(&wk.fpIn, len(w.svcs))
-	weights := take(&wk.fpWeights, len(w.svcs))
+	in := take(&wk.fpIn, n)
+	weights := take(&wk.fpWeights, 4*n)
 	defer func() { wk.fpIn, wk.fpWeights = in, weights }()
+	w.costInputs(md, ni, in)
+	ws := &cost.Weights{ClusterIP: weights[:n]}
 	total := 0.0
 	for s := range w.svcs {
 		sv := &w.svcs[s]
-		in[s] = md.ruleAt(int(sv.gvs[0]), ni).CostInput(sv.name)
+		var c float64
 		for _, g := range sv.gvs {
-			weights[s] += float64(nr.gv[g].Total - nr.gv[g].Established)
+			c += float64(nr.gv[g].Total - nr.gv[g].Established)
 		}
-		total += weights[s]
+		if c == 0 {
+			continue
+		}
+		total += c
+		b := int(sv.base)
+		switch p := pathOf(sv.via, &in[b]); p {
+		case cost.PathClusterIP:
+			ws.ClusterIP[b] += c
+		default:
+			at := pathWeights(ws, p, weights, n)
+			at[b] += c
+		}
 	}
-	ws := weights
 	if total == 0 {
-		ws = nil
+		ws = nil // no traffic: every destination alike
 	}
-	f := cost.IPTablesFirstPacket(in, ws)
-	return report.FirstPacket{RulesP50: f.RulesP50, RulesP99: f.RulesP99,
-		Note: f.Note + "; KUBE-SERVICES in service-port name order; the worst node's quantiles over its new connections"}
+	f := cost.FirstPackets(md.name, in, ws, true)
+	return report.FirstPacket{RulesP50: f.RulesP50, RulesP99: f.RulesP99, ClusterIP: f.ClusterIP, NodePort: f.NodePort, LoadBalancer: f.LoadBalancer,
+		Note: f.Note + "; the worst node's quantiles over its new connections"}
+}
+
+// pathOf is the cost model's path of an entry reached via v: a load
+// balancer without a load-balancer IP sends to the node port.
+func pathOf(v cluster.Via, in *cost.ServicePortInput) cost.Path {
+	switch v {
+	case cluster.ViaNodePort:
+		return cost.PathNodePort
+	case cluster.ViaExternalIP:
+		return cost.PathExternalIP
+	case cluster.ViaLoadBalancer:
+		if in.External.LoadBalancerIPs == 0 {
+			return cost.PathNodePort
+		}
+		return cost.PathLoadBalancer
+	}
+	return cost.PathClusterIP
+}
+
+// pathWeights is path p's part of buf (4n weights), set in ws on first use.
+func pathWeights(ws *cost.Weights, p cost.Path, buf []float64, n int) []float64 {
+	var at *[]float64
+	switch p {
+	case cost.PathNodePort:
+		at = &ws.NodePort
+	case cost.PathExternalIP:
+		at = &ws.ExternalIP
+	default:
+		at = &ws.LoadBalancer
+	}
+	if *at == nil {
+		*at = buf[int(p)*n : (int(p)+1)*n]
+	}
+	return *at
 }
