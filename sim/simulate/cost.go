@@ -4,7 +4,6 @@ package simulate
 // new connection's first packet walks.
 
 import (
-	"net/netip"
 
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
@@ -63,9 +62,9 @@ func (w *world) syncCosts(md *modeData, cal cost.Calibration, ok bool, o Options
 
 // costInputs fills in (one per cluster IP entry, in KUBE-SERVICES order:
 // service-port name order) with node ni's rules of each service port's
-// initial version and its external destinations there. The node's address
-// is not in the world: no load-balancer source range is taken to hold it
-// (cost.External.FromNode).
+// initial version and its external destinations there (a load-balancer
+// source range holding the node's address adds its rules:
+// cost.External.FromNode).
 func (w *world) costInputs(md *modeData, ni int, in []cost.ServicePortInput) {
 	nd := &w.nodes[ni]
 	for s := range w.nBase {
@@ -73,7 +72,7 @@ func (w *world) costInputs(md *modeData, ni int, in []cost.ServicePortInput) {
 		g := &w.gvs[sv.gvs[0]]
 		in[s] = md.ruleAt(int(sv.gvs[0]), ni).CostInput(sv.name)
 		if g.sp != nil {
-			engine.AddExternal(&in[s], md.mode, g.sp, g.eps, nd.name, nd.zone, netip.Addr{}, engine.RenderOptions{})
+			engine.AddExternal(&in[s], md.mode, g.sp, g.eps, nd.name, nd.zone, nd.ip, engine.RenderOptions{})
 		}
 	}
 }

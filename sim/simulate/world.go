@@ -63,6 +63,7 @@ type world struct {
 
 type nodeInfo struct {
 	name, zone string
+	ip         netip.Addr
 }
 
 // svcInfo is one service port over the whole run. Its endpoint IDs are
@@ -253,7 +254,7 @@ func buildWorld(ctx context.Context, m *apiserver.Model, modes []cluster.Mode, o
 	m.Release()
 	w := &world{sc: sc, svcByName: map[cluster.ServicePortName]int32{}, tlSvc: -1, cals: o.Calibrations, seed: m.Expanded.Seed, loaded: m.Loaded}
 	for _, n := range initial.SortedNodes() {
-		w.nodes = append(w.nodes, nodeInfo{name: n, zone: initial.Nodes[n].Zone})
+		w.nodes = append(w.nodes, nodeInfo{name: n, zone: initial.Nodes[n].Zone, ip: initial.Nodes[n].IP})
 	}
 	if len(w.nodes) == 0 {
 		return nil, fmt.Errorf("the scenario has no nodes")
