@@ -37,16 +37,15 @@ var (
 
 // portSpec is one service port of the test state.
 type portSpec struct {
-	proto                     corev1.Protocol
-	eps, local                int // endpoints, of which on testNode
-	affinity                  bool
-	internalLocal, extLocal   bool
-	nodePort, hc              bool
-	extIPs, lbIPs             int
-	ranges                    []string
-	notReadyLocal             int // more local endpoints, not ready
-	name                      string
-	loadBalancer, externalIPs bool
+	proto                   corev1.Protocol
+	eps, local              int // endpoints, of which on testNode
+	affinity                bool
+	internalLocal, extLocal bool
+	nodePort, hc            bool
+	extIPs, lbIPs           int
+	ranges                  []string
+	notReadyLocal           int // more local endpoints, not ready
+	name                    string
 }
 
 // externalState is a node's worth of every external shape the counts

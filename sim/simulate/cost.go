@@ -4,7 +4,6 @@ package simulate
 // new connection's first packet walks.
 
 import (
-
 	"github.com/kpsim/kpsim/sim/cluster"
 	"github.com/kpsim/kpsim/sim/cost"
 	"github.com/kpsim/kpsim/sim/engine"

@@ -369,11 +369,10 @@ func (w *world) planBalancers() {
 // lbCursor walks one load-balancer stream's arrivals: arrival k of a
 // segment of n falls in slot [k, k+1)·(t1−t0)/n at a uniform offset.
 type lbCursor struct {
-	st       *lbStream
-	seg      int
-	k        int64
-	next     int64 // time of the next arrival; math.MaxInt64 when done
-	nextDraw uint64
+	st   *lbStream
+	seg  int
+	k    int64
+	next int64 // time of the next arrival; math.MaxInt64 when done
 }
 
 func newLBCursor(st *lbStream, r *rand.PCG) lbCursor {
