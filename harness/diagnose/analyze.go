@@ -109,9 +109,10 @@ type Report struct {
 	Placement []*PlacementReport `json:"placement,omitempty"`
 	Peers     []string           `json:"peers,omitempty"`
 
-	api  *API
-	idle []string // ports with nothing counted
-	zone string
+	api      *API
+	apiCache map[string]*apiPort // api.ports(), made on first use
+	idle     []string            // ports with nothing counted
+	zone     string
 	// peerSplits and peerExternal are the peers' Local external splits
 	// and reports: their tests join this report's Holm family.
 	peerSplits   []*PortReport
@@ -355,6 +356,8 @@ func Analyze(d *Dump, opt Options) *Report {
 		// First: it names the ports every later finding refers to.
 		r.API, r.api = opt.API.File, opt.API
 		checkAPI(r, d, opt)
+	} else if opt.Node != "" {
+		r.Node, r.NodeHow = opt.Node, "given with --node"
 	}
 	r.externals(d, opt.Before)
 	r.peers(opt)
@@ -866,7 +869,9 @@ func (r *Report) judge(pr *PortReport, level float64) {
 	switch {
 	case len(pr.Endpoints) == 0:
 		pr.Verdict = "no endpoints"
-		if p.LocalOnly && r.api == nil {
+		if ownExternal(p) && p.LocalOnly && r.api == nil {
+			r.add(LevelNote, KindNoLocal, pr, "externalTrafficPolicy Local and no local endpoint on this node: connections from outside that arrive here are dropped (load balancers' health checks steer away from such nodes)", p.Evidence...)
+		} else if p.LocalOnly && r.api == nil {
 			r.add(LevelFinding, KindNoLocal, pr, "internalTrafficPolicy Local and no local endpoint on this node: traffic from this node's pods to it is dropped", p.Evidence...)
 		} else if r.api == nil {
 			what := "nothing is written for it"
@@ -1110,4 +1115,19 @@ func touches(text string, pr *PortReport) bool {
 		return end == len(text) || !(text[end] >= '0' && text[end] <= '9')
 	}
 	return false
+}
+
+// apiPorts is the API's service ports by key (nil without --api), built
+// once.
+func (r *Report) apiPorts() map[string]*apiPort {
+	if r.api != nil && r.apiCache == nil {
+		r.apiCache = r.api.ports()
+	}
+	return r.apiCache
+}
+
+// ownExternal reports a port whose own address is an external destination
+// with its external chain (nftables external and load-balancer IPs).
+func ownExternal(p *ServicePort) bool {
+	return p.External != nil && p.External.Chain != "" && p.External.Chain == p.Chain
 }

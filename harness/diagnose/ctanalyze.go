@@ -327,6 +327,11 @@ func (r *Report) ctIndex(cr *ConntrackReport) ctIndex {
 			cp.endpoint(e.Addr).Intended += e.Intended // a repeated address: its shares add up
 		}
 		cp.own = len(cp.Endpoints)
+		if xp := p.External; xp != nil {
+			for _, ap := range xp.Reachable {
+				cp.listed[ap] = true // pods and the node reach the cluster endpoints through an external path
+			}
+		}
 		cp.Frontends = append(cp.Frontends, CTFrontend{What: "service address", Dest: netip.AddrPortFrom(p.ClusterIP, uint16(p.Port)).String(), Tested: !p.ExternalLocal})
 		put(ctKey{p.ClusterIP, p.Port, p.Protocol}, ctTarget{cp, 0})
 		for _, f := range p.Frontends {

@@ -266,3 +266,51 @@ func TestExternalFixturesOneNode(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalFixturesRead: what the readers make of node-c's real
+// iptables dump (ours and kube-proxy's). web's KUBE-SEP chains count the
+// Local connections from outside, so its cluster IP port counts its own
+// KUBE-SVC jumps (none) instead of reading them as a skew; its external
+// path is KUBE-SVL's three endpoints, counted apart, traced from outside
+// at 1/3 each; shop's outside connections are its KUBE-SVC counts;
+// guarded's path is traced from inside its source ranges.
+func TestExternalFixturesRead(t *testing.T) {
+	for _, name := range []string{"kpsim-iptables-correct", "kube-proxy-iptables-correct"} {
+		t.Run(name, func(t *testing.T) {
+			d := readExternal(t, name).dumps["node-c"]
+			byName := map[string]*ServicePort{}
+			for _, sp := range d.Ports {
+				byName[sp.Name] = sp
+			}
+			web, shop, guarded := byName["demo/web:http"], byName["demo/shop:http"], byName["demo/guarded:http"]
+			var sepCounted uint64
+			for _, e := range web.Endpoints {
+				if e.Observed != 0 {
+					t.Errorf("web cluster IP endpoint %s observed %d, want 0 (no cluster IP traffic)", e.Addr, e.Observed)
+				}
+				sepCounted += parseCounter(e.Evidence.Text)
+			}
+			xp := web.External
+			if sepCounted == 0 || xp == nil || !xp.Local || xp.Counted != CountedApart || len(xp.Endpoints) != 3 || xp.Outside != sepCounted {
+				t.Fatalf("web: SEP DNAT %d, external %+v", sepCounted, xp)
+			}
+			for _, e := range xp.Endpoints {
+				if math.Abs(e.P-1.0/3) > quantTol(3) || !strings.HasPrefix(e.Addr.String(), "10.244.2.") {
+					t.Errorf("web external %s P %v", e.Addr, e.P)
+				}
+			}
+			if shop.External == nil || shop.External.Counted != CountedWithPort || shop.External.Local {
+				t.Errorf("shop external %+v", shop.External)
+			}
+			if gx := guarded.External; gx == nil || len(gx.Endpoints) != 2 || math.Abs(gx.Endpoints[0].P+gx.Endpoints[1].P-1) > 1e-6 {
+				t.Errorf("guarded external %+v", gx)
+			}
+		})
+	}
+}
+
+// parseCounter reads the packets of an iptables-save rule line.
+func parseCounter(text string) uint64 {
+	pk, _, _ := parseCounterPair(strings.SplitN(text, " ", 2)[0])
+	return pk
+}

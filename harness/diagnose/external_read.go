@@ -109,6 +109,7 @@ func (l *loader) externalPath(sp *ServicePort) *ExternalPath {
 		xp.Evidence = append(xp.Evidence, r.line)
 	}
 	xp.Local = strings.HasPrefix(target, iptables.PrefixSVL)
+	xp.Reachable, _ = l.reach(c.name)
 	l.externalCounts(sp, xp, target)
 	l.traceExternal(sp, xp, pods)
 	return xp
@@ -156,19 +157,20 @@ func (l *loader) externalCounts(sp *ServicePort, xp *ExternalPath, target string
 }
 
 // jumpedFromElsewhere reports whether a nat chain other than from jumps
-// to chain.
+// to chain (the jumps are indexed once: a large dump has thousands of
+// ports).
 func (l *loader) jumpedFromElsewhere(chain, from string) bool {
-	for _, n := range l.nat.order {
-		if n == from {
-			continue
-		}
-		for _, r := range l.nat.chains[n].rules {
-			if ruleTarget(r.args) == chain {
-				return true
+	if l.jumpers == nil {
+		l.jumpers = map[string][]string{}
+		for _, n := range l.nat.order {
+			for _, r := range l.nat.chains[n].rules {
+				if t := ruleTarget(r.args); strings.HasPrefix(t, "KUBE-") && !slices.Contains(l.jumpers[t], n) {
+					l.jumpers[t] = append(l.jumpers[t], n)
+				}
 			}
 		}
 	}
-	return false
+	return slices.ContainsFunc(l.jumpers[chain], func(n string) bool { return n != from })
 }
 
 // traceExternal sets the path's P: a new connection from outside the
@@ -250,15 +252,20 @@ func (l *loader) refusals() {
 	if l.flt == nil || l.flt.chains[iptables.ChainExternalServices] == nil {
 		return
 	}
+	byName := map[string]*ServicePort{}
+	for _, sp := range l.d.Ports {
+		if k := sp.Name + "/" + sp.Protocol; sp.Name != "" && byName[k] == nil {
+			byName[k] = sp
+		}
+	}
 	for _, r := range l.flt.chains[iptables.ChainExternalServices].rules {
 		v := ruleTarget(r.args)
 		proto, _, _ := optValue(r.args, "-p")
 		name := portName(comment(r.args))
-		i := slices.IndexFunc(l.d.Ports, func(sp *ServicePort) bool { return sp.Name == name && sp.Protocol == strings.ToLower(proto) })
-		if (v != "REJECT" && v != "DROP") || name == "" || i < 0 {
+		sp := byName[name+"/"+strings.ToLower(proto)]
+		if (v != "REJECT" && v != "DROP") || name == "" || sp == nil {
 			continue
 		}
-		sp := l.d.Ports[i]
 		rf := Refusal{Verdict: v, Packets: r.packets, Evidence: r.line}
 		if k, ok := dispatch(r.args); ok {
 			rf.What, rf.Addr, rf.Port = frontendWhat(sp, k.ip), k.ip, k.port
@@ -309,7 +316,7 @@ func (k *nftKube) externalPaths() {
 			continue
 		}
 		xp := &ExternalPath{Chain: chain, Endpoints: []*Endpoint{}, Evidence: []Line{k.chains[chain].line}}
-		_, xp.Local = k.reach(chain)
+		xp.Reachable, xp.Local = k.reach(chain)
 		xp.Ranges = sp.Chain == chain && k.firewallRange(sp.ClusterIP, sp.Protocol, sp.Port).IsValid()
 		k.traceExternal(sp, xp)
 		sp.External = xp
@@ -368,17 +375,27 @@ func (k *nftKube) outsideSource(dst netip.Addr, proto string, port int) netip.Ad
 	return outsideAddr(avoid)
 }
 
-// externalAddr is an address of service-ips that goes to chain.
+// externalAddr is an address of service-ips that goes to chain (the
+// map is indexed by chain once).
 func (k *nftKube) externalAddr(chain string) (netip.Addr, int) {
-	if m := k.sets["service-ips"]; m != nil {
-		for _, e := range m.elems {
-			v := strings.Fields(strings.Join(e.value, " "))
-			if ip, _, port, ok := nftPortKey(e.key); ok && len(v) == 2 && v[1] == chain {
-				return ip, port
+	if k.extAddrs == nil {
+		k.extAddrs = map[string]netip.AddrPort{}
+		if m := k.sets["service-ips"]; m != nil {
+			for _, e := range m.elems {
+				v := strings.Fields(strings.Join(e.value, " "))
+				if ip, _, port, ok := nftPortKey(e.key); ok && len(v) == 2 && strings.HasPrefix(v[1], nftables.PrefixExternal) {
+					if _, dup := k.extAddrs[v[1]]; !dup {
+						k.extAddrs[v[1]] = netip.AddrPortFrom(ip, uint16(port))
+					}
+				}
 			}
 		}
 	}
-	return netip.Addr{}, 0
+	ap, ok := k.extAddrs[chain]
+	if !ok {
+		return netip.Addr{}, 0
+	}
+	return ap.Addr(), int(ap.Port())
 }
 
 // nodeTracer is a tracer that takes a node address as local: the first
@@ -442,11 +459,15 @@ func (k *nftKube) refusals() {
 			clusterIPs[strings.Join(e.key, "")] = true
 		}
 	}
+	byName := map[string]*ServicePort{}
+	for _, sp := range k.d.Ports {
+		if key := sp.Name + "/" + sp.Protocol; clusterIPs[sp.ClusterIP.String()] && byName[key] == nil {
+			byName[key] = sp
+		}
+	}
 	add := func(e nftElem, rf Refusal, proto string) {
-		i := slices.IndexFunc(k.d.Ports, func(sp *ServicePort) bool {
-			return sp.Name == e.comment && sp.Protocol == proto && clusterIPs[sp.ClusterIP.String()]
-		})
-		if i < 0 || e.comment == "" {
+		sp := byName[e.comment+"/"+proto]
+		if sp == nil || e.comment == "" {
 			return
 		}
 		switch v := strings.Join(e.value, " "); {
@@ -457,7 +478,6 @@ func (k *nftKube) refusals() {
 		default:
 			return
 		}
-		sp := k.d.Ports[i]
 		if sp.External == nil {
 			sp.External = &ExternalPath{Endpoints: []*Endpoint{}}
 		}

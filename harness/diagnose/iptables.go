@@ -311,8 +311,10 @@ type loader struct {
 	// overBudget is set once a trace ran out of steps.
 	overBudget bool
 	// sepRefs counts, per KUBE-SEP chain, the nat chains that jump to it
-	// (sharedSEPs, made on first use).
+	// (sharedSEPs, made on first use); jumpers lists, per KUBE- chain,
+	// the nat chains that jump to it (jumpedFromElsewhere).
 	sepRefs map[string]int
+	jumpers map[string][]string
 }
 
 func loadKube(sf *saveFile, d *Dump) *loader {

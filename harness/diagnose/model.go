@@ -158,6 +158,10 @@ type ExternalPath struct {
 	// trace of a new connection from outside the cluster (from inside the
 	// load balancer's source ranges when it has some).
 	Endpoints []*Endpoint `json:"endpoints"`
+	// Reachable is every endpoint the chain reaches, from any source (its
+	// short-circuit sends pods and the node to the cluster endpoints): a
+	// connection to any of them through the path is not stale.
+	Reachable []netip.AddrPort `json:"reachable,omitempty"`
 	// Counted says where Endpoint.Observed comes from: CountedApart (rule
 	// counters only outside traffic passes: the KUBE-SVL chain's jumps
 	// under Local), CountedWithPort (the port's own service chain: the

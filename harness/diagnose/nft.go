@@ -126,8 +126,9 @@ type nftKube struct {
 	pods    netip.Prefix // the pod range the services chain names, if any
 	skipped map[*nftRule]bool
 	// nodeTr traces with a node address as local (node ports), made on
-	// first use.
-	nodeTr *nftables.Tracer
+	// first use; extAddrs is service-ips by external chain.
+	nodeTr   *nftables.Tracer
+	extAddrs map[string]netip.AddrPort
 }
 
 func buildNFTDump(file string, format Format, tables []*nftTable) (*Dump, error) {

@@ -123,7 +123,7 @@ func (r *Report) peers(opt Options) {
 			node = filepath.Base(pe.Dump.File)
 		}
 		r.Peers = append(r.Peers, node+"="+pe.Dump.File)
-		sub := &Report{File: pe.Dump.File, Counters: pe.Dump.Counters, Alpha: r.Alpha, MDE: r.MDE, Node: node, api: r.api, Findings: []*Finding{}}
+		sub := &Report{File: pe.Dump.File, Counters: pe.Dump.Counters, Alpha: r.Alpha, MDE: r.MDE, Node: node, api: r.api, apiCache: r.apiPorts(), Findings: []*Finding{}}
 		for _, p := range pe.Dump.Ports {
 			sub.Ports = append(sub.Ports, newPortReport(p))
 		}
@@ -143,7 +143,7 @@ func (r *Report) peers(opt Options) {
 				}
 				r.peerSplits = append(r.peerSplits, pr)
 				if r.api != nil {
-					if ap := r.api.ports()[xr.Key]; ap != nil {
+					if ap := r.apiPorts()[xr.Key]; ap != nil {
 						compareEndpoints(r, pr, ap, node, "", pe.Dump.Mode, true)
 					}
 				}
@@ -173,7 +173,10 @@ func (r *Report) placement() {
 		names[xr.Key] = xr.Port
 	}
 	for _, k := range keys {
-		r.Placement = append(r.Placement, r.placeOne(k, names[k], groups[k]))
+		// One node known (one dump, no API, no peers): nothing to compare.
+		if pl := r.placeOne(k, names[k], groups[k]); len(pl.Nodes) > 1 {
+			r.Placement = append(r.Placement, pl)
+		}
 	}
 }
 
@@ -221,6 +224,9 @@ func (r *Report) localNodeOf(xr *ExternalReport) *localNode {
 func (r *Report) placeOne(key, name string, dumped []*localNode) *PlacementReport {
 	pl := &PlacementReport{Port: name, Key: key, EvenP: nan, WeightedP: nan, ExpectedRatio: nan, ObservedRatio: nan}
 	r.placementNodes(pl, dumped)
+	if len(pl.Nodes) < 2 {
+		return pl
+	}
 	r.placementCounts(pl, dumped)
 	r.placementCause(pl, dumped)
 	return pl
@@ -236,7 +242,7 @@ func (r *Report) placementNodes(pl *PlacementReport, dumped []*localNode) {
 	var apiEps []apiEndpoint
 	var order []string
 	if r.api != nil {
-		if ap := r.api.ports()[pl.Key]; ap != nil {
+		if ap := r.apiPorts()[pl.Key]; ap != nil {
 			apiEps = ap.eps
 		}
 		for _, n := range r.api.Nodes {
