@@ -118,11 +118,18 @@ func (r *Report) externals(d *Dump, before *Dump) {
 		}
 	}
 	r.ownExternal(byChain)
+	beforePorts := portsByKey(before)
 	for _, xr := range r.External {
-		r.externalSplit(xr, d, before)
+		if bp := beforePorts[xr.Key]; bp != nil && d.Counters {
+			entryDeltas(xr, bp)
+		}
+		r.externalSplit(xr, d, beforePorts)
 	}
 	if d.Mode == "ipvs" {
 		r.ipvsExternals()
+		if r.api == nil && len(r.Ports) > 0 {
+			r.add(LevelNote, KindNotTested, nil, "IPVS writes a virtual server per cluster IP, external IP, load-balancer IP and node address with node port alike: --api tells which are external destinations (the external section and the Local placement need it)")
+		}
 	}
 }
 
@@ -184,7 +191,7 @@ func entryOf(f Frontend, counted bool) *EntryReport {
 // of their own (counted apart; or rules only when no port has them), the
 // port's (iptables Cluster: the same KUBE-SVC counters), or an own
 // external port's (nftables).
-func (r *Report) externalSplit(xr *ExternalReport, d *Dump, before *Dump) {
+func (r *Report) externalSplit(xr *ExternalReport, d *Dump, beforePorts map[string]*ServicePort) {
 	xp := xr.path
 	switch {
 	case len(xp.Endpoints) == 0:
@@ -213,12 +220,9 @@ func (r *Report) externalSplit(xr *ExternalReport, d *Dump, before *Dump) {
 	if xp.Counted != CountedApart {
 		pr.rulesOnly = true // no counts of its own: rules only
 	}
-	if before != nil && d.Counters && xp.Counted == CountedApart {
-		if bp := beforePort(before, xr.Key); bp != nil && bp.External != nil {
-			if reset := applyDelta(pr, &ServicePort{Endpoints: bp.External.Endpoints}); reset != "" {
-				r.add(LevelNote, KindCountersReset, pr, reset, pr.Evidence...)
-			}
-			r.entryDeltas(xr, bp)
+	if bp := beforePorts[xr.Key]; bp != nil && bp.External != nil && d.Counters && xp.Counted == CountedApart {
+		if reset := applyDelta(pr, &ServicePort{Endpoints: bp.External.Endpoints}); reset != "" {
+			r.add(LevelNote, KindCountersReset, pr, reset, pr.Evidence...)
 		}
 	}
 	xr.Split = pr
@@ -234,24 +238,39 @@ func splitLabel(xr *ExternalReport) string {
 	return xr.Port + " (" + strings.Join(words, ", ") + ")"
 }
 
-func beforePort(d *Dump, key string) *ServicePort {
-	for _, p := range d.Ports {
-		if spKey(p) == key {
-			return p
-		}
+// portsByKey indexes a dump's ports (nil for a nil dump).
+func portsByKey(d *Dump) map[string]*ServicePort {
+	if d == nil {
+		return nil
 	}
-	return nil
+	out := map[string]*ServicePort{}
+	for _, p := range d.Ports {
+		out[spKey(p)] = p
+	}
+	return out
 }
 
-// entryDeltas turns the entries' counts into after minus before (the
-// later count alone when one went down: kube-proxy rewrites these chains).
-func (r *Report) entryDeltas(xr *ExternalReport, bp *ServicePort) {
+// entryDeltas turns the entries' counts and the outside total into after
+// minus before (the later count alone when one went down: kube-proxy
+// rewrites KUBE-SERVICES and KUBE-NODEPORTS at every sync).
+func entryDeltas(xr *ExternalReport, bp *ServicePort) {
+	if bx := bp.External; bx != nil && bx.Outside <= xr.Outside {
+		xr.Outside -= bx.Outside
+	}
 	for _, e := range xr.Entries {
 		for _, f := range bp.Frontends {
-			if destWords(f.Addr, f.Port) == e.Dest && f.What == e.What && f.Packets <= e.Connections && f.Denied <= e.Denied {
+			if destWords(f.Addr, f.Port) == e.Dest && f.What == e.What && f.Packets <= e.Connections && f.Denied <= e.Denied && f.Allowed <= e.Allowed {
 				e.Connections -= f.Packets
-				e.Allowed -= min(f.Allowed, e.Allowed)
+				e.Allowed -= f.Allowed
 				e.Denied -= f.Denied
+			}
+		}
+		if bp.External == nil {
+			continue
+		}
+		for _, rf := range bp.External.Refused {
+			if destWords(rf.Addr, rf.Port) == e.Dest && rf.Verdict == e.Refused && rf.Packets <= e.RefusedN {
+				e.RefusedN -= rf.Packets
 			}
 		}
 	}
@@ -323,7 +342,7 @@ func (r *Report) ipvsExternals() {
 	if r.api == nil {
 		return
 	}
-	api := r.api.ports()
+	api := r.apiPorts()
 	byKey := map[string]*ExternalReport{}
 	for _, pr := range r.Ports {
 		if api[pr.Key] != nil || pr.port.FWMark != 0 {
@@ -381,7 +400,7 @@ func (r *Report) externalAPI(d *Dump, zone string) {
 	if r.api == nil {
 		return
 	}
-	api := r.api.ports()
+	api := r.apiPorts()
 	for _, xr := range r.External {
 		ap := api[xr.Key]
 		if ap == nil {

@@ -314,3 +314,34 @@ func parseCounter(text string) uint64 {
 	pk, _, _ := parseCounterPair(strings.SplitN(text, " ", 2)[0])
 	return pk
 }
+
+// TestExternalFixturesBefore: node-c's dumps before and after the check
+// that probed shop's external IP there: the entry counts exactly the
+// check's connections, web's Local split nothing new.
+func TestExternalFixturesBefore(t *testing.T) {
+	dir := extractDumps(t, filepath.Join(externalDir, "kpsim-iptables-correct.tar.gz"))
+	m, err := ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(m.Checks, func(dc *DumpedCheck) bool { return dc.Check == "shop-external-ip" })
+	if i < 0 || len(m.Checks[i].Verdicts) != 1 {
+		t.Fatal("no shop-external-ip check with one verdict")
+	}
+	dc := m.Checks[i]
+	read := func(name string) *Dump {
+		d, err := ReadFile(FormatIPTablesSave, filepath.Join(dir, dc.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	r := Analyze(read(dc.After["iptables-save"]), Options{Before: read(dc.Before["iptables-save"]), Node: "node-c"})
+	e := entryOfKind(t, externalOf(t, r, "demo/shop:http"), "external IP")
+	if want := uint64(dc.Verdicts[0].N); e.Connections != want {
+		t.Errorf("external IP: %d connections since the earlier dump, the check sent %d", e.Connections, want)
+	}
+	if web := externalOf(t, r, "demo/web:http"); web.Split == nil || web.Split.N != 0 || web.Outside != 0 || web.Verdict != "no traffic" {
+		t.Errorf("web: %+v", web)
+	}
+}

@@ -172,6 +172,9 @@ func (r *Report) placement() {
 		groups[xr.Key] = append(groups[xr.Key], ln)
 		names[xr.Key] = xr.Port
 	}
+	if r.Before != "" && len(r.peerExternal) > 0 {
+		r.add(LevelNote, KindCountersReset, nil, "this node's counts run from --before, the other nodes' from their rules' writing: the placement compares unlike intervals (give the nodes' dumps without --before, or all taken at the same times)")
+	}
 	for _, k := range keys {
 		// One node known (one dump, no API, no peers): nothing to compare.
 		if pl := r.placeOne(k, names[k], groups[k]); len(pl.Nodes) > 1 {
