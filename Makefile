@@ -51,7 +51,7 @@ DEB_PACKAGES := iptables nftables ipset conntrack iproute2 ipvsadm gcc libc6-dev
 TEST_DIR    := $(or $(TMPDIR),/tmp)
 TEST_LOG    := $(TEST_DIR)/kpsim-test.log
 
-.PHONY: diagnose-dumps-ipvs diagnose-testdata diagnose-testdata-nft import-fixtures calibrate-ipvs sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results capacity-results deps check-skips conformance soak calibrate fresh-check clean
+.PHONY: diagnose-external diagnose-dumps-ipvs diagnose-testdata diagnose-testdata-nft import-fixtures calibrate-ipvs sim upstream upstream-bg upstream-wait conformance-upstream harness-calibration fuzz fuzz-short fuzz-run host-snapshot test-go run test test-vm vm-assets build bench lint results capacity-results deps check-skips conformance soak calibrate fresh-check clean
 
 # build makes bin/sim and the upstream programs of the kube-proxy subject
 # (make upstream); make run needs bin/sim only.
@@ -231,6 +231,14 @@ DUMP_TIMEOUT ?= 900
 DIAGNOSE_FAULTS = uniform-probability:fair skew-at-mde:fair drop-last-endpoint:fair keep-not-ready:flapping \
 	keep-deleted-endpoint:terminating ignore-local-policy:local affinity-no-timeout:affinity
 .PHONY: diagnose-dumps
+# diagnose-external regenerates sim diagnose's external-path fixtures
+# (harness/diagnose/testdata/external): our dataplane and kube-proxy after
+# traffic from outside the cluster (root; about 2 minutes, IPVS in the
+# microVM included; SKIP_IPVS=1 leaves it out).
+diagnose-external: sim upstream
+	@if [ "$$(id -u)" != 0 ]; then echo "make diagnose-external: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
+	flock /tmp/kpsim-heavy.lock sh harness/diagnose/testdata/external/gen-external.sh $(BIN)
+
 diagnose-dumps: sim
 	@if [ "$$(id -u)" != 0 ]; then echo "make diagnose-dumps: needs root (it creates network namespaces; nothing on the host changes)"; exit 3; fi
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; start=$$(date +%s); \
