@@ -284,10 +284,7 @@ func (r *Report) splits() []*PortReport {
 			out = append(out, xr.Split)
 		}
 	}
-	for _, pr := range r.peerSplits {
-		out = append(out, pr)
-	}
-	return out
+	return append(out, r.peerSplits...)
 }
 
 // externalVerdicts copies each report's verdict from its split or the
