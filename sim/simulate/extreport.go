@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -263,18 +264,8 @@ func (w *world) lagReport(results [][]*nodeResult) []report.HealthCheckLag {
 			out = append(out, hl)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b report.HealthCheckLag) int { return cmpFloat(a.AtSeconds, b.AtSeconds) })
+	slices.SortStableFunc(out, func(a, b report.HealthCheckLag) int { return cmp.Compare(a.AtSeconds, b.AtSeconds) })
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // policyImbalance sums, per mode, the busiest-to-idlest ratios of the

@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -116,7 +117,7 @@ func (w *world) lbView(ci, ti int, ec *extClient, x int32, seed uint64, lp *lbPl
 			return span, false
 		}, lp)
 	}
-	slices.SortStableFunc(flips, func(a, b flip) int { return cmpInt64(a.at, b.at) })
+	slices.SortStableFunc(flips, func(a, b flip) int { return cmp.Compare(a.at, b.at) })
 	v := lbView{at: []int64{0}, in: [][]bool{start}}
 	for _, f := range flips {
 		last := len(v.at) - 1
@@ -158,16 +159,6 @@ func (w *world) stepAt(t int64) int32 {
 		}
 	}
 	return -1
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // users is the set of nodes the balancer sends target ti to at time t:
@@ -263,7 +254,7 @@ func (lp *lbPlan) settle(ec *extClient, acc []float64, given []int64) {
 	}
 	order := slices.Clone(ec.nodes)
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmpFloat(acc[b]-float64(given[b]), acc[a]-float64(given[a]))
+		return cmp.Compare(acc[b]-float64(given[b]), acc[a]-float64(given[a]))
 	})
 	for _, ni := range order {
 		if sum >= ec.conns {
