@@ -1,14 +1,13 @@
 package diagnose
 
 import (
-	"archive/tar"
-	"compress/gzip"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kpsim/kpsim/harness/diagnose/archive"
 )
 
 // The committed round-trip data: one archive per sim conform --dump run
@@ -57,49 +56,13 @@ func caseOf(t *testing.T, archive string) (config, name string) {
 }
 
 // extractDumps unpacks an archive into a fresh folder and returns it.
-func extractDumps(t *testing.T, archive string) string {
+func extractDumps(t *testing.T, file string) string {
 	t.Helper()
-	f, err := os.Open(archive)
-	if err != nil {
+	dir := t.TempDir()
+	if err := archive.Extract(file, dir); err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", archive, err)
-	}
-	dir := t.TempDir()
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return dir
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", archive, err)
-		}
-		name := filepath.Clean(h.Name)
-		if strings.HasPrefix(name, "..") || filepath.IsAbs(name) {
-			t.Fatalf("%s: entry %q outside the archive", archive, h.Name)
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatalf("%s: %s: %v", archive, h.Name, err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	return dir
 }
 
 // modeFormats are the formats a mode's dumps must hold before and after

@@ -122,26 +122,9 @@ func (l *loader) externalCounts(sp *ServicePort, xp *ExternalPath, target string
 	if c == nil {
 		return
 	}
-	bySEP := map[string]*Endpoint{}
-	for _, r := range c.rules {
-		tgt := ruleTarget(r.args)
-		if !strings.HasPrefix(tgt, iptables.PrefixSEP) {
-			continue
-		}
-		ep := bySEP[tgt]
-		if ep == nil {
-			ep = &Endpoint{Chain: tgt}
-			l.endpointChain(ep)
-			bySEP[tgt] = ep
-			xp.Endpoints = append(xp.Endpoints, ep)
-		}
-		if slices.Contains(r.args, "--rcheck") || slices.Contains(r.args, "--match-set") {
-			ep.Sticky += r.packets
-			xp.SplitKnown = true
-		} else {
-			ep.Fresh += r.packets
-		}
-	}
+	l.sepJumps(c, func(ep *Endpoint, _ *saveRule) {
+		xp.Endpoints = append(xp.Endpoints, ep)
+	}, func(*saveRule) { xp.SplitKnown = true })
 	for _, ep := range xp.Endpoints {
 		ep.Observed = ep.Fresh + ep.Sticky
 		if !xp.SplitKnown {

@@ -593,31 +593,16 @@ func (l *loader) endpoints(sp *ServicePort) {
 		return
 	}
 	sp.Evidence = append(sp.Evidence, c.decl)
-	bySEP := map[string]*Endpoint{}
-	for _, r := range c.rules {
-		tgt := ruleTarget(r.args)
-		if !strings.HasPrefix(tgt, iptables.PrefixSEP) {
-			continue
+	l.sepJumps(c, func(ep *Endpoint, r *saveRule) {
+		sp.Endpoints = append(sp.Endpoints, ep)
+		if sp.Name == "" {
+			sp.Name = portName(comment(r.args))
 		}
-		ep := bySEP[tgt]
-		if ep == nil {
-			ep = &Endpoint{Chain: tgt}
-			bySEP[tgt] = ep
-			l.endpointChain(ep)
-			sp.Endpoints = append(sp.Endpoints, ep)
-			if sp.Name == "" {
-				sp.Name = portName(comment(r.args))
-			}
+	}, func(r *saveRule) {
+		if sp.Affinity == nil {
+			sp.Affinity = affinity(r)
 		}
-		if slices.Contains(r.args, "--rcheck") || slices.Contains(r.args, "--match-set") {
-			ep.Sticky += r.packets
-			if sp.Affinity == nil {
-				sp.Affinity = affinity(r)
-			}
-		} else {
-			ep.Fresh += r.packets
-		}
-	}
+	})
 	if l.sharedSEPs(sp.Endpoints) {
 		// Another chain (KUBE-SVL under externalTrafficPolicy Local)
 		// sends to the same KUBE-SEP chains: their DNAT counters mix
@@ -631,6 +616,34 @@ func (l *loader) endpoints(sp *ServicePort) {
 	} else {
 		for _, ep := range sp.Endpoints {
 			ep.Fresh, ep.Sticky = 0, 0
+		}
+	}
+}
+
+// sepJumps walks a chain's jumps to KUBE-SEP chains in order: each
+// endpoint is made once, its chain's DNAT read, and handed to added with
+// the rule that first jumps to it; each jump's packets are added to the
+// endpoint's Sticky (an affinity match: recent --rcheck or an ipset, also
+// handed to sticky) or Fresh.
+func (l *loader) sepJumps(c *saveChain, added func(ep *Endpoint, r *saveRule), sticky func(r *saveRule)) {
+	bySEP := map[string]*Endpoint{}
+	for _, r := range c.rules {
+		tgt := ruleTarget(r.args)
+		if !strings.HasPrefix(tgt, iptables.PrefixSEP) {
+			continue
+		}
+		ep := bySEP[tgt]
+		if ep == nil {
+			ep = &Endpoint{Chain: tgt}
+			bySEP[tgt] = ep
+			l.endpointChain(ep)
+			added(ep, r)
+		}
+		if slices.Contains(r.args, "--rcheck") || slices.Contains(r.args, "--match-set") {
+			ep.Sticky += r.packets
+			sticky(r)
+		} else {
+			ep.Fresh += r.packets
 		}
 	}
 }

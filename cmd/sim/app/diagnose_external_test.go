@@ -1,56 +1,22 @@
 package app
 
 import (
-	"archive/tar"
-	"compress/gzip"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kpsim/kpsim/harness/diagnose/archive"
 )
 
 // untarExternal unpacks one of harness/diagnose's external-path fixtures
 // into a temporary folder.
 func untarExternal(t *testing.T, name string) string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "..", "harness", "diagnose", "testdata", "external", name+".tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return dir
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, filepath.Clean(h.Name))
-		if h.Typeflag == tar.TypeDir {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := archive.Extract(filepath.Join("..", "..", "..", "harness", "diagnose", "testdata", "external", name+".tar.gz"), dir); err != nil {
+		t.Fatal(err)
 	}
+	return dir
 }
 
 // externalArgs are sim diagnose's arguments for node-c's last dump of a
