@@ -224,11 +224,14 @@ func (g *trafficGen) fill(ch *chunk, p *shardPlan) bool {
 		// Emptied even when the stream is exhausted: the buckets are the
 		// worker's, and a node with no connections of its own must not
 		// be handed the previous node's.
-		// Nodes' shares differ a little (a balancer's nodes, clients on
-		// some nodes only): an eighth more, so that the next node rarely
+		// Under a load balancer the nodes' shares differ (it follows
+		// their health): an eighth more, so that the next node rarely
 		// needs a new bucket.
 		if want := int(float64(max(k, 0))*p.share[b]*1.05) + 256; cap(ch.byShard[b]) < want {
-			ch.byShard[b] = make([]chunkConn, 0, want+want/8)
+			if g.lb != nil {
+				want += want / 8
+			}
+			ch.byShard[b] = make([]chunkConn, 0, want)
 		}
 		ch.byShard[b] = ch.byShard[b][:0]
 	}
