@@ -11,6 +11,9 @@
 #                 when the VM will run, and the Debian kernel and busybox in
 #                 ~/.cache/kpsim/vm (idempotent; make test runs it first)
 #   make build    build bin/sim and the upstream programs (make upstream)
+#   make cluster-tools  a real local cluster's programs (kubelet,
+#                 kube-controller-manager, kube-scheduler, containerd, runc,
+#                 CNI plugins, pause) into bin/; cached; harness/cluster
 #   make upstream etcd, kube-apiserver and kube-proxy (the pinned releases of
 #                 harness/upstream/tools) into bin/, for --subject kube-proxy;
 #                 cached, about 10 minutes of both cores the first time
@@ -113,6 +116,65 @@ bin/etcd: $(UPSTREAM)/etcd/go.mod $(UPSTREAM)/etcd/go.sum
 	@start=$$(date +%s); cd $(UPSTREAM)/etcd && \
 	$(GO) build -trimpath -ldflags "-s -w" -o $(CURDIR)/bin/etcd go.etcd.io/etcd/server/v3 && \
 	echo "built bin/etcd in $$(( $$(date +%s) - start )) s"
+
+# cluster-tools builds a real local cluster's programs into bin/ (see
+# harness/cluster/README.md; not part of make build or make test): kubelet,
+# kube-controller-manager and kube-scheduler at the release
+# $(UPSTREAM)/kubernetes pins for kube-apiserver and kube-proxy, from their
+# own nested module $(UPSTREAM)/cluster (so their extra dependencies never
+# move the pinned kube-apiserver's and kube-proxy's); containerd, its runc
+# shim, ctr, runc and the CNI plugins ptp, host-local and loopback from
+# $(UPSTREAM)/node; the local pause image's binary and kpsim-cluster from
+# the main module. runc needs cgo (gcc, libc6-dev: DEB_PACKAGES) and is
+# built without seccomp (pods ask for none: seccompDefault false) and
+# without libpathrs (a Rust library). Cached like make upstream: a nested
+# module's binaries are rebuilt only when its go.mod or go.sum changes.
+# Each binary's build time is printed (one after another, each reusing the
+# build cache the previous ones filled).
+CLUSTER_MOD  := $(UPSTREAM)/cluster
+NODE_MOD     := $(UPSTREAM)/node
+CLUSTER_KUBE_VERSION = $(shell sed -n 's/^\tk8s.io\/kubernetes v\([^ ]*\).*/v\1/p' $(CLUSTER_MOD)/go.mod)
+modversion    = $(shell sed -n 's/^\t$(subst /,\/,$(1)) \(v[^ ]*\).*/\1/p' $(NODE_MOD)/go.mod)
+CNI_PLUGINS  := main/ptp ipam/host-local main/loopback
+CLUSTER_TOOLS := bin/kubelet bin/kube-controller-manager bin/kube-scheduler bin/containerd bin/containerd-shim-runc-v2 bin/ctr \
+	bin/runc $(addprefix bin/cni/,$(notdir $(CNI_PLUGINS))) bin/pause
+.PHONY: cluster-tools kpsim-cluster
+cluster-tools: $(CLUSTER_TOOLS) kpsim-cluster
+
+bin/kubelet bin/kube-controller-manager bin/kube-scheduler &: $(CLUSTER_MOD)/go.mod $(CLUSTER_MOD)/go.sum
+	@[ "$(CLUSTER_KUBE_VERSION)" = "$(KUBE_VERSION)" ] || { echo "$(CLUSTER_MOD) pins $(CLUSTER_KUBE_VERSION), $(UPSTREAM)/kubernetes $(KUBE_VERSION): pin one release"; exit 1; }
+	@mkdir -p bin
+	@cd $(CLUSTER_MOD) && for c in kubelet kube-controller-manager kube-scheduler; do start=$$(date +%s); \
+		$(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $(CURDIR)/bin/$$c k8s.io/kubernetes/cmd/$$c || exit 1; \
+		echo "built bin/$$c $(KUBE_VERSION) in $$(( $$(date +%s) - start )) s"; done
+
+bin/containerd bin/containerd-shim-runc-v2 bin/ctr &: $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
+	@mkdir -p bin
+	@v=$(call modversion,github.com/containerd/containerd/v2); cd $(NODE_MOD) && for c in containerd containerd-shim-runc-v2 ctr; do \
+		start=$$(date +%s); tags=urfave_cli_no_docs; [ $$c = containerd-shim-runc-v2 ] && tags="$$tags no_grpc"; \
+		$(GO) build -trimpath -tags "$$tags" -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$$v" \
+			-o $(CURDIR)/bin/$$c github.com/containerd/containerd/v2/cmd/$$c || exit 1; \
+		echo "built bin/$$c $$v in $$(( $$(date +%s) - start )) s"; done
+
+bin/runc: $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
+	@mkdir -p bin
+	@v=$(call modversion,github.com/opencontainers/runc); start=$$(date +%s); cd $(NODE_MOD) && \
+	CGO_ENABLED=1 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "-s -w -X main.version=$${v#v}" -o $(CURDIR)/bin/runc github.com/opencontainers/runc && \
+	echo "built bin/runc $$v (cgo, no seccomp) in $$(( $$(date +%s) - start )) s"
+
+$(addprefix bin/cni/,$(notdir $(CNI_PLUGINS))) &: $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
+	@mkdir -p bin/cni
+	@v=$(call modversion,github.com/containernetworking/plugins); cd $(NODE_MOD) && for p in $(CNI_PLUGINS); do start=$$(date +%s); \
+		$(GO) build -trimpath -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$$v" \
+			-o $(CURDIR)/bin/cni/$${p#*/} github.com/containernetworking/plugins/plugins/$$p || exit 1; \
+		echo "built bin/cni/$${p#*/} $$v in $$(( $$(date +%s) - start )) s"; done
+
+bin/pause: harness/cluster/pause/main.go
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/pause ./harness/cluster/pause
+
+kpsim-cluster:
+	$(GO) build -o bin/kpsim-cluster ./harness/cluster/cmd/kpsim-cluster
 
 # deps installs the Debian packages once (apt-get only when one is missing).
 deps:

@@ -59,6 +59,20 @@ type ControlPlaneConfig struct {
 	// Log gets progress lines (nil: none); process output goes to files in
 	// Dir (etcd.log, kube-apiserver.log).
 	Log io.Writer
+	// Users are more users of the static token file, for a real cluster's
+	// components (a kubelet's system:node:NAME in group system:nodes, the
+	// controller manager, the scheduler); UserKubeconfig writes theirs.
+	Users []User
+	// NodeAuthorization authorizes with Node,RBAC and admits with
+	// NodeRestriction, as a real cluster does for its kubelets (otherwise
+	// RBAC alone, which is all kube-proxy needs).
+	NodeAuthorization bool
+}
+
+// User is a user of the static token file: a name and its groups.
+type User struct {
+	Name   string
+	Groups []string
 }
 
 // ControlPlane is a running etcd and kube-apiserver.
@@ -105,6 +119,9 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*ControlPla
 	}
 	creds, err := writePKI(cfg.Dir, cfg.Addr, firstServiceIP(cfg.ServiceCIDR))
 	if err != nil {
+		return nil, fmt.Errorf("could not start the control plane: %w", err)
+	}
+	if creds.userTokens, err = appendUsers(cfg.Dir, cfg.Users); err != nil {
 		return nil, fmt.Errorf("could not start the control plane: %w", err)
 	}
 	c := &ControlPlane{cfg: cfg, creds: creds}
@@ -179,11 +196,14 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, deadline time.Time) e
 		"--tls-private-key-file=" + filepath.Join(d, serveKeyFile),
 		"--client-ca-file=" + filepath.Join(d, caCertFile),
 		"--token-auth-file=" + filepath.Join(d, tokenFile),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + c.authorizationMode(),
 		"--service-account-key-file=" + filepath.Join(d, saPubFile),
 		"--service-account-signing-key-file=" + filepath.Join(d, saKeyFile),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--profiling=false",
+	}
+	if c.cfg.NodeAuthorization {
+		args = append(args, "--enable-admission-plugins=NodeRestriction")
 	}
 	p, err := startProcess(c.cfg.NS, d, "kube-apiserver", args, processEnv())
 	if err != nil {
@@ -227,6 +247,13 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, deadline time.Time) e
 	return nil
 }
 
+func (c *ControlPlane) authorizationMode() string {
+	if c.cfg.NodeAuthorization {
+		return "Node,RBAC"
+	}
+	return "RBAC"
+}
+
 // defaultServiceCIDR is the ServiceCIDR object kube-apiserver makes from
 // --service-cluster-ip-range.
 const defaultServiceCIDR = "kubernetes"
@@ -265,6 +292,26 @@ func (c *ControlPlane) restConfig(token string) *rest.Config {
 		Timeout:         30 * time.Second,
 	}
 }
+
+// UserKubeconfig is a kubeconfig for one of ControlPlaneConfig.Users,
+// with its bearer token, for a component that dials the apiserver from
+// inside the run's namespaces.
+func (c *ControlPlane) UserKubeconfig(name string) (string, error) {
+	token, ok := c.creds.userTokens[name]
+	if !ok {
+		return "", fmt.Errorf("could not write a kubeconfig for %s: not a user of this control plane", name)
+	}
+	return kubeconfig(c.Server(), c.creds.caPEM, name, token), nil
+}
+
+// CAFile is the path of the run's CA certificate (PEM), which signed the
+// apiserver's serving certificate.
+func (c *ControlPlane) CAFile() string { return filepath.Join(c.cfg.Dir, caCertFile) }
+
+// ServiceAccountKeyFile is the path of the service-account signing key
+// (RSA, PEM), for kube-controller-manager's
+// --service-account-private-key-file.
+func (c *ControlPlane) ServiceAccountKeyFile() string { return filepath.Join(c.cfg.Dir, saKeyFile) }
 
 // Client is an admin client (group system:masters) whose connections are
 // dialled inside the control plane's namespace.

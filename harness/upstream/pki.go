@@ -46,6 +46,7 @@ type credentials struct {
 	caPEM      []byte
 	adminToken string
 	proxyToken string
+	userTokens map[string]string // ControlPlaneConfig.Users by name
 }
 
 // writePKI generates, in dir, a CA, the apiserver's serving certificate
@@ -157,6 +158,46 @@ func tokenCSV(adminToken, proxyToken string) string {
 	return fmt.Sprintf("%s,%s,%s,\"%s\"\n%s,%s,%s\n",
 		adminToken, AdminUser, AdminUser, AdminGroup,
 		proxyToken, KubeProxyUser, KubeProxyUser)
+}
+
+// appendUsers draws a token for each user and appends their lines to the
+// token file in dir.
+func appendUsers(dir string, users []User) (map[string]string, error) {
+	tokens := map[string]string{}
+	if len(users) == 0 {
+		return tokens, nil
+	}
+	var b strings.Builder
+	for _, u := range users {
+		if u.Name == "" || strings.ContainsAny(u.Name, ",\"\n") {
+			return nil, fmt.Errorf("could not add user %q to the token file: not a plain name", u.Name)
+		}
+		if _, dup := tokens[u.Name]; dup {
+			return nil, fmt.Errorf("could not add user %q to the token file: listed twice", u.Name)
+		}
+		t, err := newToken()
+		if err != nil {
+			return nil, err
+		}
+		tokens[u.Name] = t
+		fmt.Fprintf(&b, "%s,%s,%s", t, u.Name, u.Name)
+		if len(u.Groups) > 0 {
+			fmt.Fprintf(&b, ",\"%s\"", strings.Join(u.Groups, ","))
+		}
+		b.WriteString("\n")
+	}
+	f, err := os.OpenFile(filepath.Join(dir, tokenFile), os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("could not add users to the token file: %w", err)
+	}
+	_, err = f.WriteString(b.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("could not add users to the token file: %w", err)
+	}
+	return tokens, nil
 }
 
 // kubeconfig is a kubeconfig for one user with a bearer token, trusting

@@ -160,3 +160,40 @@ func poll(ctx context.Context, interval, timeout time.Duration, what string, f f
 type fatalError struct{ err error }
 
 func (e *fatalError) Error() string { return e.err.Error() }
+
+// Process is a program StartProcess started inside a namespace: a real
+// cluster's components beyond the control plane (harness/cluster's
+// kube-controller-manager, kube-scheduler and node launchers).
+type Process struct{ p *process }
+
+// StartProcess starts argv inside ns the way the control plane's programs
+// start: output to dir/<name>.log, a process group of its own, SIGKILL as
+// parent-death signal, the environment without proxy variables plus env.
+func StartProcess(ns *netns.Namespace, dir, name string, argv []string, env ...string) (*Process, error) {
+	p, err := startProcess(ns, dir, name, argv, append(processEnv(), env...))
+	if err != nil {
+		return nil, err
+	}
+	return &Process{p: p}, nil
+}
+
+// Pid is the process's ID (and its process group's).
+func (p *Process) Pid() int { return p.p.cmd.Process.Pid }
+
+// Log is the path of its log.
+func (p *Process) Log() string { return p.p.log }
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool { return p.p.exited() }
+
+// ExitError says that the process ended, with the last lines of its log.
+func (p *Process) ExitError() error { return p.p.exitError() }
+
+// Stop sends SIGTERM to the process group, SIGKILL after 10 s, and waits.
+// Safe on a nil Process and more than once.
+func (p *Process) Stop() error {
+	if p == nil {
+		return nil
+	}
+	return p.p.stop()
+}

@@ -27,6 +27,38 @@ func TestTokenCSV(t *testing.T) {
 	}
 }
 
+// TestAppendUsers: extra users (a kubelet in system:nodes, the controller
+// manager) follow the admin and kube-proxy lines, each with a token of its
+// own; a name that would break the CSV is refused.
+func TestAppendUsers(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, tokenFile), []byte(tokenCSV("aaa", "bbb")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := appendUsers(dir, []User{{Name: "system:node:node-a", Groups: []string{"system:nodes"}}, {Name: "system:kube-controller-manager"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, k := tokens["system:node:node-a"], tokens["system:kube-controller-manager"]
+	if len(n) != 48 || len(k) != 48 || n == k {
+		t.Fatalf("tokens %v", tokens)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, tokenFile))
+	want := tokenCSV("aaa", "bbb") + n + ",system:node:node-a,system:node:node-a,\"system:nodes\"\n" +
+		k + ",system:kube-controller-manager,system:kube-controller-manager\n"
+	if diff := cmp.Diff(want, string(got)); diff != "" {
+		t.Errorf("token file (-want +got):\n%s", diff)
+	}
+	for _, bad := range []User{{Name: ""}, {Name: "a,b"}, {Name: "a\"b"}} {
+		if _, err := appendUsers(dir, []User{bad}); err == nil {
+			t.Errorf("appendUsers(%q) gave no error", bad.Name)
+		}
+	}
+	if _, err := appendUsers(dir, []User{{Name: "x"}, {Name: "x"}}); err == nil {
+		t.Error("a user listed twice gave no error")
+	}
+}
+
 // TestKubeconfig loads the kubeconfig with client-go's own loader.
 func TestKubeconfig(t *testing.T) {
 	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
