@@ -24,6 +24,8 @@ var layers = map[string]int{
 	"sim/cluster": 0, "sim/scenario": 0,
 	"harness/stats": 0, "harness/testenv": 0, "harness/traffic": 0, "harness/report": 0,
 	"dataplane/restore": 0, "dataplane/trace": 0,
+	// L0 too: unpacking the dump archives diagnose's tests read.
+	"harness/diagnose/archive": 0,
 	// L1: the model's readers that need nothing else.
 	"sim/oracle": 1, "sim/cost": 1, "sim/apiserver": 1, "dataplane/proxy": 1, "dataplane/netns": 1,
 	// L2: the dataplane's contract, the simulator's engines, upstream's
@@ -35,6 +37,9 @@ var layers = map[string]int{
 	// L3: the calibration loop the backends feed; sim capacity's sweep
 	// (the engines' sync runner and the cost model, no traffic).
 	"dataplane/calibrate": 3, "sim/capacity": 3,
+	// L0 and L3: a real local cluster (issue 32): the pause image's
+	// program; the cluster on netns and upstream's processes.
+	"harness/cluster/pause": 0, "harness/cluster": 3,
 	// L4: the backends.
 	"dataplane/iptables": 4, "dataplane/nftables": 4, "dataplane/ipvs": 4,
 	// L5: what builds on the backends or on the whole simulator.
@@ -48,6 +53,8 @@ var layers = map[string]int{
 	"harness/vm": 7,
 	// L8-9: the command.
 	"cmd/sim/app": 8, "cmd/sim": 9,
+	// L8 too: the local cluster's command (up, a pod per node, down).
+	"harness/cluster/cmd/kpsim-cluster": 8,
 }
 
 // siblings are the imports allowed inside one layer.
