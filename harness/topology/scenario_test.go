@@ -55,16 +55,18 @@ func TestFromModel(t *testing.T) {
 	if placed != len(distinct) {
 		t.Errorf("placed %d endpoint addresses, the state has %d", placed, len(distinct))
 	}
-	if got := len(cfg.NamespaceNames()); got != 1+24*2+48 {
-		t.Errorf("%d namespaces, want %d", got, 1+24*2+48)
+	// The fabric, a node and a backend namespace per node, the web pods,
+	// and the world outside: its router and the internet client.
+	if got := len(cfg.NamespaceNames()); got != 1+24*2+48+2 {
+		t.Errorf("%d namespaces, want %d", got, 1+24*2+48+2)
 	}
 }
 
 // TestScenarioTopology builds the 1000-Service scenario's topology (24
-// nodes, 97 namespaces, every endpoint address) and connects across it.
+// nodes, 99 namespaces, every endpoint address) and connects across it.
 func TestScenarioTopology(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.SkipIfShort(t, "skips the 97-namespace build")
+	testenv.SkipIfShort(t, "skips the 99-namespace build")
 	m := openScenario(t, "../../scenarios/1000-services.yaml")
 	cfg, err := FromModel(m, "")
 	if err != nil {
