@@ -125,8 +125,10 @@ bin/etcd: $(UPSTREAM)/etcd/go.mod $(UPSTREAM)/etcd/go.sum
 # move the pinned kube-apiserver's and kube-proxy's); containerd, its runc
 # shim, ctr, runc and the CNI plugins ptp, host-local and loopback from
 # $(UPSTREAM)/node; the local pause image's binary and kpsim-cluster from
-# the main module. runc needs cgo (gcc, libc6-dev: DEB_PACKAGES) and is
-# built without seccomp (pods ask for none: seccompDefault false) and
+# the main module. runc needs cgo and libseccomp (CLUSTER_DEB_PACKAGES,
+# installed by cluster-deps as root: the kubelet always asks for the
+# RuntimeDefault seccomp profile for a pod's sandbox, whatever
+# seccompDefault says, and a runc without seccomp fails it) and is built
 # without libpathrs (a Rust library). Cached like make upstream: a nested
 # module's binaries are rebuilt only when its go.mod or go.sum changes.
 # Each binary's build time is printed (one after another, each reusing the
@@ -136,10 +138,15 @@ NODE_MOD     := $(UPSTREAM)/node
 CLUSTER_KUBE_VERSION = $(shell sed -n 's/^\tk8s.io\/kubernetes v\([^ ]*\).*/v\1/p' $(CLUSTER_MOD)/go.mod)
 modversion    = $(shell sed -n 's/^\t$(subst /,\/,$(1)) \(v[^ ]*\).*/\1/p' $(NODE_MOD)/go.mod)
 CNI_PLUGINS  := main/ptp ipam/host-local main/loopback
+CLUSTER_DEB_PACKAGES := gcc libc6-dev libseccomp-dev
 CLUSTER_TOOLS := bin/kubelet bin/kube-controller-manager bin/kube-scheduler bin/containerd bin/containerd-shim-runc-v2 bin/ctr \
 	bin/runc $(addprefix bin/cni/,$(notdir $(CNI_PLUGINS))) bin/pause
-.PHONY: cluster-tools kpsim-cluster
-cluster-tools: $(CLUSTER_TOOLS) kpsim-cluster
+.PHONY: cluster-tools cluster-deps kpsim-cluster
+cluster-tools: cluster-deps
+	@$(MAKE) --no-print-directory $(CLUSTER_TOOLS) kpsim-cluster
+
+cluster-deps:
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(CLUSTER_DEB_PACKAGES)"
 
 bin/kubelet bin/kube-controller-manager bin/kube-scheduler &: $(CLUSTER_MOD)/go.mod $(CLUSTER_MOD)/go.sum
 	@[ "$(CLUSTER_KUBE_VERSION)" = "$(KUBE_VERSION)" ] || { echo "$(CLUSTER_MOD) pins $(CLUSTER_KUBE_VERSION), $(UPSTREAM)/kubernetes $(KUBE_VERSION): pin one release"; exit 1; }
@@ -159,8 +166,8 @@ bin/containerd bin/containerd-shim-runc-v2 bin/ctr &: $(NODE_MOD)/go.mod $(NODE_
 bin/runc: $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
 	@mkdir -p bin
 	@v=$(call modversion,github.com/opencontainers/runc); start=$$(date +%s); cd $(NODE_MOD) && \
-	CGO_ENABLED=1 $(GO) build -trimpath -tags urfave_cli_no_docs -ldflags "-s -w -X main.version=$${v#v}" -o $(CURDIR)/bin/runc github.com/opencontainers/runc && \
-	echo "built bin/runc $$v (cgo, no seccomp) in $$(( $$(date +%s) - start )) s"
+	CGO_ENABLED=1 $(GO) build -trimpath -tags "seccomp urfave_cli_no_docs" -ldflags "-s -w -X main.version=$${v#v}" -o $(CURDIR)/bin/runc github.com/opencontainers/runc && \
+	echo "built bin/runc $$v (cgo, seccomp) in $$(( $$(date +%s) - start )) s"
 
 $(addprefix bin/cni/,$(notdir $(CNI_PLUGINS))) &: $(NODE_MOD)/go.mod $(NODE_MOD)/go.sum
 	@mkdir -p bin/cni

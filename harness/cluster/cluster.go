@@ -212,6 +212,9 @@ func (c *Cluster) startControllers(cpDir string) error {
 		"--authorization-kubeconfig=" + kcmKC,
 		"--bind-address=" + addr,
 		"--cert-dir=" + filepath.Join(cpDir, "kcm-certs"),
+		// Its default, /usr/libexec/kubernetes/..., is created on the host
+		// when missing (seen in the first run): keep it in the run.
+		"--flex-volume-plugin-dir=" + filepath.Join(cpDir, "flexvolume"),
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + c.cp.ServiceAccountKeyFile(),

@@ -102,6 +102,13 @@ func WriteNodeFiles(f NodeFiles, s NodeSpec, kubeconfig string) error {
 // keeps it from image GC), runc by path with the cgroupfs driver (no
 // systemd here), the CNI plugins' folder and the node's conf folder, no TCP
 // streaming port outside the node, and the opt plugin's folder in the run.
+//
+// restrict_oom_score_adj: this machine kind's bounding set lacks
+// CAP_SYS_RESOURCE, so no process may lower its oom_score_adj; runc's
+// nsexec failed every sandbox with "failed to update
+// /proc/self/oom_score_adj: Permission denied" (the sandbox asks for -998).
+// Restricted, containerd raises every container's score to at least its
+// own, which is allowed.
 func containerdConfig(f NodeFiles, s NodeSpec) string {
 	return fmt.Sprintf(`version = 3
 root = '/var/lib/containerd'
@@ -127,6 +134,7 @@ state = '/run/containerd'
   [plugins.'io.containerd.cri.v1.runtime']
     enable_selinux = false
     tolerate_missing_hugetlb_controller = true
+    restrict_oom_score_adj = true
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = 'runc'
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -145,7 +153,9 @@ state = '/run/containerd'
 // must exist in every hierarchy), kernel tunables checked, not written
 // (protectKernelDefaults, see kernelTunables), no DNS from the host
 // (resolvConf ""), no image GC (the images are imported, not pulled) and
-// eviction thresholds low enough for a host every node shares.
+// eviction thresholds low enough for a host every node shares. oomScoreAdj
+// 0: the kubelet cannot lower its own score here (no CAP_SYS_RESOURCE, see
+// containerdConfig).
 func kubeletConfig(f NodeFiles, s NodeSpec) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -158,6 +168,7 @@ staticPodPath: %[2]s
 volumePluginDir: %[3]s
 address: %[4]s
 readOnlyPort: 0
+oomScoreAdj: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 authentication:
