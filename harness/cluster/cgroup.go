@@ -240,13 +240,14 @@ func (rc *RunCgroup) Kill(timeout time.Duration) error {
 		}
 	}
 	deadline := time.Now().Add(timeout)
+	killed := map[int]bool{}
 	for {
 		pids, err := rc.Procs()
 		if err != nil {
 			return fmt.Errorf("could not list the run's processes: %w", err)
 		}
 		if len(pids) == 0 {
-			return nil
+			return waitReaped(killed, deadline)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("could not kill the run's processes within %s: %v left", timeout, pids)
@@ -256,9 +257,34 @@ func (rc *RunCgroup) Kill(timeout time.Duration) error {
 		}
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGKILL)
+			killed[pid] = true
 		}
 		if freezer != "" {
 			os.WriteFile(freezer, []byte("THAWED"), 0o644)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitReaped waits until every killed process is gone from /proc. A killed
+// task leaves its cgroup at once but stays a zombie until its parent reaps
+// it; the shims, and the daemons once the launcher is gone, are orphans
+// whose parent is PID 1 (process_api here), which reaps them within
+// moments. Until then ps still lists them.
+func waitReaped(killed map[int]bool, deadline time.Time) error {
+	for {
+		var left []int
+		for pid := range killed {
+			if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(left)
+			return fmt.Errorf("killed processes not reaped in time (zombies of PID 1?): %v", left)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -10,6 +10,8 @@ out=$1
 {
   echo "## sysctl -a (volatile counters left out)"
   sysctl -a 2>/dev/null | grep -v -E '^(kernel\.random\.|fs\.dentry-state|fs\.file-nr|fs\.inode-|kernel\.ns_last_pid|net\.netfilter\.nf_conntrack_count|kernel\.pty\.nr|fs\.aio-nr|fs\.quota\.|kernel\.sched_domain|net\.ipv4\.route\.gc_|kernel\.tainted|fs\.fanotify\.|vm\.stat_refresh|fs\.pipe-user-pages|fs\.mqueue\.|user\.)'
+  echo "## kernel parameters under /sys (module parameters, mm)"
+  grep -r . /sys/module/*/parameters/ /sys/kernel/mm/transparent_hugepage/ 2>/dev/null | grep -v -E '/stats/|page_reporting/parameters/(passes|walked|reported_kib)'
   echo "## cgroup folders"
   find /sys/fs/cgroup -mindepth 1 -type d | sort
   echo "## ip netns"
