@@ -132,18 +132,17 @@ bin/etcd: $(UPSTREAM)/etcd/go.mod $(UPSTREAM)/etcd/go.sum
 # without libpathrs (a Rust library). Cached like make upstream: a nested
 # module's binaries are rebuilt only when its go.mod or go.sum changes.
 # Each binary's build time is printed (one after another, each reusing the
-# build cache the previous ones filled).
+# build cache the previous ones filled). make cluster-tools names one
+# binary of each grouped rule (the rule makes the whole group).
 CLUSTER_MOD  := $(UPSTREAM)/cluster
 NODE_MOD     := $(UPSTREAM)/node
 CLUSTER_KUBE_VERSION = $(shell sed -n 's/^\tk8s.io\/kubernetes v\([^ ]*\).*/v\1/p' $(CLUSTER_MOD)/go.mod)
 modversion    = $(shell sed -n 's/^\t$(subst /,\/,$(1)) \(v[^ ]*\).*/\1/p' $(NODE_MOD)/go.mod)
 CNI_PLUGINS  := main/ptp ipam/host-local main/loopback
 CLUSTER_DEB_PACKAGES := gcc libc6-dev libseccomp-dev
-CLUSTER_TOOLS := bin/kubelet bin/kube-controller-manager bin/kube-scheduler bin/containerd bin/containerd-shim-runc-v2 bin/ctr \
-	bin/runc $(addprefix bin/cni/,$(notdir $(CNI_PLUGINS))) bin/pause
 .PHONY: cluster-tools cluster-deps kpsim-cluster
 cluster-tools: cluster-deps
-	@$(MAKE) --no-print-directory $(CLUSTER_TOOLS) kpsim-cluster
+	@$(MAKE) --no-print-directory bin/kubelet bin/containerd bin/runc bin/cni/ptp bin/pause kpsim-cluster
 
 cluster-deps:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(CLUSTER_DEB_PACKAGES)"
