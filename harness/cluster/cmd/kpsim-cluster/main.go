@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/cluster"
 )
 
@@ -150,10 +152,20 @@ func describe(p *corev1.Pod) string {
 	return s
 }
 
-// memory sums the resident memory of the run's cgroup (nodes and pods) and
-// lists it per program name.
+// memory sums the resident memory of the control plane (the processes of
+// its namespace) and of the run's cgroup (nodes and pods), per program name.
 func memory(c *cluster.Cluster) string {
-	pids, _ := c.Cgroup().Procs()
+	var cp []int
+	if procs, err := netns.ProcessesIn(c.ControlPlane().Namespace().Path()); err == nil {
+		for _, p := range procs {
+			cp = append(cp, p.PID)
+		}
+	}
+	nodes, _ := c.Cgroup().Procs()
+	return fmt.Sprintf("control plane %s; nodes and pods (run cgroup) %s", rss(cp), rss(nodes))
+}
+
+func rss(pids []int) string {
 	by := map[string]int{}
 	total := 0
 	for _, pid := range pids {
@@ -171,7 +183,8 @@ func memory(c *cluster.Cluster) string {
 	for k, v := range by {
 		parts = append(parts, fmt.Sprintf("%s %d MB", k, v/1024))
 	}
-	return fmt.Sprintf("run cgroup %d MB (%s)", total/1024, strings.Join(parts, ", "))
+	slices.Sort(parts)
+	return fmt.Sprintf("%d MB (%s)", total/1024, strings.Join(parts, ", "))
 }
 
 func fail(err error) {
