@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -33,6 +34,9 @@ const (
 	KindProcess = "process"
 	// KindRunDir is a run's folder (RunDir).
 	KindRunDir = "rundir"
+	// KindCgroup is a run's cgroup (RunCgroup: a local cluster's daemons
+	// and pods), in every hierarchy; removing it kills what runs inside.
+	KindCgroup = "cgroup"
 )
 
 // Cleanup actions.
@@ -97,6 +101,9 @@ func Cleanup(o CleanupOptions) (*CleanupReport, error) {
 	uncovered, uncoverErr := c.uncover(names)
 	if uncovered {
 		defer ensureNetnsDir()
+	}
+	if err := c.cgroups(); err != nil {
+		return nil, err
 	}
 	if err := c.processes(names); err != nil {
 		return nil, err
@@ -225,6 +232,33 @@ func (c *cleaner) processes(names []string) error {
 			it := Leftover{Kind: KindProcess, Name: fmt.Sprintf("%d %s in %s", p.PID, p.Comm, name), RunID: id}
 			c.act(it, func() error { return KillProcesses([]Process{p}) })
 		}
+	}
+	return nil
+}
+
+// cgroups kills what runs in the selected runs' cgroups and removes them,
+// with the parents each run recorded. A local cluster's pods run in
+// network namespaces of their own, which processes cannot see; their
+// cgroups find them. Runs the prefix selects whole only.
+func (c *cleaner) cgroups() error {
+	hs, err := hierarchies()
+	if err != nil {
+		return nil // no cgroup mounted: nothing of ours either
+	}
+	found := findRunCgroups(hs, c.o.Prefix)
+	ids := make([]string, 0, len(found))
+	for id := range found {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		rc := &RunCgroup{Path: found[id], Hierarchies: hs, record: cgroupRecord(id)}
+		c.act(Leftover{Kind: KindCgroup, Name: rc.Path, RunID: id}, func() error {
+			if err := rc.Kill(30 * time.Second); err != nil {
+				return err
+			}
+			return rc.Remove()
+		})
 	}
 	return nil
 }

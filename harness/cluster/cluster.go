@@ -50,7 +50,7 @@ type Cluster struct {
 	cp     *upstream.ControlPlane
 	kcm    *upstream.Process
 	sched  *upstream.Process
-	cg     *RunCgroup
+	cg     *netns.RunCgroup
 	nodes  []*Node
 	Timing []Step
 }
@@ -135,7 +135,7 @@ func (c *Cluster) up(ctx context.Context) error {
 	c.step("kube-controller-manager and kube-scheduler started", t)
 
 	t = time.Now()
-	if c.cg, err = NewRunCgroup(netns.Prefix + id); err != nil {
+	if c.cg, err = netns.NewRunCgroup(id); err != nil {
 		return err
 	}
 	c.logf("run cgroup %s in %d hierarchies", c.cg.Path, len(c.cg.Hierarchies))
@@ -301,7 +301,7 @@ func (c *Cluster) Dir() string { return c.dir }
 func (c *Cluster) Nodes() []*Node { return c.nodes }
 
 // Cgroup is the run's cgroup.
-func (c *Cluster) Cgroup() *RunCgroup { return c.cg }
+func (c *Cluster) Cgroup() *netns.RunCgroup { return c.cg }
 
 // Close stops the nodes (SIGTERM to each launcher's process group, then
 // SIGKILL to whatever is left in the run's cgroup: shims and containers

@@ -33,8 +33,11 @@ named network namespaces under /run/netns whose name starts with kpsim-
 (or with --prefix), after killing (SIGKILL) any process still running inside
 one (a kube-proxy, etcd or kube-apiserver of a killed run, listed as kind
 process); any veth or bridge of ours in the root namespace (there should be
-none); the run folders /tmp/kpsim-RUNID; and the run markers under
-/run/kpsim. Only names with our prefix are ever touched.
+none); the cgroups of local cluster runs (kpsim-RUNID in every cgroup
+hierarchy, with the parent folders the run recorded), after killing every
+process inside, the pods included; the run folders /tmp/kpsim-RUNID; and
+the run markers under /run/kpsim. Only names with our prefix are ever
+touched.
 
 A run that is still alive holds a lock on its marker /run/kpsim/RUNID.pid;
 its namespaces are listed as skipped unless --force.

@@ -1,4 +1,4 @@
-package cluster
+package netns
 
 import (
 	"bufio"
@@ -37,9 +37,9 @@ type RunCgroup struct {
 	Path string
 	// Hierarchies are where it exists.
 	Hierarchies []hierarchy
-	// created are the folders made (parents included), in creation order,
-	// removed in reverse by Remove.
-	created []string
+	// record is cgroupRecord(id): the parents outside the tree, for
+	// Cleanup.
+	record string
 }
 
 // hierarchies lists the cgroup mounts of /proc/self/mountinfo.
@@ -113,11 +113,17 @@ func ownCgroup() (string, error) {
 	return unified, nil
 }
 
-// NewRunCgroup creates the run's cgroup, <own cgroup>/<name>, in every
-// mounted hierarchy (missing parents too, remembered for Remove). A new
-// cpuset cgroup gets its parent's cpus and mems, or no task could join it.
-// On error, what it made is removed.
-func NewRunCgroup(name string) (*RunCgroup, error) {
+// NewRunCgroup creates run id's cgroup, <own cgroup>/kpsim-<id>, in every
+// mounted hierarchy. Parents missing from a hierarchy are created too and
+// recorded in cgroupRecord(id) (beside the run marker) before they are
+// made, so that Remove, or Cleanup after a killed run, removes them again:
+// afterwards they could not be told from the host's own. A new cpuset
+// cgroup gets its parent's cpus and mems, or no task could join it. On
+// error, what it made is removed.
+func NewRunCgroup(id string) (*RunCgroup, error) {
+	if !ValidRunID(id) {
+		return nil, fmt.Errorf("could not create the run's cgroup: invalid run id %q", id)
+	}
 	base, err := ownCgroup()
 	if err != nil {
 		return nil, err
@@ -126,7 +132,7 @@ func NewRunCgroup(name string) (*RunCgroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := &RunCgroup{Path: filepath.Join(base, name), Hierarchies: hs}
+	rc := &RunCgroup{Path: filepath.Join(base, Prefix+id), Hierarchies: hs, record: cgroupRecord(id)}
 	for _, h := range hs {
 		if err := rc.mkdirAll(h, rc.Path); err != nil {
 			return nil, errors.Join(err, rc.Remove())
@@ -134,6 +140,41 @@ func NewRunCgroup(name string) (*RunCgroup, error) {
 	}
 	return rc, nil
 }
+
+// maxCgroupDepth bounds findRunCgroups' walk: a run's cgroup sits under
+// the cgroup its program was started in (e.g. /process_api/<id>).
+const maxCgroupDepth = 6
+
+// findRunCgroups finds the run cgroups (folders named kpsim-<runid>) in
+// the hierarchies hs, at most maxCgroupDepth deep, of the runs that prefix
+// selects whole ("kpsim-" or "kpsim-<runid>-"): their cgroup paths by run
+// ID. A run's tree is not searched further.
+func findRunCgroups(hs []hierarchy, prefix string) map[string]string {
+	out := map[string]string{}
+	for _, h := range hs {
+		filepath.WalkDir(h.Mount, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() || p == h.Mount {
+				return nil
+			}
+			rel := strings.TrimPrefix(p, h.Mount)
+			if id, ok := strings.CutPrefix(d.Name(), Prefix); ok && ValidRunID(id) {
+				if prefix == Prefix || prefix == RunPrefix(id) {
+					out[id] = rel
+				}
+				return filepath.SkipDir
+			}
+			if strings.Count(rel, "/") >= maxCgroupDepth {
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// cgroupRecord is the file listing the cgroup folders run id created
+// outside its own tree (one full path a line), in creation order.
+func cgroupRecord(id string) string { return filepath.Join(MarkerDir, id+".cgroup") }
 
 // Mkdir creates sub (a path relative to the run's cgroup) in every
 // hierarchy.
@@ -156,10 +197,14 @@ func (rc *RunCgroup) mkdirAll(h hierarchy, p string) error {
 	}
 	for _, d := range missing {
 		full := filepath.Join(h.Mount, d)
+		if rc.record != "" && !within(d, rc.Path) {
+			if err := appendLine(rc.record, full); err != nil {
+				return fmt.Errorf("could not record cgroup %s: %w", full, err)
+			}
+		}
 		if err := os.Mkdir(full, 0o755); err != nil {
 			return fmt.Errorf("could not create cgroup %s: %w", full, err)
 		}
-		rc.created = append(rc.created, full)
 		if slices.Contains(h.Controllers, "cpuset") {
 			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
 				v, err := os.ReadFile(filepath.Join(filepath.Dir(full), f))
@@ -310,16 +355,63 @@ func (rc *RunCgroup) Remove() error {
 			}
 		}
 	}
-	for i := len(rc.created) - 1; i >= 0; i-- {
-		if err := rmdirRetry(rc.created[i]); err != nil {
-			errs = append(errs, err)
-		}
+	if err := errors.Join(errs...); err == nil && rc.record != "" {
+		errs = append(errs, removeRecordedParents(rc.record))
 	}
-	rc.created = nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("could not remove the run's cgroups: %w", err)
 	}
 	return nil
+}
+
+// removeRecordedParents removes, deepest first, the parents a run recorded
+// in its cgroup record, when they are empty: one still holding another
+// run's cgroup (two runs of one session share /process_api/<id> in the
+// hierarchies where only they made it) stays, and is that run's to leave
+// behind; a known limit.
+func removeRecordedParents(record string) error {
+	data, err := os.ReadFile(record)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("could not read %s: %w", record, err)
+	}
+	lines := strings.Fields(string(data))
+	var errs []error
+	for i := len(lines) - 1; i >= 0; i-- {
+		p := lines[i]
+		if !strings.HasPrefix(p, cgroupRoot+"/") || strings.Contains(p, "..") {
+			errs = append(errs, fmt.Errorf("%s: %q is not a cgroup folder", record, p))
+			continue
+		}
+		err := syscall.Rmdir(p)
+		if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EBUSY) {
+			errs = append(errs, fmt.Errorf("could not remove cgroup %s: %w", p, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := os.Remove(record); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("could not remove %s: %w", record, err)
+	}
+	return nil
+}
+
+// within reports whether cgroup path p is root or inside it.
+func within(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
+
+func appendLine(path, line string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(line + "\n")
+	return errors.Join(err, f.Close())
 }
 
 // rmdirRetry removes an empty cgroup, retrying a moment on EBUSY (a killed
