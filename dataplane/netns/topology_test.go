@@ -280,6 +280,15 @@ func TestExecAndSysctl(t *testing.T) {
 	if v, _ := c.NS.ReadSysctl("net/ipv4/ip_forward"); v != "1" {
 		t.Errorf("Sysctl did not take: %q", v)
 	}
+	// Both ends of the client's link queue a burst behind an ARP exchange.
+	for _, k := range []struct {
+		ns   *Namespace
+		link string
+	}{{c.NS, podLink(topo.RunID())}, {n.NS, clientPortLink(topo.RunID(), 0)}} {
+		if v, err := k.ns.ReadSysctl("net/ipv4/neigh/" + k.link + "/unres_qlen_bytes"); err != nil || v != unresolvedQueue {
+			t.Errorf("unres_qlen_bytes of %s in %s = %q, %v; want %s", k.link, k.ns.Name, v, err, unresolvedQueue)
+		}
+	}
 	// Namespaced: the host's value is whatever it was, read from outside.
 	if v, err := os.ReadFile("/proc/sys/net/ipv4/conf/all/rp_filter"); err == nil {
 		if got, _ := n.NS.ReadSysctl("net.ipv4.conf.all.rp_filter"); got != "0" {
