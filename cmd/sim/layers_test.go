@@ -28,6 +28,9 @@ var layers = map[string]int{
 	"harness/diagnose/archive": 0,
 	// L1: the model's readers that need nothing else.
 	"sim/oracle": 1, "sim/cost": 1, "sim/apiserver": 1, "dataplane/proxy": 1, "dataplane/netns": 1,
+	// L1 too: a scenario placed on a cluster through its API (sim conform
+	// --kubeconfig): namespaces, agent pods, Services, EndpointSlices.
+	"harness/remote": 1,
 	// L2: the dataplane's contract, the simulator's engines, upstream's
 	// processes (etcd, kube-apiserver, kube-proxy) in a run's namespaces.
 	"dataplane": 2, "sim/engine": 2, "harness/upstream": 2,
