@@ -24,6 +24,7 @@ package remote
 
 import (
 	"cmp"
+	_ "embed"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -356,3 +357,9 @@ func proberDaemonSet(ns, runID, image string, pull corev1.PullPolicy, nodes []st
 		},
 	}
 }
+
+// RBAC is the ClusterRole a run needs (rbac.yaml, shipped with the
+// binary: sim conform --print-rbac).
+//
+//go:embed rbac.yaml
+var RBAC string

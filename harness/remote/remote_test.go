@@ -4,15 +4,19 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kpsim/kpsim/sim/scenario"
 )
@@ -193,6 +197,44 @@ func TestDeploy(t *testing.T) {
 	if ns, _ := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); len(ns.Items) != 0 {
 		t.Errorf("%d namespaces left", len(ns.Items))
 	}
+	allowedByRBAC(t, c)
+}
+
+// allowedByRBAC checks every request the run made (the fake kubelet's
+// status writes and prober pods aside: they are the cluster's) against
+// the shipped ClusterRole.
+func allowedByRBAC(t *testing.T, c *fake.Clientset) {
+	t.Helper()
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict([]byte(RBAC), &role); err != nil {
+		t.Fatalf("rbac.yaml: %v", err)
+	}
+	allowed := func(group, resource, verb string) bool {
+		for _, r := range role.Rules {
+			if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) {
+				return true
+			}
+		}
+		return false
+	}
+	n := 0
+	for _, a := range c.Actions() {
+		res := a.GetResource()
+		name := res.Resource
+		if a.GetSubresource() != "" {
+			name += "/" + a.GetSubresource()
+		}
+		if name == "pods/status" || a.GetVerb() == "create" && name == "pods" && a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).Labels[LabelRole] == "prober" {
+			continue // the fake kubelet's and DaemonSet controller's
+		}
+		n++
+		if !allowed(res.Group, name, a.GetVerb()) {
+			t.Errorf("rbac.yaml does not allow %s %s (group %q)", a.GetVerb(), name, res.Group)
+		}
+	}
+	if n < 10 {
+		t.Errorf("only %d requests checked", n)
+	}
 }
 
 func TestDeployNamesAStuckPod(t *testing.T) {
@@ -221,4 +263,5 @@ func TestDeployNamesAStuckPod(t *testing.T) {
 	if err != nil || len(names) != 2 {
 		t.Errorf("cleanup: %v, %v", names, err)
 	}
+	allowedByRBAC(t, c)
 }
