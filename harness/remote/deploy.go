@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -73,26 +74,40 @@ func Deploy(ctx context.Context, client kubernetes.Interface, p *Plan, timeout t
 		pl.Services[types.NamespacedName{Namespace: p.scenarioNS(s.Namespace), Name: s.Name}] = got
 	}
 	for _, sl := range p.Slices {
-		x := sl.DeepCopy()
-		for i, ep := range x.Endpoints {
-			for j, a := range ep.Addresses {
-				ip := netip.MustParseAddr(a) // parsed by NewPlan
-				real, ok := pl.Endpoint[ip]
-				if !ok {
-					return nil, fmt.Errorf("EndpointSlice %s/%s: no echo pod for %s", sl.Namespace, sl.Name, ip)
-				}
-				x.Endpoints[i].Addresses[j] = real.String()
-				if j == 0 {
-					a := pl.Echoes[real]
-					x.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: a.Namespace, Name: a.Name}
-				}
-			}
+		x, err := pl.endpoints(sl)
+		if err != nil {
+			return nil, err
 		}
 		if _, err := client.DiscoveryV1().EndpointSlices(x.Namespace).Create(ctx, x, metav1.CreateOptions{}); err != nil {
 			return nil, fmt.Errorf("could not create EndpointSlice %s/%s: %w", x.Namespace, x.Name, err)
 		}
 	}
 	return pl, nil
+}
+
+// endpoints is a slice of the run (namespace and nodes already the
+// cluster's) with the echo pods' addresses and references for the
+// scenario's.
+func (pl *Placement) endpoints(sl *discoveryv1.EndpointSlice) (*discoveryv1.EndpointSlice, error) {
+	x := sl.DeepCopy()
+	for i, ep := range x.Endpoints {
+		for j, a := range ep.Addresses {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return nil, fmt.Errorf("EndpointSlice %s/%s endpoints[%d]: address %q: %w", sl.Namespace, sl.Name, i, a, err)
+			}
+			real, ok := pl.Endpoint[ip]
+			if !ok {
+				return nil, fmt.Errorf("EndpointSlice %s/%s: no echo pod for %s (a timeline that adds endpoints is not run on a cluster)", sl.Namespace, sl.Name, ip)
+			}
+			x.Endpoints[i].Addresses[j] = real.String()
+			if j == 0 {
+				a := pl.Echoes[real]
+				x.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: a.Namespace, Name: a.Name}
+			}
+		}
+	}
+	return x, nil
 }
 
 // scenarioNS is the scenario namespace of one of the run's.
@@ -114,9 +129,9 @@ func waitAgents(ctx context.Context, client kubernetes.Interface, p *Plan, pl *P
 		echoAddr[name] = a
 	}
 	for {
-		pods, err := client.CoreV1().Pods(p.Home).List(ctx, metav1.ListOptions{LabelSelector: LabelRun + "=" + p.RunID})
+		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: LabelRun + "=" + p.RunID})
 		if err != nil {
-			return fmt.Errorf("could not list the run's pods in %s: %w", p.Home, err)
+			return fmt.Errorf("could not list the run's pods: %w", err)
 		}
 		var waiting []*corev1.Pod
 		ready := map[string]bool{}
@@ -133,9 +148,9 @@ func waitAgents(ctx context.Context, client kubernetes.Interface, p *Plan, pl *P
 			a := Agent{Namespace: pod.Namespace, Name: pod.Name, Node: pod.Spec.NodeName, IP: ip}
 			switch pod.Labels[LabelRole] {
 			case "echo":
-				if model, ok := echoAddr[pod.Name]; ok {
+				if model, ok := echoAddr[pod.Namespace+"/"+pod.Name]; ok {
 					pl.Endpoint[model], pl.Echoes[ip] = ip, a
-					ready[pod.Name] = true
+					ready[pod.Namespace+"/"+pod.Name] = true
 				}
 			case "prober":
 				pl.Probers[a.Node] = a
@@ -143,7 +158,7 @@ func waitAgents(ctx context.Context, client kubernetes.Interface, p *Plan, pl *P
 		}
 		var missing []string
 		for _, pod := range p.Echo {
-			if !ready[pod.Name] && !slices.ContainsFunc(waiting, func(w *corev1.Pod) bool { return w.Name == pod.Name }) {
+			if !ready[pod.Namespace+"/"+pod.Name] && !slices.ContainsFunc(waiting, func(w *corev1.Pod) bool { return w.Namespace == pod.Namespace && w.Name == pod.Name }) {
 				missing = append(missing, fmt.Sprintf("echo pod %s/%s (node %s) does not exist", pod.Namespace, pod.Name, pod.Spec.NodeName))
 			}
 		}
@@ -281,4 +296,62 @@ func deleteNamespaces(ctx context.Context, client kubernetes.Interface, selector
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// Mirror makes the run's EndpointSlices of one scenario Service what the
+// model's are (model: the scenario namespace's slices of that Service, as
+// the model holds them after a timeline step): each translated to the
+// run's namespace, nodes and echo pods, updated or created by name, and
+// the run's slices of the Service the model no longer has deleted. It
+// returns the number of writes.
+func (pl *Placement) Mirror(ctx context.Context, client kubernetes.Interface, p *Plan, service types.NamespacedName, model []*discoveryv1.EndpointSlice) (int, error) {
+	ns := p.Namespace(service.Namespace)
+	if ns == "" {
+		return 0, fmt.Errorf("service %s: its namespace is not in the run", service)
+	}
+	api := client.DiscoveryV1().EndpointSlices(ns)
+	cur, err := api.List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service.Name})
+	if err != nil {
+		return 0, fmt.Errorf("could not list the EndpointSlices of %s/%s: %w", ns, service.Name, err)
+	}
+	have := map[string]*discoveryv1.EndpointSlice{}
+	for i := range cur.Items {
+		have[cur.Items[i].Name] = &cur.Items[i]
+	}
+	writes := 0
+	for _, m := range model {
+		x := m.DeepCopy()
+		forRun(&x.ObjectMeta, ns, p.RunID)
+		x.Labels[discoveryv1.LabelManagedBy] = ManagedBy
+		for i, ep := range x.Endpoints {
+			if ep.NodeName != nil {
+				node := p.Node(*ep.NodeName)
+				if node == "" {
+					return writes, fmt.Errorf("EndpointSlice %s/%s endpoints[%d]: node %q is not in the run", m.Namespace, m.Name, i, *ep.NodeName)
+				}
+				x.Endpoints[i].NodeName = &node
+			}
+		}
+		if x, err = pl.endpoints(x); err != nil {
+			return writes, err
+		}
+		if old := have[x.Name]; old != nil {
+			old = old.DeepCopy()
+			old.Endpoints, old.Ports, old.Labels, old.Annotations = x.Endpoints, x.Ports, x.Labels, x.Annotations
+			if _, err := api.Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+				return writes, fmt.Errorf("could not update EndpointSlice %s/%s: %w", ns, x.Name, err)
+			}
+			delete(have, x.Name)
+		} else if _, err := api.Create(ctx, x, metav1.CreateOptions{}); err != nil {
+			return writes, fmt.Errorf("could not create EndpointSlice %s/%s: %w", ns, x.Name, err)
+		}
+		writes++
+	}
+	for name := range have {
+		if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return writes, fmt.Errorf("could not delete EndpointSlice %s/%s: %w", ns, name, err)
+		}
+		writes++
+	}
+	return writes, nil
 }

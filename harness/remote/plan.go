@@ -91,7 +91,8 @@ type Plan struct {
 	// Home is the run's own namespace (agents live there).
 	Home string
 	// nsOf maps scenario namespaces to the run's; echoOf endpoint
-	// addresses to echo pod names; nodeOf scenario nodes to cluster nodes.
+	// addresses to echo pods (namespace/name); nodeOf scenario nodes to
+	// cluster nodes.
 	nsOf   map[string]string
 	echoOf map[netip.Addr]string
 	nodeOf map[string]string
@@ -149,6 +150,7 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 	type echo struct {
 		ports map[corev1.Protocol]map[int32]bool
 		node  string
+		ns    string // the run namespace of the first slice naming it
 		pod   string // the scenario's targetRef name, for the echo pod's name
 	}
 	echoes := map[netip.Addr]*echo{}
@@ -178,7 +180,7 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 				}
 				e := echoes[ip]
 				if e == nil {
-					e = &echo{ports: map[corev1.Protocol]map[int32]bool{}, node: node}
+					e = &echo{ports: map[corev1.Protocol]map[int32]bool{}, node: node, ns: ns}
 					echoes[ip] = e
 				}
 				if e.node != node {
@@ -215,16 +217,19 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 		p.Services = append(p.Services, serviceForRun(s, ns, o.RunID))
 	}
 
+	// An echo pod has the name of the scenario's pod (the endpoints'
+	// targetRef) in the run's namespace for the scenario's: a timeline step
+	// that names a pod names it here too.
 	addrs := slices.SortedFunc(maps.Keys(echoes), netip.Addr.Compare)
 	used := map[string]bool{}
 	for _, ip := range addrs {
 		e := echoes[ip]
-		name := "echo-" + strings.ReplaceAll(ip.String(), ".", "-")
-		if e.pod != "" && validation.IsDNS1123Subdomain("echo-"+e.pod) == nil && !used["echo-"+e.pod] {
-			name = "echo-" + e.pod
+		name := "ep-" + strings.ReplaceAll(ip.String(), ".", "-")
+		if e.pod != "" && len(validation.IsDNS1123Subdomain(e.pod)) == 0 && !used[e.ns+"/"+e.pod] {
+			name = e.pod
 		}
-		used[name] = true
-		p.echoOf[ip] = name
+		used[e.ns+"/"+name] = true
+		p.echoOf[ip] = e.ns + "/" + name
 		var args []string
 		var ports []corev1.ContainerPort
 		for _, proto := range slices.Sorted(maps.Keys(e.ports)) {
@@ -236,7 +241,7 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 				ports = append(ports, corev1.ContainerPort{ContainerPort: port, Protocol: proto})
 			}
 		}
-		pod := agentPod(name, p.Home, o.RunID, "echo", echoImage, pull, []string{"--ports", strings.Join(args, ",")}, ports)
+		pod := agentPod(name, e.ns, o.RunID, "echo", echoImage, pull, []string{"--ports", strings.Join(args, ",")}, ports)
 		pod.Spec.NodeName = e.node
 		pod.Labels["kpsim.dev/address"] = strings.ReplaceAll(ip.String(), ".", "-")
 		p.Echo = append(p.Echo, pod)

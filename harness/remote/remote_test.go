@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,13 +51,13 @@ func TestPlanFlapping(t *testing.T) {
 	if got := strings.Join(ns, ","); got != "kpsim-abc123,kpsim-abc123-demo" {
 		t.Errorf("namespaces %s", got)
 	}
-	want := map[string]string{"echo-flappy-0": "worker-1", "echo-flappy-1": "worker-2", "echo-flappy-2": "worker-2"}
+	want := map[string]string{"flappy-0": "worker-1", "flappy-1": "worker-2", "flappy-2": "worker-2"}
 	if len(p.Echo) != len(want) {
 		t.Fatalf("%d echo pods, want %d", len(p.Echo), len(want))
 	}
 	for _, pod := range p.Echo {
-		if want[pod.Name] != pod.Spec.NodeName {
-			t.Errorf("echo pod %s on %q, want %q", pod.Name, pod.Spec.NodeName, want[pod.Name])
+		if want[pod.Name] != pod.Spec.NodeName || pod.Namespace != "kpsim-abc123-demo" {
+			t.Errorf("echo pod %s/%s on %q, want kpsim-abc123-demo on %q", pod.Namespace, pod.Name, pod.Spec.NodeName, want[pod.Name])
 		}
 		c := pod.Spec.Containers[0]
 		if strings.Join(c.Args, " ") != "--ports tcp:8080" || c.Image != DefaultEchoImage {
@@ -124,7 +125,7 @@ func kubelet(t *testing.T, ctx context.Context, c *fake.Clientset, p *Plan, stuc
 	go func() {
 		for ctx.Err() == nil {
 			mu.Lock()
-			pods, _ := c.CoreV1().Pods(p.Home).List(ctx, metav1.ListOptions{})
+			pods, _ := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 			have := map[string]bool{}
 			for i := range pods.Items {
 				pod := &pods.Items[i]
@@ -141,7 +142,7 @@ func kubelet(t *testing.T, ctx context.Context, c *fake.Clientset, p *Plan, stuc
 					pod.Status.PodIP = fmt.Sprintf("10.9.0.%d", n)
 					pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 				}
-				_, _ = c.CoreV1().Pods(p.Home).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+				_, _ = c.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 			}
 			for _, node := range p.ProberNodes() {
 				if !have[node+"/prober"] {
@@ -190,6 +191,30 @@ func TestDeploy(t *testing.T) {
 		if !ok || ep.TargetRef == nil || ep.TargetRef.Name != a.Name || a.Node != *ep.NodeName {
 			t.Errorf("slice endpoint %s (node %s, ref %v) is not an echo pod's: %+v", ip, *ep.NodeName, ep.TargetRef, a)
 		}
+	}
+	// A timeline step: flappy-2 not ready in the model, mirrored.
+	model := exp.Slices[0].DeepCopy()
+	no := false
+	model.Endpoints[2].Conditions.Ready = &no
+	svc := types.NamespacedName{Namespace: "demo", Name: "flappy"}
+	if n, err := pl.Mirror(ctx, c, p, svc, []*discoveryv1.EndpointSlice{model}); err != nil || n != 1 {
+		t.Fatalf("mirror: %d writes, %v", n, err)
+	}
+	sl, err = c.DiscoveryV1().EndpointSlices("kpsim-abc123-demo").Get(ctx, "flappy-m3n4b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range sl.Endpoints {
+		notReady := ep.Conditions.Ready != nil && !*ep.Conditions.Ready
+		if notReady != (ep.TargetRef.Name == "flappy-2") || *ep.NodeName == "" || pl.Echoes[netip.MustParseAddr(ep.Addresses[0])].Name != ep.TargetRef.Name {
+			t.Errorf("mirrored endpoint %s (%s on %s): ready %v", ep.Addresses[0], ep.TargetRef.Name, *ep.NodeName, ep.Conditions.Ready)
+		}
+	}
+	if n, err := pl.Mirror(ctx, c, p, svc, nil); err != nil || n != 1 {
+		t.Fatalf("mirror of no slices: %d writes, %v", n, err)
+	}
+	if l, _ := c.DiscoveryV1().EndpointSlices("kpsim-abc123-demo").List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("%d slices left after mirroring none", len(l.Items))
 	}
 	if err := Delete(ctx, c, "abc123", 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -246,17 +271,17 @@ func TestDeployNamesAStuckPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := fake.NewClientset()
-	kubelet(t, ctx, c, p, map[string]string{"echo-flappy-1": "ErrImagePull"})
+	kubelet(t, ctx, c, p, map[string]string{"flappy-1": "ErrImagePull"})
 	_, err = Deploy(ctx, c, p, 1500*time.Millisecond)
 	if err == nil {
 		t.Fatal("Deploy passed with a pod that never starts")
 	}
-	for _, want := range []string{"pod kpsim-abc123/echo-flappy-1 on node node-b", "waiting: ErrImagePull no such image"} {
+	for _, want := range []string{"pod kpsim-abc123-demo/flappy-1 on node node-b", "waiting: ErrImagePull no such image"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
-	if strings.Contains(err.Error(), "echo-flappy-0") {
+	if strings.Contains(err.Error(), "flappy-0") {
 		t.Errorf("error names a ready pod:\n%v", err)
 	}
 	names, err := Cleanup(ctx, c, 5*time.Second)
