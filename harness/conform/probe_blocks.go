@@ -1,12 +1,16 @@
 package conform
 
-import "math/rand/v2"
+import (
+	"math/rand/v2"
 
-// Source ports of probes: the walk covers 16384-65535 (the ephemeral range
-// of Linux' ip_local_port_range default and IANA's, 49,152 ports).
+	"github.com/kpsim/kpsim/harness/traffic"
+)
+
+// Source ports of probes: the walk covers 16384-65535 (traffic.PortLo and
+// PortSpan, shared with the in-cluster agent).
 const (
-	portLo   = 16384
-	portSpan = 49152
+	portLo   = traffic.PortLo
+	portSpan = traffic.PortSpan
 )
 
 // MaxBlockProbes is the most probes one block of a batch sends from one
@@ -54,4 +58,4 @@ func planBlocks(n int, r *rand.Rand) []block {
 }
 
 // port is the source port of the block's j-th probe.
-func (b block) port(j int) uint16 { return uint16(portLo + (b.Start+j*b.Step)%portSpan) }
+func (b block) port(j int) uint16 { return traffic.BlockPort(b.Start, b.Step, j) }
