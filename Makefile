@@ -124,8 +124,9 @@ bin/etcd: $(UPSTREAM)/etcd/go.mod $(UPSTREAM)/etcd/go.sum
 # own nested module $(UPSTREAM)/cluster (so their extra dependencies never
 # move the pinned kube-apiserver's and kube-proxy's); containerd, its runc
 # shim, ctr, runc and the CNI plugins ptp, host-local and loopback from
-# $(UPSTREAM)/node; the local pause image's binary and kpsim-cluster from
-# the main module. runc needs cgo and libseccomp (CLUSTER_DEB_PACKAGES,
+# $(UPSTREAM)/node; the local pause image's binary, kpsim-cluster and
+# kpsim-agent (harness/agent: static, stripped) from the main module.
+# runc needs cgo and libseccomp (CLUSTER_DEB_PACKAGES,
 # installed by cluster-deps as root: the kubelet always asks for the
 # RuntimeDefault seccomp profile for a pod's sandbox, whatever
 # seccompDefault says, and a runc without seccomp fails it) and is built
@@ -140,9 +141,9 @@ CLUSTER_KUBE_VERSION = $(shell sed -n 's/^\tk8s.io\/kubernetes v\([^ ]*\).*/v\1/
 modversion    = $(shell sed -n 's/^\t$(subst /,\/,$(1)) \(v[^ ]*\).*/\1/p' $(NODE_MOD)/go.mod)
 CNI_PLUGINS  := main/ptp ipam/host-local main/loopback
 CLUSTER_DEB_PACKAGES := gcc libc6-dev libseccomp-dev
-.PHONY: cluster-tools cluster-deps kpsim-cluster
+.PHONY: cluster-tools cluster-deps kpsim-cluster kpsim-agent
 cluster-tools: cluster-deps
-	@$(MAKE) --no-print-directory bin/kubelet bin/containerd bin/runc bin/cni/ptp bin/pause kpsim-cluster
+	@$(MAKE) --no-print-directory bin/kubelet bin/containerd bin/runc bin/cni/ptp bin/pause kpsim-cluster kpsim-agent
 
 cluster-deps:
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES="$(CLUSTER_DEB_PACKAGES)"
@@ -181,6 +182,9 @@ bin/pause: harness/cluster/pause/main.go
 
 kpsim-cluster:
 	$(GO) build -o bin/kpsim-cluster ./harness/cluster/cmd/kpsim-cluster
+
+kpsim-agent:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/kpsim-agent ./harness/agent/cmd/kpsim-agent
 
 # deps installs the Debian packages once (apt-get only when one is missing).
 deps:

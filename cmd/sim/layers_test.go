@@ -43,6 +43,9 @@ var layers = map[string]int{
 	// L0 and L3: a real local cluster (issue 32): the pause image's
 	// program; the cluster on netns and upstream's processes.
 	"harness/cluster/pause": 0, "harness/cluster": 3,
+	// L1: the in-cluster agent (issue 32): probes and counts in pods,
+	// on traffic's packets and raw sockets, driven over pods/proxy.
+	"harness/agent": 1,
 	// L4: the backends.
 	"dataplane/iptables": 4, "dataplane/nftables": 4, "dataplane/ipvs": 4,
 	// L5: what builds on the backends or on the whole simulator.
@@ -58,6 +61,8 @@ var layers = map[string]int{
 	"cmd/sim/app": 8, "cmd/sim": 9,
 	// L8 too: the local cluster's command (up, a pod per node, down).
 	"harness/cluster/cmd/kpsim-cluster": 8,
+	// L8 too: the agent's command (echo or probe mode, in a pod).
+	"harness/agent/cmd/kpsim-agent": 8,
 }
 
 // siblings are the imports allowed inside one layer.
