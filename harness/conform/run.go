@@ -476,6 +476,8 @@ type suite struct {
 	variant   string // iptables backend: nft or legacy
 	// dumps is the suite's part of the --dump folder, nil when not dumping.
 	dumps *suiteDumps
+	// remote is a run on a cluster through its API (clusterSuite).
+	remote bool
 }
 
 func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults proxy.Faults, alphaUnit float64, run *report.Run, d *dumper) *report.Suite {
@@ -750,6 +752,11 @@ func (s *suite) notRunnable(c *scenario.Check) string {
 	spn, sp, err := s.spn(c)
 	if err != nil || sp == nil {
 		return ""
+	}
+	if s.remote {
+		if why := remoteNotRunnable(c); why != "" {
+			return why
+		}
 	}
 	if c.Type == scenario.CheckServiceCIDR && s.o.Mode != cluster.ModeNFTables {
 		return "only kube-proxy's nftables mode filters the service CIDR (unknown ports rejected, unallocated addresses dropped); " + string(s.o.Mode) + " mode has no such rule"

@@ -19,6 +19,9 @@ const (
 	// SubjectKubeProxy is the unmodified upstream kube-proxy binary,
 	// watching a real kube-apiserver in the run's control-plane namespace.
 	SubjectKubeProxy = "kube-proxy"
+	// SubjectCluster is the node proxy of a cluster reached through its
+	// API (RunRemote), whatever it is.
+	SubjectCluster = "cluster"
 )
 
 // proxies is the subject: the proxy under test on every node of a suite.

@@ -313,10 +313,13 @@ func agentPod(name, ns, runID, role, image string, pull corev1.PullPolicy, args 
 	}
 }
 
-// agentSpec is an agent's pod: NET_RAW (raw probe sockets) and
-// NET_BIND_SERVICE (an echo's ports below 1024) and nothing else, no API
-// token, a readiness probe on the agent's /healthz, and every toleration
-// (a node the scenario names is used whatever its taints).
+// agentSpec is an agent's pod: NET_RAW (raw probe sockets),
+// NET_BIND_SERVICE (an echo's ports below 1024) and NET_ADMIN (in the pod's
+// own network namespace: SO_RCVBUFFORCE sizes the observer's receive buffer
+// past the node's net.core.rmem_max, which would drop a block's burst) and
+// nothing else, no API token, a readiness probe on the agent's /healthz,
+// and every toleration (a node the scenario names is used whatever its
+// taints).
 func agentSpec(role, image string, pull corev1.PullPolicy, args []string, ports []corev1.ContainerPort) corev1.PodSpec {
 	no, yes := false, true
 	root := int64(0)
@@ -342,7 +345,7 @@ func agentSpec(role, image string, pull corev1.PullPolicy, args []string, ports 
 				AllowPrivilegeEscalation: &no,
 				ReadOnlyRootFilesystem:   &yes,
 				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"},
-					Add: []corev1.Capability{"NET_RAW", "NET_BIND_SERVICE"}},
+					Add: []corev1.Capability{"NET_RAW", "NET_BIND_SERVICE", "NET_ADMIN"}},
 			},
 		}},
 	}

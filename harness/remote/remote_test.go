@@ -63,7 +63,7 @@ func TestPlanFlapping(t *testing.T) {
 		if strings.Join(c.Args, " ") != "--ports tcp:8080" || c.Image != DefaultEchoImage {
 			t.Errorf("echo pod %s: args %v image %s", pod.Name, c.Args, c.Image)
 		}
-		if *pod.Spec.AutomountServiceAccountToken || strings.Join(capNames(c.SecurityContext.Capabilities.Add), ",") != "NET_RAW,NET_BIND_SERVICE" {
+		if *pod.Spec.AutomountServiceAccountToken || strings.Join(capNames(c.SecurityContext.Capabilities.Add), ",") != "NET_RAW,NET_BIND_SERVICE,NET_ADMIN" {
 			t.Errorf("echo pod %s: token or capabilities wrong", pod.Name)
 		}
 	}

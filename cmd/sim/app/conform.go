@@ -14,6 +14,7 @@ import (
 
 	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/conform"
+	"github.com/kpsim/kpsim/harness/remote"
 	"github.com/kpsim/kpsim/harness/report"
 	"github.com/kpsim/kpsim/harness/vm"
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -37,6 +38,7 @@ type conformFlags struct {
 	subject         string
 	kubeProxy       string
 	dump            string
+	remote          remoteFlags
 }
 
 func newConform(s Streams) *cobra.Command {
@@ -62,12 +64,22 @@ a check (not root, a command missing, probes the observer lost after the
 kernel delivered them, probes that were not independent): what it lacked or
 lost is printed. A verdict that tested nothing is reported as not run, with
 the reason, and is neither a pass nor a failure.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: func(c *cobra.Command, args []string) error {
+			if f.remote.printRBAC {
+				return cobra.NoArgs(c, args)
+			}
+			return cobra.MinimumNArgs(1)(c, args)
+		},
 		RunE: func(c *cobra.Command, args []string) error {
+			if f.remote.printRBAC {
+				_, err := fmt.Fprint(s.Out, remote.RBAC)
+				return err
+			}
 			return runConform(c, s, &f, &ck, args)
 		},
 	}
 	f.out.add(c)
+	f.remote.add(c)
 	ck.add(c)
 	c.Flags().Var(&f.mode, "mode", "kube-proxy mode to program: iptables, nftables or ipvs")
 	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault into the dataplane (repeatable): "+fmt.Sprint(proxy.FaultNames()))
@@ -102,6 +114,9 @@ func runConform(c *cobra.Command, s Streams, f *conformFlags, ck *checkerFlags, 
 		return err
 	}
 	if err := f.checkSubject(ck); err != nil {
+		return err
+	}
+	if err := f.remoteConflicts(c, ck); err != nil {
 		return err
 	}
 	if f.dump != "" && (ck.calibrate > 0 || ck.repeat > 0) {
@@ -149,6 +164,9 @@ func runConform(c *cobra.Command, s Streams, f *conformFlags, ck *checkerFlags, 
 // there is nothing to report: an environment error (whose report it writes
 // all the same, so CI shows why) or a bad fault name.
 func (f *conformFlags) conformRun(ctx context.Context, s Streams, files []string, o conform.Options) (*report.Run, error) {
+	if f.remote.kubeconfig != "" {
+		return f.remoteRun(ctx, s, files, o)
+	}
 	var run *report.Run
 	var err error
 	if f.vm || vm.NeedsVM(f.mode.m) {
