@@ -333,3 +333,15 @@ func Exec(ns, name string, args ...string) ([]byte, error) {
 func Command(ns, name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
+
+// Current is the calling thread's network namespace under a name of the
+// caller's choosing (for logs): a node proxy run on a node itself (sim
+// proxy --host-network-namespace) programs it. Nothing here created it and
+// Delete must not be called on it.
+func Current(name string) (*Namespace, error) {
+	h, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("could not open the current network namespace: %w", err)
+	}
+	return &Namespace{Name: name, Role: RoleNode, handle: h}, nil
+}

@@ -1,0 +1,200 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kpsim/kpsim/dataplane"
+	"github.com/kpsim/kpsim/dataplane/backends"
+	"github.com/kpsim/kpsim/dataplane/conntrack"
+	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/dataplane/proxy"
+	"github.com/kpsim/kpsim/sim/apiserver"
+	"github.com/kpsim/kpsim/sim/cluster"
+)
+
+func init() { extraCommands = append(extraCommands, newProxy) }
+
+type proxyFlags struct {
+	kubeconfig    string
+	hostname      string
+	mode          string
+	clusterCIDR   string
+	masqueradeAll bool
+	minSync       time.Duration
+	sync          time.Duration
+	faults        []string
+	netns         string
+	hostNS        bool
+	// accepted for kube-proxy's command lines, not used
+	v          int
+	bind       string
+	healthzBA  string
+	metricsBA  string
+	conntrackP int32
+}
+
+func newProxy(s Streams) *cobra.Command {
+	var f proxyFlags
+	c := &cobra.Command{
+		Use:   "proxy --kubeconfig FILE --hostname-override NODE",
+		Short: "Run kpsim's dataplane as a node's proxy, in kube-proxy's place (root)",
+		Long: `proxy is a drop-in for kube-proxy on a test cluster's node: it takes
+kube-proxy's main flags, watches the cluster's API server (Services,
+EndpointSlices, Nodes) and programs this repository's iptables, nftables or
+IPVS dataplane for the node, with kube-proxy's health check node ports and
+/healthz, and its conntrack cleanup. With --fault it injects a named fault,
+so that a conformance run on the cluster (sim conform --kubeconfig) can be
+shown to catch it.
+
+It programs a named network namespace (--netns, e.g. a node of sim cluster
+up: kpsim-RUNID-node-a), or, only when asked with --host-network-namespace,
+the one it runs in: the node's own netfilter, as kube-proxy does. It leaves
+its rules on exit, as kube-proxy does. Runs until SIGINT or SIGTERM.
+
+Exit 2 for bad flags, 3 when it cannot run here (not root, the API server
+unreachable, the node unknown), 1 when its sync loop fails.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return runProxy(c, s, &f) },
+	}
+	c.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "the kubeconfig of the cluster whose API server to watch (required)")
+	c.Flags().StringVar(&f.hostname, "hostname-override", "", "the node's name (default: the host name)")
+	c.Flags().StringVar(&f.mode, "proxy-mode", "iptables", "iptables, nftables or ipvs")
+	c.Flags().StringVar(&f.clusterCIDR, "cluster-cidr", "", "the pods' CIDR: traffic from outside it to a cluster IP is masqueraded")
+	c.Flags().BoolVar(&f.masqueradeAll, "masquerade-all", false, "masquerade all traffic to cluster IPs")
+	c.Flags().DurationVar(&f.minSync, "iptables-min-sync-period", time.Second, "the least time between two syncs")
+	c.Flags().DurationVar(&f.sync, "iptables-sync-period", 30*time.Second, "the retry interval after a failed sync (and the health timeout's half)")
+	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault (repeatable): "+fmt.Sprint(proxy.FaultNames()))
+	c.Flags().StringVar(&f.netns, "netns", "", "program this named network namespace (under /run/netns)")
+	c.Flags().BoolVar(&f.hostNS, "host-network-namespace", false, "program the network namespace sim runs in (the node's own, on a real node)")
+	c.Flags().IntVar(&f.v, "v", 0, "accepted for kube-proxy's command lines (log level; unused)")
+	c.Flags().StringVar(&f.bind, "bind-address", "", "accepted for kube-proxy's command lines (unused)")
+	c.Flags().StringVar(&f.healthzBA, "healthz-bind-address", "", "accepted for kube-proxy's command lines (/healthz is served on the node address, port 10256)")
+	c.Flags().StringVar(&f.metricsBA, "metrics-bind-address", "", "accepted for kube-proxy's command lines (unused)")
+	c.Flags().Int32Var(&f.conntrackP, "conntrack-max-per-core", 0, "accepted for kube-proxy's command lines (the conntrack table's size is left alone)")
+	return c
+}
+
+func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
+	mode := cluster.Mode(f.mode)
+	if !mode.Valid() {
+		return &UsageError{Err: fmt.Errorf("--proxy-mode %q: %s", f.mode, cluster.ModeList())}
+	}
+	faults, err := proxy.ParseFaults(f.faults)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	for _, name := range faults.Names() {
+		if why := proxy.Fault(name).NotBuilt(mode); why != "" {
+			return &UsageError{Err: proxy.NotBuiltError(proxy.Fault(name), mode, why)}
+		}
+	}
+	if f.kubeconfig == "" {
+		return &UsageError{Err: errors.New("--kubeconfig is required")}
+	}
+	if (f.netns == "") == !f.hostNS {
+		return &UsageError{Err: errors.New("give exactly one of --netns NAME (a namespace to program) and --host-network-namespace (the one sim runs in)")}
+	}
+	var cidr netip.Prefix
+	if f.clusterCIDR != "" {
+		if cidr, err = netip.ParsePrefix(f.clusterCIDR); err != nil {
+			return &UsageError{Err: fmt.Errorf("--cluster-cidr: %w", err)}
+		}
+	}
+	if f.minSync < 0 || f.sync <= 0 {
+		return &UsageError{Err: errors.New("--iptables-min-sync-period must be >= 0 and --iptables-sync-period > 0")}
+	}
+	if f.hostname == "" {
+		if f.hostname, err = os.Hostname(); err != nil {
+			return &EnvError{Err: fmt.Errorf("no --hostname-override and no host name: %w", err)}
+		}
+	}
+	client, err := kubeClient(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	if geteuid() != 0 {
+		return &EnvError{Err: errors.New("sim proxy needs root: it programs netfilter")}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	node, err := client.CoreV1().Nodes().Get(ctx, f.hostname, metav1.GetOptions{})
+	if err != nil {
+		return &EnvError{Err: fmt.Errorf("node %s: %w", f.hostname, err)}
+	}
+	var nodeIP netip.Addr
+	for _, a := range node.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP && ip.Is4() {
+			nodeIP = ip
+			break
+		}
+	}
+	if !nodeIP.IsValid() {
+		return &EnvError{Err: fmt.Errorf("node %s has no IPv4 InternalIP", f.hostname)}
+	}
+	var ns *netns.Namespace
+	if f.hostNS {
+		ns, err = netns.Current("host-" + f.hostname)
+	} else {
+		ns, err = netns.Open(f.netns)
+	}
+	if err != nil {
+		return &EnvError{Err: err}
+	}
+	defer ns.Close()
+	api, err := apiserver.Connect(client)
+	if err != nil {
+		return err
+	}
+	tr, err := api.AddTracker()
+	if err != nil {
+		return err
+	}
+	if err := api.Start(ctx, apiserver.SyncTimeout); err != nil {
+		return &EnvError{Err: fmt.Errorf("the API server's objects: %w", err)}
+	}
+	defer api.Stop()
+	cfg := dataplane.NodeConfig{NodeName: f.hostname, ClusterCIDR: cidr, NodeIPs: []netip.Addr{nodeIP}, MasqueradeAll: f.masqueradeAll, Faults: faults}
+	b, err := backends.New(mode, ns, cfg, backends.Options{NodeIPs: []netip.Addr{nodeIP}})
+	if err != nil {
+		return &EnvError{Err: err}
+	}
+	if cl, ok := b.(io.Closer); ok {
+		defer cl.Close()
+	}
+	sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: f.minSync, SyncPeriod: f.sync, RetryPeriod: f.sync}, b, tr, nil)
+	h, err := backends.NewHealth(mode, ns, cfg, nodeIP, 2*f.sync)
+	if err != nil {
+		return &EnvError{Err: err}
+	}
+	defer h.Close()
+	sy.SetHealth(h)
+	ct, err := conntrack.NewNamespaceTable(ns)
+	if err != nil {
+		return &EnvError{Err: err}
+	}
+	sy.SetConntrack(conntrack.Cleaner{Table: ct, Faults: faults})
+	fmt.Fprintf(s.Err, "sim proxy: node %s (%s), %s mode in %s, faults %v: syncing\n", f.hostname, nodeIP, mode, ns.Name, faults.Names())
+	go func() {
+		select {
+		case <-sy.Synced():
+			fmt.Fprintf(s.Err, "sim proxy: first sync done\n")
+		case <-ctx.Done():
+		}
+	}()
+	if err := sy.Run(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("sync loop: %w", err)
+	}
+	return nil
+}
