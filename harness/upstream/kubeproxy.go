@@ -56,6 +56,12 @@ type KubeProxyConfig struct {
 	// Dir holds its kubeconfig (the system:kube-proxy token) and log; the
 	// caller creates it.
 	Dir string
+	// MountNS, when set, is the path of a mount namespace kube-proxy joins
+	// (nsenter --mount) instead of mounting a private /run of its own: a
+	// real node's, e.g. /proc/PID/ns/mnt of harness/cluster's node
+	// launcher, whose /run is a tmpfs of the node already. kube-proxy then
+	// shares /run/xtables.lock with the node's kubelet, as on a real node.
+	MountNS string
 }
 
 // KubeProxy is a running kube-proxy.
@@ -142,11 +148,10 @@ func StartKubeProxy(ctx context.Context, cp *ControlPlane, cfg KubeProxyConfig) 
 			return nil, err
 		}
 	}
-	unshare, err := exec.LookPath("unshare")
+	argv, err := cfg.argv(cp.cfg.Bin.KubeProxy, kc)
 	if err != nil {
-		return nil, fmt.Errorf("could not start kube-proxy: %w (util-linux's unshare gives it a private /run)", err)
+		return nil, err
 	}
-	argv := append([]string{unshare, "--mount", "--propagation", "private", "sh", "-c", privateRun, cp.cfg.Bin.KubeProxy}, cfg.args(kc)...)
 	p, err := startProcess(cfg.NS, cfg.Dir, "kube-proxy", argv, env)
 	if err != nil {
 		return nil, err
@@ -163,6 +168,23 @@ func StartKubeProxy(ctx context.Context, cp *ControlPlane, cfg KubeProxyConfig) 
 		return nil, errors.Join(err, k.Close())
 	}
 	return k, nil
+}
+
+// argv is kube-proxy's whole command line: inside a private /run (unshare)
+// or inside MountNS (nsenter).
+func (cfg *KubeProxyConfig) argv(bin, kubeconfigPath string) ([]string, error) {
+	if cfg.MountNS != "" {
+		nsenter, err := exec.LookPath("nsenter")
+		if err != nil {
+			return nil, fmt.Errorf("could not start kube-proxy: %w (util-linux's nsenter joins the node's mount namespace)", err)
+		}
+		return append([]string{nsenter, "--mount=" + cfg.MountNS, "--", bin}, cfg.args(kubeconfigPath)...), nil
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return nil, fmt.Errorf("could not start kube-proxy: %w (util-linux's unshare gives it a private /run)", err)
+	}
+	return append([]string{unshare, "--mount", "--propagation", "private", "sh", "-c", privateRun, bin}, cfg.args(kubeconfigPath)...), nil
 }
 
 func (k *KubeProxy) waitFirstSync(ctx context.Context) error {
@@ -235,5 +257,6 @@ func (k *KubeProxy) Close() error {
 	return nil
 }
 
-// PID is kube-proxy's process ID (the unshare wrapper execs into it).
+// PID is kube-proxy's process ID (the unshare or nsenter wrapper execs
+// into it).
 func (k *KubeProxy) PID() int { return k.proc.cmd.Process.Pid }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kpsim/kpsim/harness/testenv"
 )
 
 func TestTokenCSV(t *testing.T) {
@@ -425,5 +427,26 @@ func TestParseMetricsFamilies(t *testing.T) {
 	}
 	if m.SyncErrors != 5 || m.Syncs != 0 || !m.LastSync.IsZero() {
 		t.Errorf("ParseMetrics = %+v, want SyncErrors 5 and the rest zero", m)
+	}
+}
+
+// TestKubeProxyArgv: kube-proxy runs with a private /run of its own, or
+// inside a node's mount namespace when MountNS says which.
+func TestKubeProxyArgv(t *testing.T) {
+	testenv.RequireCommands(t, "unshare", "nsenter")
+	cfg := KubeProxyConfig{Node: "node-a", NodeIP: netip.MustParseAddr("198.18.0.1"), Mode: "iptables"}
+	argv, err := cfg.argv("/bin/kube-proxy", "/d/kc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(argv[1:8], " "); !strings.HasSuffix(argv[0], "unshare") || got != "--mount --propagation private sh -c "+privateRun+" /bin/kube-proxy" {
+		t.Errorf("argv = %q", argv)
+	}
+	cfg.MountNS = "/proc/42/ns/mnt"
+	if argv, err = cfg.argv("/bin/kube-proxy", "/d/kc"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(argv[1:5], " "); !strings.HasSuffix(argv[0], "nsenter") || got != "--mount=/proc/42/ns/mnt -- /bin/kube-proxy --kubeconfig=/d/kc" {
+		t.Errorf("argv = %q", argv)
 	}
 }
