@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,17 +9,24 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/upstream"
+	simcluster "github.com/kpsim/kpsim/sim/cluster"
 )
 
 // Addresses of the local cluster.
@@ -28,13 +36,41 @@ var (
 	clusterCIDR      = netip.MustParsePrefix("10.244.0.0/16")
 )
 
+// Node proxies for Config.ProxyMode.
+const (
+	// ProxyIPTables and ProxyNFTables run the unmodified kube-proxy
+	// (Bin/kube-proxy) in that mode on every node.
+	ProxyIPTables = "iptables"
+	ProxyNFTables = "nftables"
+	// ProxyNone runs no kube-proxy: the nodes are left to a user's own
+	// node proxy.
+	ProxyNone = "none"
+)
+
+// ProxyModes are the values Config.ProxyMode takes ("" is iptables).
+var ProxyModes = []string{ProxyIPTables, ProxyNFTables, ProxyNone}
+
+// AgentName is the agent's binary in bin/ (harness/agent/cmd/kpsim-agent),
+// which EchoImage and ProberImage pack.
+const AgentName = "kpsim-agent"
+
 // Config is what Up starts.
 type Config struct {
 	// Bin is the folder of every binary (bin/: make upstream and make
 	// cluster-tools); the CNI plugins are in Bin/cni.
 	Bin string
-	// Nodes are the node names (node-a, ...); node i gets 198.18.0.(i+1).
+	// Nodes are the node names (node-a, ...); node i gets 198.18.0.(i+1)
+	// and the pod CIDR 10.244.i.0/24.
 	Nodes []string
+	// RunID names the run (netns.NewRunID); "" draws one.
+	RunID string
+	// ProxyMode is the node proxy: ProxyIPTables ("" too), ProxyNFTables
+	// or ProxyNone.
+	ProxyMode string
+	// Agent is the agent binary packed into EchoImage and ProberImage on
+	// every node; "" is Bin/kpsim-agent. When the file does not exist the
+	// images are skipped (a log line says so).
+	Agent string
 	// Log gets progress lines.
 	Log io.Writer
 	// KeepLogs, when set, is a folder Close copies every *.log of the run's
@@ -52,14 +88,20 @@ type Cluster struct {
 	sched  *upstream.Process
 	cg     *netns.RunCgroup
 	nodes  []*Node
+	agent  bool // the agent's images were imported
 	Timing []Step
 }
 
 // Node is one running node.
 type Node struct {
-	Spec     NodeSpec
-	Files    NodeFiles
+	Spec  NodeSpec
+	Files NodeFiles
+	// PodCIDR is the node's pod CIDR, which the harness gives it (the
+	// Node's spec.podCIDR, its CNI range, the routes of the other nodes
+	// and of the control plane).
+	PodCIDR  netip.Prefix
 	launcher *upstream.Process
+	proxy    *upstream.KubeProxy
 }
 
 // Step is one measured step of Up.
@@ -83,9 +125,14 @@ func (c *Cluster) step(name string, start time.Time) {
 // Up builds the run's namespaces, starts etcd, kube-apiserver (Node and
 // RBAC authorization), kube-controller-manager and kube-scheduler in the
 // control-plane namespace, and each node (containerd, the kubelet, CNI) in
-// its own network and mount namespace, under the run's cgroup, and waits
-// until every node is Ready. On error it tears down what it started.
+// its own network and mount namespace, under the run's cgroup; gives each
+// registered node its pod CIDR; waits until every node is Ready; then
+// starts kube-proxy on every node (unless ProxyMode is none) and waits for
+// its first sync. On error it tears down what it started.
 func Up(ctx context.Context, cfg Config) (*Cluster, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	c := &Cluster{cfg: cfg}
 	if err := c.up(ctx); err != nil {
 		return nil, errors.Join(err, c.Close())
@@ -93,24 +140,64 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// maxNodes bounds the nodes: node i's pod CIDR is 10.244.i.0/24 and its
+// address 198.18.0.(i+1).
+const maxNodes = 200
+
+func (cfg *Config) validate() error {
+	if cfg.ProxyMode == "" {
+		cfg.ProxyMode = ProxyIPTables
+	}
+	switch {
+	case !slices.Contains(ProxyModes, cfg.ProxyMode):
+		return fmt.Errorf("could not start the cluster: proxy mode %q is none of %s", cfg.ProxyMode, strings.Join(ProxyModes, ", "))
+	case len(cfg.Nodes) == 0:
+		return errors.New("could not start the cluster: no node")
+	case len(cfg.Nodes) > maxNodes:
+		return fmt.Errorf("could not start the cluster: %d nodes, at most %d", len(cfg.Nodes), maxNodes)
+	case cfg.RunID != "" && !netns.ValidRunID(cfg.RunID):
+		return fmt.Errorf("could not start the cluster: run ID %q is not 6 lower-case hex characters", cfg.RunID)
+	}
+	if cfg.Agent == "" {
+		cfg.Agent = filepath.Join(cfg.Bin, AgentName)
+	}
+	return nil
+}
+
+// PodCIDR is the pod CIDR the harness gives node i (0-based) of a run:
+// 10.244.i.0/24, inside the cluster CIDR 10.244.0.0/16.
+func PodCIDR(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24)
+}
+
+// ClusterCIDR is kube-proxy's --cluster-cidr, which every PodCIDR is in.
+func ClusterCIDR() netip.Prefix { return clusterCIDR }
+
 func (c *Cluster) up(ctx context.Context) error {
 	start := time.Now()
-	id, err := netns.NewRunID()
-	if err != nil {
-		return err
+	id := c.cfg.RunID
+	if id == "" {
+		var err error
+		if id, err = netns.NewRunID(); err != nil {
+			return err
+		}
 	}
 	ncfg := &netns.Config{RunID: id, ServiceCIDR: serviceCIDR, ControlPlane: controlPlaneAddr}
 	for i, n := range c.cfg.Nodes {
-		pod := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24)
+		pod := PodCIDR(i)
 		ncfg.Nodes = append(ncfg.Nodes, netns.NodeConfig{Name: n,
 			Addr:    netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 16),
 			PodCIDR: pod, Gateway: pod.Addr().Next()})
 	}
+	var err error
 	if c.topo, err = netns.Build(ctx, ncfg); err != nil {
 		return fmt.Errorf("could not build the namespaces: %w", err)
 	}
 	c.dir = netns.RunDir(id)
 	c.logf("run %s: namespaces %s*, folder %s", id, netns.RunPrefix(id), c.dir)
+	if err := c.controlPlanePodRoutes(ncfg); err != nil {
+		return err
+	}
 	cpDir := filepath.Join(c.dir, "cp")
 	if err := os.MkdirAll(cpDir, 0o700); err != nil {
 		return err
@@ -139,15 +226,16 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	c.logf("run cgroup %s in %d hierarchies", c.cg.Path, len(c.cg.Hierarchies))
-	pause, err := os.ReadFile(filepath.Join(c.cfg.Bin, "pause"))
+	images, err := c.images()
 	if err != nil {
-		return fmt.Errorf("could not read the pause binary: %w", err)
+		return err
 	}
 	for i, name := range c.cfg.Nodes {
 		n := &Node{
 			Spec: NodeSpec{Name: name, IP: ncfg.Nodes[i].Addr.Addr(), CgroupRoot: filepath.Join(c.cg.Path, name, "pods"),
 				Bin: c.cfg.Bin, CNIBin: filepath.Join(c.cfg.Bin, "cni")},
-			Files: NodeFiles{Dir: filepath.Join(c.dir, name)},
+			Files:   NodeFiles{Dir: filepath.Join(c.dir, name)},
+			PodCIDR: ncfg.Nodes[i].PodCIDR,
 		}
 		c.nodes = append(c.nodes, n)
 		kc, err := c.cp.UserKubeconfig("system:node:" + name)
@@ -157,9 +245,10 @@ func (c *Cluster) up(ctx context.Context) error {
 		if err := WriteNodeFiles(n.Files, n.Spec, kc); err != nil {
 			return err
 		}
-		if err := WriteImageFile(filepath.Join(n.Files.ImagesDir(), "pause.tar"), Image{Name: PauseImage,
-			Files: []ImageFile{{Path: "/pause", Mode: 0o755, Data: pause}}, Entrypoint: []string{"/pause"}}); err != nil {
-			return err
+		for file, data := range images {
+			if err := os.WriteFile(filepath.Join(n.Files.ImagesDir(), file), data, 0o644); err != nil {
+				return fmt.Errorf("could not write node %s's image archive: %w", name, err)
+			}
 		}
 		for _, sub := range []string{filepath.Join(name, "daemons"), filepath.Join(name, "pods")} {
 			if err := c.cg.Mkdir(sub); err != nil {
@@ -184,6 +273,101 @@ func (c *Cluster) up(ctx context.Context) error {
 		}
 	}
 	c.step("nodes Ready", t)
+	if c.cfg.ProxyMode == ProxyNone {
+		c.logf("proxy mode none: no kube-proxy on the nodes")
+		return nil
+	}
+	t = time.Now()
+	if err := c.startKubeProxies(ctx); err != nil {
+		return err
+	}
+	c.step("kube-proxy ("+c.cfg.ProxyMode+") synced on every node", t)
+	return nil
+}
+
+// images are the OCI archives every node imports, by file name: the pause
+// image, and the agent's echo and prober images when the agent's binary
+// exists.
+func (c *Cluster) images() (map[string][]byte, error) {
+	pause, err := os.ReadFile(filepath.Join(c.cfg.Bin, "pause"))
+	if err != nil {
+		return nil, fmt.Errorf("could not read the pause binary: %w", err)
+	}
+	imgs := map[string]Image{"pause.tar": {Name: PauseImage,
+		Files: []ImageFile{{Path: "/pause", Mode: 0o755, Data: pause}}, Entrypoint: []string{"/pause"}}}
+	agent, err := os.ReadFile(c.cfg.Agent)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		c.logf("no agent at %s: the images %s and %s are not imported", c.cfg.Agent, EchoImage, ProberImage)
+	case err != nil:
+		return nil, fmt.Errorf("could not read the agent binary: %w", err)
+	default:
+		maps.Copy(imgs, AgentImages(agent))
+		c.agent = true
+		c.logf("agent %s (%d bytes): images %s and %s", c.cfg.Agent, len(agent), EchoImage, ProberImage)
+	}
+	out := map[string][]byte{}
+	for file, img := range imgs {
+		var b bytes.Buffer
+		if err := WriteImage(&b, img); err != nil {
+			return nil, err
+		}
+		out[file] = b.Bytes()
+	}
+	return out, nil
+}
+
+// controlPlanePodRoutes routes each node's pod CIDR via the node's address
+// in the control-plane namespace, as a CNI's routes would on a real
+// control-plane host: kube-apiserver reaches pods (the pods/proxy
+// subresource, webhooks), and answers pods that call it through the
+// kubernetes Service without masquerading. Equivalent to
+// `ip route add 10.244.i.0/24 via 198.18.0.(i+1)` there.
+func (c *Cluster) controlPlanePodRoutes(ncfg *netns.Config) error {
+	cp := c.topo.ControlPlane()
+	h, err := cp.Netlink()
+	if err != nil {
+		return err
+	}
+	for _, n := range ncfg.Nodes {
+		gw := n.Addr.Addr()
+		r := &netlink.Route{Dst: &net.IPNet{IP: net.IP(n.PodCIDR.Masked().Addr().AsSlice()), Mask: net.CIDRMask(n.PodCIDR.Bits(), 32)},
+			Gw: net.IP(gw.AsSlice())}
+		if err := h.RouteAdd(r); err != nil {
+			return fmt.Errorf("could not route pod CIDR %s via %s in %s: %w", n.PodCIDR, gw, cp.Name, err)
+		}
+	}
+	return nil
+}
+
+// startKubeProxies starts the unmodified kube-proxy on every node at once
+// (inside the node's network namespace and its mount namespace, so it
+// shares /run and the xtables lock with the kubelet), each with the node's
+// name and address and the cluster CIDR, and waits for every first sync.
+func (c *Cluster) startKubeProxies(ctx context.Context) error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		nodeNS, _ := c.topo.Node(n.Spec.Name)
+		dir := filepath.Join(n.Files.Dir, "kube-proxy")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		wg.Go(func() {
+			n.proxy, errs[i] = upstream.StartKubeProxy(ctx, c.cp, upstream.KubeProxyConfig{
+				Node: n.Spec.Name, NS: nodeNS.NS, NodeIP: n.Spec.IP, Mode: simcluster.Mode(c.cfg.ProxyMode),
+				ClusterCIDR: clusterCIDR, Dir: dir,
+				MountNS: fmt.Sprintf("/proc/%d/ns/mnt", n.launcher.Pid()),
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, n := range c.nodes {
+		c.logf("node %s: kube-proxy %s (%s), log %s", n.Spec.Name, n.proxy.Version(), c.cfg.ProxyMode, n.proxy.LogPath())
+	}
 	return nil
 }
 
@@ -219,9 +403,9 @@ func (c *Cluster) startControllers(cpDir string) error {
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + c.cp.ServiceAccountKeyFile(),
 		"--root-ca-file=" + c.cp.CAFile(),
-		"--allocate-node-cidrs=true",
-		"--cluster-cidr=" + clusterCIDR.String(),
-		"--node-cidr-mask-size=24",
+		// The harness gives each node its pod CIDR (waitNode), the one the
+		// topology routes to it: no node IPAM here.
+		"--allocate-node-cidrs=false",
 		"--service-cluster-ip-range=" + serviceCIDR.String(),
 		"--v=2",
 	})
@@ -241,8 +425,10 @@ func (c *Cluster) startControllers(cpDir string) error {
 	return err
 }
 
-// waitNode waits until the node is registered, writes its CNI
-// configuration once it has a pod CIDR, and waits until it is Ready.
+// waitNode waits until the node is registered, gives it its pod CIDR
+// (spec.podCIDR and podCIDRs, which nothing else sets: the controller
+// manager allocates none), writes its CNI configuration, and waits until it
+// is Ready.
 func (c *Cluster) waitNode(ctx context.Context, n *Node, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	cniWritten := false
@@ -256,18 +442,21 @@ func (c *Cluster) waitNode(ctx context.Context, n *Node, timeout time.Duration) 
 		case err != nil:
 			last = "not registered: " + err.Error()
 		case node.Spec.PodCIDR == "":
-			last = "registered, no pod CIDR yet"
+			if err := c.setPodCIDR(ctx, n); err != nil {
+				return err
+			}
+			last = "registered, pod CIDR being set"
+			continue
+		case !podCIDRsAre(node, n.PodCIDR):
+			return fmt.Errorf("node %s has pod CIDRs %q, not %s, which the run's routes lead to it (something else allocates node CIDRs)",
+				n.Spec.Name, node.Spec.PodCIDRs, n.PodCIDR)
 		default:
 			if !cniWritten {
-				p, err := netip.ParsePrefix(node.Spec.PodCIDR)
-				if err != nil {
-					return fmt.Errorf("node %s: pod CIDR %q: %w", n.Spec.Name, node.Spec.PodCIDR, err)
-				}
-				if err := WriteCNIConfig(n.Files, p); err != nil {
+				if err := WriteCNIConfig(n.Files, n.PodCIDR); err != nil {
 					return err
 				}
 				cniWritten = true
-				c.logf("node %s: pod CIDR %s, CNI configuration written", n.Spec.Name, p)
+				c.logf("node %s: pod CIDR %s, CNI configuration written", n.Spec.Name, n.PodCIDR)
 			}
 			last = "not Ready"
 			for _, cond := range node.Status.Conditions {
@@ -291,6 +480,34 @@ func (c *Cluster) waitNode(ctx context.Context, n *Node, timeout time.Duration) 
 	}
 }
 
+// setPodCIDR sets the registered node's spec.podCIDR and podCIDRs to the
+// topology's pod CIDR (a merge patch of the spec only, by the admin: the
+// kubelet may not change its own, and the fields can be set once).
+func (c *Cluster) setPodCIDR(ctx context.Context, n *Node) error {
+	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, n.PodCIDR, n.PodCIDR)
+	_, err := c.cp.Client().CoreV1().Nodes().Patch(ctx, n.Spec.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("could not set node %s's pod CIDR to %s: %w", n.Spec.Name, n.PodCIDR, err)
+	}
+	return nil
+}
+
+// podCIDRsAre reports whether the node's pod CIDRs are exactly p.
+func podCIDRsAre(node *corev1.Node, p netip.Prefix) bool {
+	return node.Spec.PodCIDR == p.String() && len(node.Spec.PodCIDRs) == 1 && node.Spec.PodCIDRs[0] == p.String()
+}
+
+// RunID is the run's ID (its names start with kpsim-<id>-).
+func (c *Cluster) RunID() string { return c.topo.RunID() }
+
+// ProxyMode is the node proxy the cluster runs (ProxyIPTables,
+// ProxyNFTables or ProxyNone).
+func (c *Cluster) ProxyMode() string { return c.cfg.ProxyMode }
+
+// AgentImages reports whether EchoImage and ProberImage were imported on
+// the nodes.
+func (c *Cluster) AgentImages() bool { return c.agent }
+
 // ControlPlane is the running control plane (its admin client).
 func (c *Cluster) ControlPlane() *upstream.ControlPlane { return c.cp }
 
@@ -303,13 +520,18 @@ func (c *Cluster) Nodes() []*Node { return c.nodes }
 // Cgroup is the run's cgroup.
 func (c *Cluster) Cgroup() *netns.RunCgroup { return c.cg }
 
-// Close stops the nodes (SIGTERM to each launcher's process group, then
-// SIGKILL to whatever is left in the run's cgroup: shims and containers
-// left their process groups), removes the run's cgroups, stops the
-// controllers and the control plane and removes the namespaces and the
-// run's folder. Safe after a failed Up.
+// Close stops the kube-proxies, then the nodes (SIGTERM to each launcher's
+// process group, then SIGKILL to whatever is left in the run's cgroup:
+// shims and containers left their process groups), removes the run's
+// cgroups, stops the controllers and the control plane and removes the
+// namespaces and the run's folder. Safe after a failed Up.
 func (c *Cluster) Close() error {
 	var errs []error
+	for _, n := range c.nodes {
+		if n.proxy != nil {
+			errs = append(errs, n.proxy.Close())
+		}
+	}
 	for _, n := range c.nodes {
 		errs = append(errs, n.launcher.Stop())
 	}

@@ -40,6 +40,30 @@ type ImageFile struct {
 // (the kubeadm constant's tag: kubelet 1.37 has no flag for it any more).
 const PauseImage = "kpsim.local/pause:3.10.2"
 
+// The agent's images (harness/agent's kpsim-agent, one binary): the echo
+// server the Services' backends run, and the prober that sends to them.
+// Neither is pulled: both are imported on every node (AgentImages), and
+// their tag is not "latest", so a pod's default pull policy is
+// IfNotPresent.
+const (
+	EchoImage   = "kpsim.local/echo:dev"
+	ProberImage = "kpsim.local/prober:dev"
+)
+
+// agentPath is the agent's path in its images.
+const agentPath = "/" + AgentName
+
+// AgentImages are the echo and prober images of the agent binary, by
+// archive file name: one layer holding /kpsim-agent, entrypoints
+// ["/kpsim-agent","echo"] and ["/kpsim-agent","probe"].
+func AgentImages(agent []byte) map[string]Image {
+	files := []ImageFile{{Path: agentPath, Mode: 0o755, Data: agent}}
+	return map[string]Image{
+		"echo.tar":   {Name: EchoImage, Files: files, Entrypoint: []string{agentPath, "echo"}},
+		"prober.tar": {Name: ProberImage, Files: files, Entrypoint: []string{agentPath, "probe"}},
+	}
+}
+
 // OCI media types and annotations WriteImage uses.
 const (
 	mediaIndex    = "application/vnd.oci.image.index.v1+json"

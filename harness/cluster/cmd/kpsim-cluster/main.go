@@ -1,12 +1,13 @@
 // Command kpsim-cluster brings up the local cluster of harness/cluster
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and nodes
-// with containerd, runc, CNI and the kubelet, all in the run's namespaces
-// and cgroup), runs one pod of the local pause image through the scheduler
-// and the kubelet, waits until it is Running, optionally holds the cluster
-// up, and tears everything down. It is the first proof that a kubelet runs
+// with containerd, runc, CNI, the kubelet and kube-proxy, all in the run's
+// namespaces and cgroup), runs one pod of the local pause image through the
+// scheduler and the kubelet, waits until it is Running, optionally holds
+// the cluster up, and tears everything down. It is the first proof that a kubelet runs
 // pods on this machine kind (issue 32, item 1); root.
 //
-//	kpsim-cluster --bin bin --nodes node-a [--hold 10m] [--keep-logs DIR]
+//	kpsim-cluster --bin bin --nodes node-a [--proxy-mode iptables|nftables|none]
+//	    [--agent PATH] [--hold 10m] [--keep-logs DIR]
 package main
 
 import (
@@ -16,8 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kpsim/kpsim/dataplane/netns"
 	"github.com/kpsim/kpsim/harness/cluster"
 )
 
@@ -34,6 +32,8 @@ func main() {
 	nodes := flag.String("nodes", "node-a", "comma-separated node names")
 	hold := flag.Duration("hold", 0, "keep the cluster up this long after the pod runs (SIGINT ends it early); the admin kubeconfig is printed")
 	keepLogs := flag.String("keep-logs", "", "copy every log of the run here before its folder is removed")
+	proxyMode := flag.String("proxy-mode", cluster.ProxyIPTables, "kube-proxy's mode on every node: iptables, nftables or none (no kube-proxy)")
+	agent := flag.String("agent", "", "the agent binary packed into the echo and prober images (default BIN/kpsim-agent; skipped when missing)")
 	flag.Parse()
 	abs, err := filepath.Abs(*bin)
 	if err != nil {
@@ -41,7 +41,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, cluster.Config{Bin: abs, Nodes: strings.Split(*nodes, ","), Log: os.Stderr, KeepLogs: *keepLogs}, *hold))
+	os.Exit(run(ctx, cluster.Config{Bin: abs, Nodes: strings.Split(*nodes, ","), Log: os.Stderr, KeepLogs: *keepLogs,
+		ProxyMode: *proxyMode, Agent: *agent}, *hold))
 }
 
 func run(ctx context.Context, cfg cluster.Config, hold time.Duration) (code int) {
@@ -68,7 +69,7 @@ func run(ctx context.Context, cfg cluster.Config, hold time.Duration) (code int)
 		}
 		fmt.Fprintf(os.Stderr, "pod on %s Running in %s\n", n.Spec.Name, time.Since(t).Round(time.Millisecond))
 	}
-	fmt.Fprintf(os.Stderr, "memory (RSS): %s\n", memory(c))
+	fmt.Fprintf(os.Stderr, "memory (RSS): %s\n", c.Memory())
 	if hold > 0 {
 		fmt.Fprintf(os.Stderr, "holding for %s: ip netns exec %s kubectl --kubeconfig %s get pods -A -o wide\n",
 			hold, c.ControlPlane().Namespace().Name, c.ControlPlane().AdminKubeconfig())
@@ -150,41 +151,6 @@ func describe(p *corev1.Pod) string {
 		}
 	}
 	return s
-}
-
-// memory sums the resident memory of the control plane (the processes of
-// its namespace) and of the run's cgroup (nodes and pods), per program name.
-func memory(c *cluster.Cluster) string {
-	var cp []int
-	if procs, err := netns.ProcessesIn(c.ControlPlane().Namespace().Path()); err == nil {
-		for _, p := range procs {
-			cp = append(cp, p.PID)
-		}
-	}
-	nodes, _ := c.Cgroup().Procs()
-	return fmt.Sprintf("control plane %s; nodes and pods (run cgroup) %s", rss(cp), rss(nodes))
-}
-
-func rss(pids []int) string {
-	by := map[string]int{}
-	total := 0
-	for _, pid := range pids {
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		for _, line := range strings.Split(string(status), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-				by[strings.TrimSpace(string(comm))] += kb
-				total += kb
-			}
-		}
-	}
-	var parts []string
-	for k, v := range by {
-		parts = append(parts, fmt.Sprintf("%s %d MB", k, v/1024))
-	}
-	slices.Sort(parts)
-	return fmt.Sprintf("%d MB (%s)", total/1024, strings.Join(parts, ", "))
 }
 
 func fail(err error) {
