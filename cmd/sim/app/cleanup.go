@@ -36,8 +36,10 @@ process); any veth or bridge of ours in the root namespace (there should be
 none); the cgroups of local cluster runs (kpsim-RUNID in every cgroup
 hierarchy, with the parent folders the run recorded), after killing every
 process inside, the pods included; the run folders /tmp/kpsim-RUNID; and
-the run markers under /run/kpsim. Only names with our prefix are ever
-touched.
+the run markers under /run/kpsim; the state files of local clusters (sim
+cluster up) whose supervisor is dead, /run/kpsim/RUNID.cluster.json, with the
+kubeconfig it wrote outside the run folder (a live supervisor is killed only
+with --force). Only names with our prefix are ever touched.
 
 A run that is still alive holds a lock on its marker /run/kpsim/RUNID.pid;
 its namespaces are listed as skipped unless --force.
@@ -54,10 +56,15 @@ or skipped; 1 when something could not be removed.`,
 			if geteuid() != 0 {
 				return &EnvError{Err: fmt.Errorf("sim cleanup needs root: it removes network namespaces under %s (run it as root, e.g. with sudo)", netns.NetnsDir)}
 			}
+			states, err := cleanupClusterStates(f.prefix, f.force, f.dryRun)
+			if err != nil {
+				return &EnvError{Err: err}
+			}
 			rep, err := netns.Cleanup(netns.CleanupOptions{Prefix: f.prefix, Force: f.force, DryRun: f.dryRun})
 			if err != nil {
 				return &EnvError{Err: err}
 			}
+			rep.Items = append(rep.Items, states...)
 			if f.out.format == "json" {
 				if err := writeJSON(s.Out, rep); err != nil {
 					return err
