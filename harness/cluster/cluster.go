@@ -67,6 +67,10 @@ type Config struct {
 	// ProxyMode is the node proxy: ProxyIPTables ("" too), ProxyNFTables
 	// or ProxyNone.
 	ProxyMode string
+	// NodeProxy, when set, runs in kube-proxy's place on every node, with
+	// kube-proxy's command line after it (upstream.KubeProxyConfig.Command):
+	// kpsim's dataplane is ["/path/sim", "proxy", "--own-netns", "--fault=..."].
+	NodeProxy []string
 	// Agent is the agent binary packed into EchoImage and ProberImage on
 	// every node; "" is Bin/kpsim-agent. When the file does not exist the
 	// images are skipped (a log line says so).
@@ -277,6 +281,16 @@ func (c *Cluster) up(ctx context.Context) error {
 		c.logf("proxy mode none: no kube-proxy on the nodes")
 		return nil
 	}
+	// A REJECT answers every probe: lift the nodes' ICMP rate limits
+	// (their own namespaces' settings), as the namespace run does.
+	for _, n := range c.nodes {
+		nodeNS, _ := c.topo.Node(n.Spec.Name)
+		for _, k := range [][2]string{{"net.ipv4.icmp_ratelimit", "0"}, {"net.ipv4.icmp_msgs_per_sec", "1000000"}, {"net.ipv4.icmp_msgs_burst", "1000000"}} {
+			if err := nodeNS.NS.Sysctl(k[0], k[1]); err != nil {
+				return fmt.Errorf("node %s: %w", n.Spec.Name, err)
+			}
+		}
+	}
 	t = time.Now()
 	if err := c.startKubeProxies(ctx); err != nil {
 		return err
@@ -356,7 +370,7 @@ func (c *Cluster) startKubeProxies(ctx context.Context) error {
 		wg.Go(func() {
 			n.proxy, errs[i] = upstream.StartKubeProxy(ctx, c.cp, upstream.KubeProxyConfig{
 				Node: n.Spec.Name, NS: nodeNS.NS, NodeIP: n.Spec.IP, Mode: simcluster.Mode(c.cfg.ProxyMode),
-				ClusterCIDR: clusterCIDR, Dir: dir,
+				ClusterCIDR: clusterCIDR, Dir: dir, Command: c.cfg.NodeProxy,
 				MountNS: fmt.Sprintf("/proc/%d/ns/mnt", n.launcher.Pid()),
 			})
 		})

@@ -71,6 +71,10 @@ func newFakeCluster(t *testing.T, ctx context.Context, nodes []string, pick func
 func (f *fakeCluster) kubelet(ctx context.Context) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	nss, _ := f.c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	for _, n := range nss.Items {
+		_, _ = f.c.CoreV1().ServiceAccounts(n.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: n.Name}}, metav1.CreateOptions{})
+	}
 	pods, _ := f.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	have := map[string]bool{}
 	for i := range pods.Items {

@@ -53,6 +53,11 @@ func Deploy(ctx context.Context, client kubernetes.Interface, p *Plan, timeout t
 			return nil, fmt.Errorf("could not create namespace %s: %w", ns.Name, err)
 		}
 	}
+	// The ServiceAccount admission refuses pods until the namespace's
+	// default ServiceAccount exists (the controller manager makes it).
+	if err := waitServiceAccounts(ctx, client, p, deadline); err != nil {
+		return nil, err
+	}
 	for _, pod := range p.Echo {
 		if _, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			return nil, fmt.Errorf("could not create echo pod %s/%s on node %s: %w", pod.Namespace, pod.Name, pod.Spec.NodeName, err)
@@ -108,6 +113,31 @@ func (pl *Placement) endpoints(sl *discoveryv1.EndpointSlice) (*discoveryv1.Endp
 		}
 	}
 	return x, nil
+}
+
+// waitServiceAccounts waits until every namespace of the run has its
+// default ServiceAccount.
+func waitServiceAccounts(ctx context.Context, client kubernetes.Interface, p *Plan, deadline time.Time) error {
+	for _, ns := range p.Namespaces {
+		for {
+			_, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+			if err == nil {
+				break
+			}
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("namespace %s: the default ServiceAccount: %w", ns.Name, err)
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("namespace %s has no default ServiceAccount yet (the controller manager's serviceaccount controller makes it; pods are refused until then)", ns.Name)
+			}
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // scenarioNS is the scenario namespace of one of the run's.

@@ -125,6 +125,7 @@ func kubelet(t *testing.T, ctx context.Context, c *fake.Clientset, p *Plan, stuc
 	go func() {
 		for ctx.Err() == nil {
 			mu.Lock()
+			serviceAccounts(ctx, c)
 			pods, _ := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 			have := map[string]bool{}
 			for i := range pods.Items {
@@ -249,8 +250,9 @@ func allowedByRBAC(t *testing.T, c *fake.Clientset) {
 		if a.GetSubresource() != "" {
 			name += "/" + a.GetSubresource()
 		}
-		if name == "pods/status" || a.GetVerb() == "create" && name == "pods" && a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).Labels[LabelRole] == "prober" {
-			continue // the fake kubelet's and DaemonSet controller's
+		if name == "pods/status" || a.GetVerb() == "create" && name == "serviceaccounts" ||
+			a.GetVerb() == "create" && name == "pods" && a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).Labels[LabelRole] == "prober" {
+			continue // the fake kubelet's and controller manager's
 		}
 		n++
 		if !allowed(res.Group, name, a.GetVerb()) {
@@ -289,4 +291,31 @@ func TestDeployNamesAStuckPod(t *testing.T) {
 		t.Errorf("cleanup: %v, %v", names, err)
 	}
 	allowedByRBAC(t, c)
+}
+
+// serviceAccounts plays the controller manager: a default ServiceAccount
+// in every namespace.
+func serviceAccounts(ctx context.Context, c *fake.Clientset) {
+	ns, _ := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	for _, n := range ns.Items {
+		_, _ = c.CoreV1().ServiceAccounts(n.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: n.Name}}, metav1.CreateOptions{})
+	}
+}
+
+// TestDeployWaitsForServiceAccounts: without a default ServiceAccount no
+// pod is created, and the error says which namespace lacks it.
+func TestDeployWaitsForServiceAccounts(t *testing.T) {
+	ctx := context.Background()
+	p, err := NewPlan(expand(t, "../../scenarios/conformance/flapping.yaml"), Options{RunID: "abc123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientset()
+	_, err = Deploy(ctx, c, p, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "namespace kpsim-abc123 has no default ServiceAccount") {
+		t.Errorf("Deploy without ServiceAccounts: %v", err)
+	}
+	if pods, _ := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Errorf("%d pods created before the ServiceAccounts", len(pods.Items))
+	}
 }

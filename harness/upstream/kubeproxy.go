@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +54,12 @@ type KubeProxyConfig struct {
 	MinSyncPeriod, SyncPeriod time.Duration
 	// ExtraArgs go last on the command line.
 	ExtraArgs []string
+	// Command, when set, runs in kube-proxy's place with kube-proxy's
+	// command line after it: a drop-in node proxy such as
+	// ["/path/sim", "proxy", "--own-netns"], which must serve kube-proxy's
+	// sync metrics on --metrics-bind-address (the first sync is awaited
+	// there).
+	Command []string
 	// Dir holds its kubeconfig (the system:kube-proxy token) and log; the
 	// caller creates it.
 	Dir string
@@ -134,8 +141,12 @@ func StartKubeProxy(ctx context.Context, cp *ControlPlane, cfg KubeProxyConfig) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	version, err := cp.cfg.Bin.Version()
-	if err != nil {
+	var version string
+	var err error
+	bin := []string{cp.cfg.Bin.KubeProxy}
+	if len(cfg.Command) > 0 {
+		bin, version = cfg.Command, strings.Join(cfg.Command, " ")
+	} else if version, err = cp.cfg.Bin.Version(); err != nil {
 		return nil, err
 	}
 	kc := filepath.Join(cfg.Dir, "kube-proxy.kubeconfig")
@@ -148,7 +159,7 @@ func StartKubeProxy(ctx context.Context, cp *ControlPlane, cfg KubeProxyConfig) 
 			return nil, err
 		}
 	}
-	argv, err := cfg.argv(cp.cfg.Bin.KubeProxy, kc)
+	argv, err := cfg.argv(bin, kc)
 	if err != nil {
 		return nil, err
 	}
@@ -172,19 +183,19 @@ func StartKubeProxy(ctx context.Context, cp *ControlPlane, cfg KubeProxyConfig) 
 
 // argv is kube-proxy's whole command line: inside a private /run (unshare)
 // or inside MountNS (nsenter).
-func (cfg *KubeProxyConfig) argv(bin, kubeconfigPath string) ([]string, error) {
+func (cfg *KubeProxyConfig) argv(bin []string, kubeconfigPath string) ([]string, error) {
 	if cfg.MountNS != "" {
 		nsenter, err := exec.LookPath("nsenter")
 		if err != nil {
 			return nil, fmt.Errorf("could not start kube-proxy: %w (util-linux's nsenter joins the node's mount namespace)", err)
 		}
-		return append([]string{nsenter, "--mount=" + cfg.MountNS, "--", bin}, cfg.args(kubeconfigPath)...), nil
+		return slices.Concat([]string{nsenter, "--mount=" + cfg.MountNS, "--"}, bin, cfg.args(kubeconfigPath)), nil
 	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		return nil, fmt.Errorf("could not start kube-proxy: %w (util-linux's unshare gives it a private /run)", err)
 	}
-	return append([]string{unshare, "--mount", "--propagation", "private", "sh", "-c", privateRun, bin}, cfg.args(kubeconfigPath)...), nil
+	return slices.Concat([]string{unshare, "--mount", "--propagation", "private", "sh", "-c", privateRun}, bin, cfg.args(kubeconfigPath)), nil
 }
 
 func (k *KubeProxy) waitFirstSync(ctx context.Context) error {

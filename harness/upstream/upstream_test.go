@@ -435,7 +435,7 @@ func TestParseMetricsFamilies(t *testing.T) {
 func TestKubeProxyArgv(t *testing.T) {
 	testenv.RequireCommands(t, "unshare", "nsenter")
 	cfg := KubeProxyConfig{Node: "node-a", NodeIP: netip.MustParseAddr("198.18.0.1"), Mode: "iptables"}
-	argv, err := cfg.argv("/bin/kube-proxy", "/d/kc")
+	argv, err := cfg.argv([]string{"/bin/kube-proxy"}, "/d/kc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,10 +443,17 @@ func TestKubeProxyArgv(t *testing.T) {
 		t.Errorf("argv = %q", argv)
 	}
 	cfg.MountNS = "/proc/42/ns/mnt"
-	if argv, err = cfg.argv("/bin/kube-proxy", "/d/kc"); err != nil {
+	if argv, err = cfg.argv([]string{"/bin/kube-proxy"}, "/d/kc"); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(argv[1:5], " "); !strings.HasSuffix(argv[0], "nsenter") || got != "--mount=/proc/42/ns/mnt -- /bin/kube-proxy --kubeconfig=/d/kc" {
+		t.Errorf("argv = %q", argv)
+	}
+	// A drop-in node proxy in kube-proxy's place takes its command line.
+	if argv, err = cfg.argv([]string{"/bin/sim", "proxy", "--own-netns"}, "/d/kc"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(argv[1:7], " "); got != "--mount=/proc/42/ns/mnt -- /bin/sim proxy --own-netns --kubeconfig=/d/kc" {
 		t.Errorf("argv = %q", argv)
 	}
 }

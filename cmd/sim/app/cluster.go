@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/dataplane/proxy"
 	"github.com/kpsim/kpsim/harness/cluster"
+	simcluster "github.com/kpsim/kpsim/sim/cluster"
 )
 
 func init() { extraCommands = append(extraCommands, newCluster) }
@@ -79,6 +81,8 @@ type clusterFlags struct {
 	bin        string
 	agent      string
 	keepLogs   string
+	nodeProxy  string
+	faults     []string
 	runID      string // serve only
 }
 
@@ -90,6 +94,8 @@ func (f *clusterFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.bin, "bin", "", "folder of the cluster's binaries (default: the folder of this sim, bin/)")
 	c.Flags().StringVar(&f.agent, "agent", "", "agent binary packed into the echo and prober images (default BIN/kpsim-agent; skipped when it does not exist)")
 	c.Flags().StringVar(&f.keepLogs, "keep-logs", "", "a folder down copies every log of the run into before the run's folder goes")
+	c.Flags().StringVar(&f.nodeProxy, "node-proxy", "kube-proxy", "the node proxy on every node: kube-proxy (the unmodified binary) or kpsim (this repository's dataplane, sim proxy, in kube-proxy's place)")
+	c.Flags().StringSliceVar(&f.faults, "proxy-fault", nil, "with --node-proxy kpsim: a named fault injected into every node's dataplane (repeatable): "+fmt.Sprint(proxy.FaultNames()))
 }
 
 // check validates the flags (usage errors) and makes paths absolute.
@@ -111,6 +117,23 @@ func (f *clusterFlags) check() error {
 	}
 	if f.timeout <= 0 {
 		return &UsageError{Err: fmt.Errorf("--timeout %s must be positive", f.timeout)}
+	}
+	switch {
+	case f.nodeProxy != "kube-proxy" && f.nodeProxy != "kpsim":
+		return &UsageError{Err: fmt.Errorf("--node-proxy %q: kube-proxy or kpsim", f.nodeProxy)}
+	case f.nodeProxy == "kpsim" && f.proxyMode == cluster.ProxyNone:
+		return &UsageError{Err: errors.New("--node-proxy kpsim needs --proxy-mode iptables or nftables")}
+	case len(f.faults) > 0 && f.nodeProxy != "kpsim":
+		return &UsageError{Err: errors.New("--proxy-fault is for --node-proxy kpsim (the unmodified kube-proxy has no faults)")}
+	}
+	faults, err := proxy.ParseFaults(f.faults)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	for _, name := range faults.Names() {
+		if why := proxy.Fault(name).NotBuilt(simcluster.Mode(f.proxyMode)); why != "" {
+			return &UsageError{Err: proxy.NotBuiltError(proxy.Fault(name), simcluster.Mode(f.proxyMode), why)}
+		}
 	}
 	for _, p := range []*string{&f.kubeconfig, &f.bin, &f.agent, &f.keepLogs} {
 		if *p == "" {
@@ -180,7 +203,29 @@ func (f *clusterFlags) args(id string) []string {
 	if f.keepLogs != "" {
 		a = append(a, "--keep-logs="+f.keepLogs)
 	}
+	a = append(a, "--node-proxy="+f.nodeProxy)
+	for _, x := range f.faults {
+		a = append(a, "--proxy-fault="+x)
+	}
 	return a
+}
+
+// nodeProxy is the command that runs in kube-proxy's place (nil: the
+// unmodified kube-proxy): this sim's proxy subcommand, programming each
+// node's namespace from inside it, with the faults.
+func (f *clusterFlags) nodeProxyCommand() ([]string, error) {
+	if f.nodeProxy != "kpsim" {
+		return nil, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("could not locate the running executable for sim proxy: %w", err)
+	}
+	cmd := []string{exe, "proxy", "--own-netns"}
+	for _, x := range f.faults {
+		cmd = append(cmd, "--fault="+x)
+	}
+	return cmd, nil
 }
 
 func newClusterUp(s Streams) *cobra.Command {
@@ -409,7 +454,7 @@ func clusterServe(ctx context.Context, log io.Writer, f clusterFlags) (err error
 		fmt.Fprintf(log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 	}
 	st := &clusterState{RunID: f.runID, PID: os.Getpid(), State: clusterStarting, Kubeconfig: f.kubeconfig,
-		Nodes: f.nodeList(), ProxyMode: f.proxyMode, Log: filepath.Join(netns.RunDir(f.runID), supervisorLog), Started: time.Now()}
+		Nodes: f.nodeList(), ProxyMode: f.proxyMode, NodeProxy: f.nodeProxy, Faults: f.faults, Log: filepath.Join(netns.RunDir(f.runID), supervisorLog), Started: time.Now()}
 	if err := st.write(); err != nil {
 		return err
 	}
@@ -425,7 +470,11 @@ func clusterServe(ctx context.Context, log io.Writer, f clusterFlags) (err error
 	upCtx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	start := time.Now()
-	c, err := cluster.Up(upCtx, cluster.Config{Bin: f.bin, Nodes: st.Nodes, RunID: st.RunID, ProxyMode: st.ProxyMode,
+	np, err := f.nodeProxyCommand()
+	if err != nil {
+		return fail(err)
+	}
+	c, err := cluster.Up(upCtx, cluster.Config{Bin: f.bin, Nodes: st.Nodes, RunID: st.RunID, ProxyMode: st.ProxyMode, NodeProxy: np,
 		Agent: f.agent, Log: timestamped{log}, KeepLogs: f.keepLogs})
 	if err != nil {
 		return fail(err)

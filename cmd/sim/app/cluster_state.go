@@ -42,6 +42,9 @@ type clusterState struct {
 	Server     string   `json:"server,omitempty"`
 	Nodes      []string `json:"nodes"`
 	ProxyMode  string   `json:"proxyMode"`
+	// NodeProxy is kube-proxy or kpsim (sim proxy), with its Faults.
+	NodeProxy string   `json:"nodeProxy,omitempty"`
+	Faults    []string `json:"faults,omitempty"`
 	// AgentImages says whether the echo and prober images were imported.
 	AgentImages bool      `json:"agentImages"`
 	Log         string    `json:"log"`

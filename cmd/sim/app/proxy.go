@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -36,7 +38,7 @@ type proxyFlags struct {
 	sync          time.Duration
 	faults        []string
 	netns         string
-	hostNS        bool
+	ownNS         bool
 	// accepted for kube-proxy's command lines, not used
 	v          int
 	bind       string
@@ -59,8 +61,10 @@ so that a conformance run on the cluster (sim conform --kubeconfig) can be
 shown to catch it.
 
 It programs a named network namespace (--netns, e.g. a node of sim cluster
-up: kpsim-RUNID-node-a), or, only when asked with --host-network-namespace,
-the one it runs in: the node's own netfilter, as kube-proxy does. It leaves
+up: kpsim-RUNID-node-a), or, only when asked with --own-netns, the one it
+runs in: the node's own netfilter, as kube-proxy does (sim cluster up
+--node-proxy kpsim starts it so inside each node's namespace). With
+--metrics-bind-address it serves kube-proxy's sync metrics there. It leaves
 its rules on exit, as kube-proxy does. Runs until SIGINT or SIGTERM.
 
 Exit 2 for bad flags, 3 when it cannot run here (not root, the API server
@@ -77,11 +81,11 @@ unreachable, the node unknown), 1 when its sync loop fails.`,
 	c.Flags().DurationVar(&f.sync, "iptables-sync-period", 30*time.Second, "the retry interval after a failed sync (and the health timeout's half)")
 	c.Flags().StringSliceVar(&f.faults, "fault", nil, "inject a named fault (repeatable): "+fmt.Sprint(proxy.FaultNames()))
 	c.Flags().StringVar(&f.netns, "netns", "", "program this named network namespace (under /run/netns)")
-	c.Flags().BoolVar(&f.hostNS, "host-network-namespace", false, "program the network namespace sim runs in (the node's own, on a real node)")
+	c.Flags().BoolVar(&f.ownNS, "own-netns", false, "program the network namespace sim runs in (a node's own: on a real node, the host's)")
 	c.Flags().IntVar(&f.v, "v", 0, "accepted for kube-proxy's command lines (log level; unused)")
 	c.Flags().StringVar(&f.bind, "bind-address", "", "accepted for kube-proxy's command lines (unused)")
 	c.Flags().StringVar(&f.healthzBA, "healthz-bind-address", "", "accepted for kube-proxy's command lines (/healthz is served on the node address, port 10256)")
-	c.Flags().StringVar(&f.metricsBA, "metrics-bind-address", "", "accepted for kube-proxy's command lines (unused)")
+	c.Flags().StringVar(&f.metricsBA, "metrics-bind-address", "", "ADDRESS:PORT (in the programmed namespace) to serve kube-proxy's sync metrics on, /metrics")
 	c.Flags().Int32Var(&f.conntrackP, "conntrack-max-per-core", 0, "accepted for kube-proxy's command lines (the conntrack table's size is left alone)")
 	return c
 }
@@ -103,8 +107,14 @@ func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
 	if f.kubeconfig == "" {
 		return &UsageError{Err: errors.New("--kubeconfig is required")}
 	}
-	if (f.netns == "") == !f.hostNS {
-		return &UsageError{Err: errors.New("give exactly one of --netns NAME (a namespace to program) and --host-network-namespace (the one sim runs in)")}
+	if (f.netns == "") == !f.ownNS {
+		return &UsageError{Err: errors.New("give exactly one of --netns NAME (a namespace to program) and --own-netns (the one sim runs in)")}
+	}
+	var metricsAddr netip.AddrPort
+	if f.metricsBA != "" {
+		if metricsAddr, err = netip.ParseAddrPort(f.metricsBA); err != nil {
+			return &UsageError{Err: fmt.Errorf("--metrics-bind-address: %w", err)}
+		}
 	}
 	var cidr netip.Prefix
 	if f.clusterCIDR != "" {
@@ -144,8 +154,8 @@ func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
 		return &EnvError{Err: fmt.Errorf("node %s has no IPv4 InternalIP", f.hostname)}
 	}
 	var ns *netns.Namespace
-	if f.hostNS {
-		ns, err = netns.Current("host-" + f.hostname)
+	if f.ownNS {
+		ns, err = netns.Current("own-" + f.hostname)
 	} else {
 		ns, err = netns.Open(f.netns)
 	}
@@ -185,6 +195,20 @@ func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
 		return &EnvError{Err: err}
 	}
 	sy.SetConntrack(conntrack.Cleaner{Table: ct, Faults: faults})
+	if metricsAddr.IsValid() {
+		var l net.Listener
+		if err := ns.Do(func() (err error) { l, err = net.Listen("tcp", metricsAddr.String()); return err }); err != nil {
+			return &EnvError{Err: fmt.Errorf("--metrics-bind-address %s: %w", metricsAddr, err)}
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_ = sy.Metrics().WriteText(w)
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Close()
+	}
 	fmt.Fprintf(s.Err, "sim proxy: node %s (%s), %s mode in %s, faults %v: syncing\n", f.hostname, nodeIP, mode, ns.Name, faults.Names())
 	go func() {
 		select {
