@@ -285,6 +285,18 @@ conformance-upstream: sim upstream
 			--junit $(TEST_DIR)/kpsim-junit-kube-proxy-$$mode.xml --summary $(TEST_DIR)/kpsim-summary-kube-proxy-$$mode.md || exit 1; \
 	done
 
+# test-cluster is issue 32's proof on a real local cluster (root; not part of
+# make test): sim conform --kubeconfig on three-node clusters with the
+# unmodified kube-proxy in iptables and nftables mode (exit 0, the same
+# verdicts as the namespace run), and kpsim's dataplane as the node proxy
+# with and without --proxy-fault uniform-probability (exit 1 and 0); the
+# host snapshot unchanged (harness/cluster/test-cluster.sh; reports in
+# /tmp/kpsim-test-cluster).
+.PHONY: test-cluster
+test-cluster: sim upstream cluster-tools
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-cluster: needs root (a local cluster in namespaces of its own; nothing on the host changes)"; exit 3; fi
+	sh harness/cluster/test-cluster.sh
+
 # diagnose-dumps regenerates sim diagnose's round-trip test data
 # (harness/diagnose/testdata/dumps/, committed; never edit it by hand): sim
 # conform --dump over scenarios/testdata/diagnose/ in iptables mode (both

@@ -91,7 +91,7 @@ func (f *fakeCluster) kubelet(ctx context.Context) {
 	ds, _ := f.c.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
 	for _, d := range ds.Items {
 		for _, term := range d.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-			for _, node := range term.MatchFields[0].Values {
+			for _, node := range term.MatchFields[0].Values[:1] {
 				if have[d.Namespace+"/"+node+"/prober"] {
 					continue
 				}

@@ -354,9 +354,15 @@ func agentSpec(role, image string, pull corev1.PullPolicy, args []string, ports 
 func proberDaemonSet(ns, runID, image string, pull corev1.PullPolicy, nodes []string) *appsv1.DaemonSet {
 	labels := map[string]string{LabelRun: runID, LabelRole: "prober"}
 	spec := agentSpec("prober", image, pull, nil, nil)
+	// One term per node (terms are ORed): the API takes a single value in
+	// a metadata.name field selector.
+	var terms []corev1.NodeSelectorTerm
+	for _, n := range nodes {
+		terms = append(terms, corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n}}}})
+	}
 	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
-			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: nodes}}}}}}}
+		NodeSelectorTerms: terms}}}
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: ProberName, Namespace: ns, Labels: labels},
 		Spec: appsv1.DaemonSetSpec{
