@@ -265,8 +265,3 @@ func (p podProxyAgents) counts(ctx context.Context, a remote.Agent, tag uint32) 
 	return p.agent(a).Counts(ctx, tag)
 }
 
-// Cleanup removes what runs on a cluster left (sim cleanup --kubeconfig):
-// every namespace labelled with a run.
-func CleanupRemote(ctx context.Context, client kubernetes.Interface) ([]string, error) {
-	return remote.Cleanup(ctx, client, 2*time.Minute)
-}

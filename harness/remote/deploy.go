@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -277,10 +280,68 @@ func Delete(ctx context.Context, client kubernetes.Interface, runID string, time
 	return err
 }
 
-// Cleanup removes every run's namespaces (sim cleanup --kubeconfig) and
-// returns their names.
-func Cleanup(ctx context.Context, client kubernetes.Interface, timeout time.Duration) ([]string, error) {
-	return deleteNamespaces(ctx, client, LabelRun, timeout)
+// RunNamespace is a namespace a run made, as Cleanup finds it.
+type RunNamespace struct {
+	Name, RunID, Owner string
+	// Alive says its owner is a live process on this host.
+	Alive       bool
+	Terminating bool
+}
+
+// Runs lists the namespaces runs made on the cluster.
+func Runs(ctx context.Context, client kubernetes.Interface) ([]RunNamespace, error) {
+	list, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: LabelRun})
+	if err != nil {
+		return nil, fmt.Errorf("could not list namespaces: %w", err)
+	}
+	var out []RunNamespace
+	for _, ns := range list.Items {
+		o := ns.Annotations[AnnotationOwner]
+		out = append(out, RunNamespace{Name: ns.Name, RunID: ns.Labels[LabelRun], Owner: o, Alive: ownerAlive(o), Terminating: ns.DeletionTimestamp != nil})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Cleanup removes the namespaces runs left on the cluster (sim cleanup
+// --kubeconfig), those of live runs on this host only with force, waits
+// (at most timeout) until they are gone, and returns what it found.
+func Cleanup(ctx context.Context, client kubernetes.Interface, force bool, timeout time.Duration) ([]RunNamespace, error) {
+	runs, err := Runs(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	for _, r := range runs {
+		if force || !r.Alive {
+			ids[r.RunID] = true
+		}
+	}
+	var errs []error
+	for id := range ids {
+		if _, err := deleteNamespaces(ctx, client, LabelRun+"="+id, timeout); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return runs, errors.Join(errs...)
+}
+
+// owner is this process as a namespace's owner: "host/pid".
+func owner() string {
+	h, _ := os.Hostname()
+	return h + "/" + strconv.Itoa(os.Getpid())
+}
+
+// ownerAlive reports whether owner ("host/pid") is a live process on this
+// host (a run elsewhere cannot be told: it is not alive here).
+func ownerAlive(owner string) bool {
+	h, pid, ok := strings.Cut(owner, "/")
+	me, _ := os.Hostname()
+	n, err := strconv.Atoi(pid)
+	if !ok || h != me || err != nil || n <= 0 {
+		return false
+	}
+	return syscall.Kill(n, 0) == nil
 }
 
 func deleteNamespaces(ctx context.Context, client kubernetes.Interface, selector string, timeout time.Duration) ([]string, error) {

@@ -47,6 +47,9 @@ import (
 const (
 	// LabelRun holds the run ID on every namespace (and object) of a run.
 	LabelRun = "kpsim.dev/run"
+	// AnnotationOwner is "host/pid" of the process that made a run's
+	// namespace: Cleanup leaves a live run's alone.
+	AnnotationOwner = "kpsim.dev/owner"
 	// LabelRole is "echo" or "prober" on the agent pods.
 	LabelRole = "kpsim.dev/role"
 	// ManagedBy is the EndpointSlices' endpointslice.kubernetes.io/managed-by:
@@ -270,7 +273,7 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 }
 
 func (p *Plan) namespace(name string) *corev1.Namespace {
-	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{AnnotationOwner: owner()}, Labels: map[string]string{
 		LabelRun: p.RunID,
 		// NET_RAW is beyond the baseline level.
 		"pod-security.kubernetes.io/enforce": "privileged",

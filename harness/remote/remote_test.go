@@ -286,9 +286,22 @@ func TestDeployNamesAStuckPod(t *testing.T) {
 	if strings.Contains(err.Error(), "flappy-0") {
 		t.Errorf("error names a ready pod:\n%v", err)
 	}
-	names, err := Cleanup(ctx, c, 5*time.Second)
-	if err != nil || len(names) != 2 {
-		t.Errorf("cleanup: %v, %v", names, err)
+	// This process made them: a live run, left alone without force.
+	runs, err := Cleanup(ctx, c, false, 5*time.Second)
+	if err != nil || len(runs) != 2 || !runs[0].Alive || runs[0].RunID != "abc123" {
+		t.Errorf("cleanup: %+v, %v", runs, err)
+	}
+	if ns, _ := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); len(ns.Items) != 2 {
+		t.Errorf("cleanup without force removed a live run's namespaces: %d left", len(ns.Items))
+	}
+	if runs, err = Cleanup(ctx, c, true, 5*time.Second); err != nil || len(runs) != 2 {
+		t.Errorf("cleanup --force: %+v, %v", runs, err)
+	}
+	if ns, _ := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); len(ns.Items) != 0 {
+		t.Errorf("cleanup --force left %d namespaces", len(ns.Items))
+	}
+	if ownerAlive("elsewhere/1") || !ownerAlive(owner()) || ownerAlive("garbage") {
+		t.Errorf("ownerAlive")
 	}
 	allowedByRBAC(t, c)
 }

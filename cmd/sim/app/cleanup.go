@@ -1,14 +1,19 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kpsim/kpsim/dataplane/netns"
+	"github.com/kpsim/kpsim/harness/remote"
 )
 
 func init() { extraCommands = append(extraCommands, newCleanup) }
@@ -19,8 +24,9 @@ var geteuid = os.Geteuid
 type cleanupFlags struct {
 	out    outputFlag
 	force  bool
-	dryRun bool
-	prefix string
+	dryRun     bool
+	prefix     string
+	kubeconfig string
 }
 
 func newCleanup(s Streams) *cobra.Command {
@@ -45,10 +51,18 @@ A run that is still alive holds a lock on its marker /run/kpsim/RUNID.pid;
 its namespaces are listed as skipped unless --force.
 
 Needs root (exit 3 otherwise). Exit 0 when everything selected was removed
-or skipped; 1 when something could not be removed.`,
+or skipped; 1 when something could not be removed.
+
+With --kubeconfig it cleans a cluster instead (no root needed): it deletes
+the namespaces that sim conform --kubeconfig runs left there (labelled
+kpsim.dev/run), except those of a run still alive on this machine (unless
+--force), and waits until they are gone (2 minutes at most).`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := f.out.check(); err != nil {
 				return err
+			}
+			if f.kubeconfig != "" {
+				return cleanupCluster(s, &f)
 			}
 			if !netns.ValidCleanupPrefix(f.prefix) {
 				return &UsageError{Err: fmt.Errorf("--prefix %q must be %q or a run prefix %q", f.prefix, netns.Prefix, "kpsim-<runid>-")}
@@ -82,7 +96,53 @@ or skipped; 1 when something could not be removed.`,
 	c.Flags().BoolVar(&f.force, "force", false, "also remove the namespaces of runs that are still alive")
 	c.Flags().BoolVar(&f.dryRun, "dry-run", false, "list what would be removed, remove nothing")
 	c.Flags().StringVar(&f.prefix, "prefix", netns.Prefix, `names to select: "kpsim-" (every run) or one run's "kpsim-<runid>-"`)
+	c.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "clean the cluster of this kubeconfig: the namespaces sim conform --kubeconfig runs left there")
 	return c
+}
+
+// cleanupCluster is sim cleanup --kubeconfig.
+func cleanupCluster(s Streams, f *cleanupFlags) error {
+	client, err := kubeClient(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var runs []remote.RunNamespace
+	if f.dryRun {
+		runs, err = remote.Runs(ctx, client)
+	} else {
+		runs, err = remote.Cleanup(ctx, client, f.force, 2*time.Minute)
+	}
+	if runs == nil && err != nil {
+		return &EnvError{Err: err}
+	}
+	rep := &netns.CleanupReport{Prefix: remote.LabelRun}
+	for _, r := range runs {
+		it := netns.Leftover{Kind: "cluster namespace", Name: r.Name, RunID: r.RunID}
+		switch {
+		case r.Alive && !f.force:
+			it.Action = netns.ActionKeptAlive
+		case f.dryRun:
+			it.Action = netns.ActionWould
+		case err != nil:
+			it.Action, it.Error = netns.ActionFailed, err.Error()
+		default:
+			it.Action = netns.ActionRemoved
+		}
+		rep.Items = append(rep.Items, it)
+	}
+	if f.out.format == "json" {
+		if err := writeJSON(s.Out, rep); err != nil {
+			return err
+		}
+	} else {
+		writeCleanupTable(s, rep)
+	}
+	if err != nil {
+		return err
+	}
+	return nil
 }
 
 func writeCleanupTable(s Streams, rep *netns.CleanupReport) {
