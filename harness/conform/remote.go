@@ -264,4 +264,3 @@ func (p podProxyAgents) send(ctx context.Context, a remote.Agent, req agent.Send
 func (p podProxyAgents) counts(ctx context.Context, a remote.Agent, tag uint32) (agent.Counts, error) {
 	return p.agent(a).Counts(ctx, tag)
 }
-

@@ -22,8 +22,8 @@ func init() { extraCommands = append(extraCommands, newCleanup) }
 var geteuid = os.Geteuid
 
 type cleanupFlags struct {
-	out    outputFlag
-	force  bool
+	out        outputFlag
+	force      bool
 	dryRun     bool
 	prefix     string
 	kubeconfig string
