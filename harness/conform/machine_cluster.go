@@ -259,20 +259,6 @@ func (m *clusterMachine) waitPorts(ctx context.Context, k portKey, bl block) err
 	return nil
 }
 
-// agents are every echo pod and the phase's probers.
-func (m *clusterMachine) agents() []remote.Agent {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []remote.Agent
-	for _, a := range m.pl.Echoes {
-		out = append(out, a)
-	}
-	for _, a := range m.used {
-		out = append(out, a)
-	}
-	return out
-}
-
 // readDropBase reads every agent's cumulative socket drops at the phase's
 // first send.
 func (m *clusterMachine) readDropBase(ctx context.Context) error {
