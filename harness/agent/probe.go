@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/kpsim/kpsim/harness/traffic"
@@ -99,51 +97,12 @@ const maxSendErrors = 1000
 // b.src, source port traffic.BlockPort(start, step, j), ID b.id(j); two
 // goroutines interleave the walk for large blocks.
 func (p *Prober) sendBlock(ctx context.Context, b block) SendResult {
+	sent, failed, err := traffic.SendWalk(ctx, traffic.Walk{Proto: b.proto, Src: b.src, Dst: b.vip, N: b.n, Start: b.start, Step: b.step,
+		ID: b.id, Deadline: time.Now().Add(b.deadline()), MaxSendErrors: maxSendErrors}, p.senders)
+	res := SendResult{Sent: sent, SendErrors: failed}
 	if len(p.senders) == 0 {
-		return SendResult{Error: "the agent has no sending socket"}
-	}
-	workers := 1
-	if b.n >= 2000 && len(p.senders) >= 2 {
-		workers = 2
-	}
-	deadline := time.Now().Add(b.deadline())
-	sent := make([]int, workers)
-	failed := make([]int, workers)
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func(s PacketSink) {
-			defer wg.Done()
-			bd := traffic.NewBuilder()
-			for j := w; j < b.n; j += workers {
-				if (sent[w]+failed[w])%4096 == 0 && (ctx.Err() != nil || time.Now().After(deadline)) {
-					errs[w] = fmt.Errorf("sending stopped after %d of %d probes: %w", sent[w], b.n, errors.Join(ctx.Err(), errors.New("time bound reached")))
-					return
-				}
-				pkt, err := bd.Build(b.proto, netip.AddrPortFrom(b.src, traffic.BlockPort(b.start, b.step, j)), b.vip, b.id(j))
-				if err == nil {
-					err = s.Send(pkt, b.vip.Addr())
-				}
-				if err != nil && traffic.IsTransient(err) && failed[w] < maxSendErrors {
-					failed[w]++
-					continue
-				}
-				if err != nil {
-					errs[w] = fmt.Errorf("%w (%d probes not sent before it)", err, failed[w])
-					return
-				}
-				sent[w]++
-			}
-		}(p.senders[w])
-	}
-	wg.Wait()
-	var res SendResult
-	for w := range workers {
-		res.Sent += sent[w]
-		res.SendErrors += failed[w]
-	}
-	if err := errors.Join(errs...); err != nil {
+		res.Error = "the agent has no sending socket"
+	} else if err != nil {
 		res.Error = err.Error()
 	}
 	return res

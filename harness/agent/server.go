@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+
+	"github.com/kpsim/kpsim/harness/traffic"
 )
 
 // PacketSource is a raw observer: *traffic.Observer in the kernel, a
@@ -24,9 +26,7 @@ type PacketSource interface {
 // PacketSink writes one probe packet (IP header included) towards dst:
 // *traffic.Sender in the kernel. An error that traffic.IsTransient accepts
 // (a full device queue) skips that probe only.
-type PacketSink interface {
-	Send(pkt []byte, dst netip.Addr) error
-}
+type PacketSink = traffic.PacketSink
 
 // Router says which source address the kernel's route to dst picks (the
 // pod's own address, in a pod).

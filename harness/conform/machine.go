@@ -105,6 +105,25 @@ func (k *kernelMachine) apply(ctx context.Context, step apiserver.Step) (map[str
 	return k.s.px.apply(ctx, step)
 }
 
+// applyModel writes a timeline step into the suite's model (the oracle's
+// state) and waits until its tracker has received every write (the
+// model's informers deliver them asynchronously).
+func (s *suite) applyModel(ctx context.Context, step apiserver.Step) error {
+	before := s.m.Tracker.Seq()
+	writes, err := s.m.Cluster.Apply(ctx, step)
+	if err != nil {
+		return &applyError{err}
+	}
+	deadline := time.Now().Add(settleTimeout)
+	for s.m.Tracker.Seq() < before+uint64(writes) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the model's tracker did not receive %d writes within %s", writes, settleTimeout)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
+}
+
 // applyError is an API write that failed (not a settle timeout).
 type applyError struct{ err error }
 

@@ -370,17 +370,8 @@ func (m *clusterMachine) backOf(a netip.Addr) netip.Addr {
 // settle time: nothing on a cluster says when its node proxies have
 // programmed a change.
 func (m *clusterMachine) apply(ctx context.Context, step apiserver.Step) (map[string]time.Duration, error) {
-	before := m.s.m.Tracker.Seq()
-	writes, err := m.s.m.Cluster.Apply(ctx, step)
-	if err != nil {
-		return nil, &applyError{err}
-	}
-	deadline := time.Now().Add(settleTimeout)
-	for m.s.m.Tracker.Seq() < before+uint64(writes) {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the model's tracker did not receive %d writes within %s", writes, settleTimeout)
-		}
-		time.Sleep(time.Millisecond)
+	if err := m.s.applyModel(ctx, step); err != nil {
+		return nil, err
 	}
 	ns, name, _ := strings.Cut(step.Service, "/")
 	svc := types.NamespacedName{Namespace: ns, Name: name}

@@ -2,7 +2,6 @@ package conform
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sort"
@@ -234,18 +233,8 @@ func (m *simMachine) counters(node string) []dataplane.Counter {
 // apply writes the step through the model's API and reprograms every node
 // at once: the simulated proxies have no sync delay.
 func (m *simMachine) apply(ctx context.Context, step apiserver.Step) (map[string]time.Duration, error) {
-	before := m.s.m.Tracker.Seq()
-	writes, err := m.s.m.Cluster.Apply(ctx, step)
-	if err != nil {
-		return nil, &applyError{err}
-	}
-	// The model's informers deliver the writes asynchronously.
-	deadline := time.Now().Add(settleTimeout)
-	for m.s.m.Tracker.Seq() < before+uint64(writes) {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the model's tracker did not receive %d writes within %s", writes, settleTimeout)
-		}
-		time.Sleep(100 * time.Microsecond)
+	if err := m.s.applyModel(ctx, step); err != nil {
+		return nil, err
 	}
 	m.program(m.s.state())
 	out := map[string]time.Duration{}

@@ -612,56 +612,23 @@ func (p *Prober) fits(c *netns.Client, blocks []block) error {
 // queue is counted (Counts.SendErrors) and skipped; more than maxSendErrors
 // of them, or any other error, stop the block.
 func (p *Prober) sendBlock(ctx context.Context, b Probe, src netip.Addr, bl block, tag uint32) (int, error) {
-	workers := 1
-	if bl.N >= 2000 {
-		workers = 2
-	}
-	deadline := time.Now().Add(timeScaled(time.Duration(bl.N)*50*time.Microsecond + 10*time.Second))
-	sent := make([]int, workers)
-	failed := make([]int, workers)
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
+	sinks := []traffic.PacketSink{}
+	for w := range min(2, 1+bl.N/2000) {
 		s, err := p.sender(b.Client, w)
 		if err != nil {
 			return 0, err
 		}
-		wg.Add(1)
-		go func(w int, s *traffic.Sender) {
-			defer wg.Done()
-			bd := traffic.NewBuilder()
-			for j := w; j < bl.N; j += workers {
-				if (sent[w]+failed[w])%4096 == 0 && (ctx.Err() != nil || time.Now().After(deadline)) {
-					errs[w] = fmt.Errorf("sending stopped after %d of %d probes: %w", sent[w], bl.N, errors.Join(ctx.Err(), errors.New("time bound reached")))
-					return
-				}
-				pkt, err := bd.Build(b.Proto, netip.AddrPortFrom(src, bl.port(j)), b.VIP, tag<<24|uint32(bl.First+j)&0xffffff)
-				if err == nil {
-					err = s.Send(pkt, b.VIP.Addr())
-				}
-				if err != nil && traffic.IsTransient(err) && failed[w] < maxSendErrors {
-					failed[w]++
-					continue
-				}
-				if err != nil {
-					errs[w] = fmt.Errorf("%w (%d probes not sent before it)", err, failed[w])
-					return
-				}
-				sent[w]++
-			}
-		}(w, s)
+		sinks = append(sinks, s)
 	}
-	wg.Wait()
-	total, nfail := 0, 0
-	for w := range sent {
-		total += sent[w]
-		nfail += failed[w]
-	}
+	total, nfail, err := traffic.SendWalk(ctx, traffic.Walk{Proto: b.Proto, Src: src, Dst: b.VIP, N: bl.N, Start: bl.Start, Step: bl.Step,
+		ID:            func(j int) uint32 { return tag<<24 | uint32(bl.First+j)&0xffffff },
+		Deadline:      time.Now().Add(timeScaled(time.Duration(bl.N)*50*time.Microsecond + 10*time.Second)),
+		MaxSendErrors: maxSendErrors}, sinks)
 	p.mu.Lock()
 	p.phaseSent += total
 	p.sendErrors += nfail
 	p.mu.Unlock()
-	return total, errors.Join(errs...)
+	return total, err
 }
 
 // sender returns the w-th raw socket of a client, opening it on first use.

@@ -164,12 +164,11 @@ func runConform(c *cobra.Command, s Streams, f *conformFlags, ck *checkerFlags, 
 // there is nothing to report: an environment error (whose report it writes
 // all the same, so CI shows why) or a bad fault name.
 func (f *conformFlags) conformRun(ctx context.Context, s Streams, files []string, o conform.Options) (*report.Run, error) {
-	if f.remote.kubeconfig != "" {
-		return f.remoteRun(ctx, s, files, o)
-	}
 	var run *report.Run
 	var err error
-	if f.vm || vm.NeedsVM(f.mode.m) {
+	if f.remote.kubeconfig != "" {
+		run, err = f.remoteRun(ctx, files, o)
+	} else if f.vm || vm.NeedsVM(f.mode.m) {
 		run, err = vm.Conform(ctx, files, o, vm.Options{Log: s.Err, Timeout: f.vmTimeout})
 	} else {
 		run, err = conform.Run(ctx, files, o)

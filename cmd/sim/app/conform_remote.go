@@ -118,8 +118,9 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 	return client, nil
 }
 
-// remoteRun runs the scenarios on the kubeconfig's cluster.
-func (f *conformFlags) remoteRun(ctx context.Context, s Streams, files []string, o conform.Options) (*report.Run, error) {
+// remoteRun runs the scenarios on the kubeconfig's cluster; conformRun
+// reports an environment error as for a run here.
+func (f *conformFlags) remoteRun(ctx context.Context, files []string, o conform.Options) (*report.Run, error) {
 	ro, err := f.remote.options()
 	if err != nil {
 		return nil, err
@@ -128,16 +129,9 @@ func (f *conformFlags) remoteRun(ctx context.Context, s Streams, files []string,
 		return nil, err
 	}
 	run, err := conform.RunRemote(ctx, files, o, ro)
-	if err != nil {
-		var env *conform.EnvironmentError
-		if errors.As(err, &env) {
-			r := &report.Run{Mode: string(f.mode.m), Started: time.Now(), Suites: []*report.Suite{{Scenario: "environment", SetupError: env.Error(), SetupErrorKind: report.KindEnvironment}}}
-			_ = f.write(r)
-			return nil, &EnvError{Err: err}
-		}
-		if run == nil {
-			return nil, &UsageError{Err: err}
-		}
+	var env *conform.EnvironmentError
+	if run == nil && err != nil && !errors.As(err, &env) {
+		return nil, &UsageError{Err: err} // bad input: the scenarios, --mode, a fault
 	}
 	return run, err
 }
