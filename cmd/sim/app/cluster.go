@@ -203,7 +203,9 @@ func (f *clusterFlags) args(id string) []string {
 	if f.keepLogs != "" {
 		a = append(a, "--keep-logs="+f.keepLogs)
 	}
-	a = append(a, "--node-proxy="+f.nodeProxy)
+	if f.nodeProxy != "" && f.nodeProxy != "kube-proxy" {
+		a = append(a, "--node-proxy="+f.nodeProxy)
+	}
 	for _, x := range f.faults {
 		a = append(a, "--proxy-fault="+x)
 	}

@@ -82,6 +82,31 @@ func TestClusterServeArgs(t *testing.T) {
 	if got != want {
 		t.Errorf("args:\n got %s\nwant %s", got, want)
 	}
+	f.nodeProxy, f.faults = "kpsim", []string{"uniform-probability"}
+	if got, want := strings.Join(f.args("abc123"), " "), want+" --node-proxy=kpsim --proxy-fault=uniform-probability"; got != want {
+		t.Errorf("args with our node proxy:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestClusterNodeProxyFlags(t *testing.T) {
+	base := clusterFlags{nodes: "node-a", proxyMode: "iptables", timeout: time.Minute, nodeProxy: "kube-proxy"}
+	for _, c := range []struct {
+		edit func(*clusterFlags)
+		want string
+	}{
+		{func(f *clusterFlags) { f.nodeProxy = "cilium" }, `--node-proxy "cilium"`},
+		{func(f *clusterFlags) { f.nodeProxy, f.proxyMode = "kpsim", "none" }, "needs --proxy-mode iptables or nftables"},
+		{func(f *clusterFlags) { f.faults = []string{"uniform-probability"} }, "--proxy-fault is for --node-proxy kpsim"},
+		{func(f *clusterFlags) { f.nodeProxy, f.faults = "kpsim", []string{"no-such-fault"} }, "no-such-fault"},
+		{func(f *clusterFlags) { f.nodeProxy, f.faults = "kpsim", []string{"uniform-probability"} }, ""},
+	} {
+		f := base
+		c.edit(&f)
+		err := f.check()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: %v, want %q", f, err, c.want)
+		}
+	}
 }
 
 // fakeSupervisor starts a process whose command line is a supervisor's
