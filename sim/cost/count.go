@@ -7,6 +7,8 @@ package cost
 // included.
 
 import (
+	"iter"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kpsim/kpsim/sim/cluster"
@@ -204,6 +206,29 @@ func CountOn(mode cluster.Mode, in []ServicePortInput, local []LocalPort, masque
 // masquerade rule is written, and the external chains short-circuit pod
 // traffic.
 func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
+	return count(mode, func(yield func(*ServicePortInput) bool) {
+		for i := range in {
+			if !yield(&in[i]) {
+				return
+			}
+		}
+	}, masquerade)
+}
+
+// countRepeated is Count over n copies of s, without n copies in memory
+// (a calibration point's synthetic cluster has up to 30,000).
+func countRepeated(mode cluster.Mode, s ServicePortInput, n int, masquerade bool) Counts {
+	return count(mode, func(yield func(*ServicePortInput) bool) {
+		for range n {
+			if !yield(&s) {
+				return
+			}
+		}
+	}, masquerade)
+}
+
+// count is Count over the service ports in.
+func count(mode cluster.Mode, in iter.Seq[*ServicePortInput], masquerade bool) Counts {
 	switch mode {
 	case cluster.ModeIPTables:
 		return countIPTables(in, masquerade)
@@ -222,10 +247,10 @@ func Count(mode cluster.Mode, in []ServicePortInput, masquerade bool) Counts {
 // -NODEPORTS, -PROXY-FIREWALL and -FIREWALL with KUBE-FORWARD's three rules
 // and the localnet DROP. Objects are the restore's lines without its table
 // headers and COMMITs; the jumps from the built-in chains are not in it.
-func countIPTables(in []ServicePortInput, masquerade bool) Counts {
+func countIPTables(in iter.Seq[*ServicePortInput], masquerade bool) Counts {
 	c := Counts{Mode: cluster.ModeIPTables, Chains: 10, NatRules: 5, FilterRules: 4}
-	for i := range in {
-		c.iptablesPort(&in[i], masquerade)
+	for s := range in {
+		c.iptablesPort(s, masquerade)
 	}
 	c.Objects = c.NatRules + c.FilterRules + c.Chains // restore lines
 	return c
@@ -322,13 +347,13 @@ func extChainRules(s *ServicePortInput, podCIDR bool) int {
 // included); masquerading off-cluster traffic is one rule in services, not
 // one per Service. Elements of nodeport-ips (the node's addresses) and
 // hairpin-connections (the node's endpoints) are not counted.
-func countNFTables(in []ServicePortInput, masquerade bool) Counts {
+func countNFTables(in iter.Seq[*ServicePortInput], masquerade bool) Counts {
 	c := Counts{Mode: cluster.ModeNFTables, NFTChains: 15, NFTRules: 21}
 	if masquerade {
 		c.NFTRules++
 	}
-	for i := range in {
-		c.nftablesPort(&in[i], masquerade)
+	for s := range in {
+		c.nftablesPort(s, masquerade)
 	}
 	c.Objects = c.NFTRules + c.MapElements + c.NFTChains + c.Sets
 	return c
@@ -419,11 +444,10 @@ func (c *Counts) nftablesExternal(s *ServicePortInput, podCIDR bool) {
 // kube-ipvs0, is not counted: Services share them); and the iptables rules,
 // a fixed set whose rules for a set are written only when the set is not
 // empty (ipvsLayout).
-func countIPVS(in []ServicePortInput) Counts {
+func countIPVS(in iter.Seq[*ServicePortInput]) Counts {
 	c := Counts{Mode: cluster.ModeIPVS}
 	var l ipvsLayout
-	for i := range in {
-		s := &in[i]
+	for s := range in {
 		l.note(s)
 		c.VirtualServers++
 		c.RealServers += s.Endpoints

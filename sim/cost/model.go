@@ -227,11 +227,8 @@ func pointCounts(mode cluster.Mode, p Point) Counts {
 		// Only a size is known: put it on every axis.
 		return Counts{Mode: mode, Objects: p.Objects, Chains: p.Objects, VirtualServers: p.Objects, RealServers: p.Objects}
 	}
-	in := make([]ServicePortInput, p.Services)
-	for i := range in {
-		in[i] = ServicePortInput{Endpoints: p.EndpointsPerService, Reachable: p.EndpointsPerService}
-	}
-	return Count(mode, in, true)
+	s := ServicePortInput{Endpoints: p.EndpointsPerService, Reachable: p.EndpointsPerService}
+	return countRepeated(mode, s, p.Services, true)
 }
 
 // Full is the full sync time of a node programming c.
