@@ -281,16 +281,9 @@ func (c *Cluster) up(ctx context.Context) error {
 		c.logf("proxy mode none: no kube-proxy on the nodes")
 		return nil
 	}
-	// A REJECT answers every probe: lift the nodes' ICMP rate limits
-	// (their own namespaces' settings), as the namespace run does.
-	for _, n := range c.nodes {
-		nodeNS, _ := c.topo.Node(n.Spec.Name)
-		for _, k := range [][2]string{{"net.ipv4.icmp_ratelimit", "0"}, {"net.ipv4.icmp_msgs_per_sec", "1000000"}, {"net.ipv4.icmp_msgs_burst", "1000000"}} {
-			if err := nodeNS.NS.Sysctl(k[0], k[1]); err != nil {
-				return fmt.Errorf("node %s: %w", n.Spec.Name, err)
-			}
-		}
-	}
+	// The nodes keep the kernel's ICMP rate limits, as a user's cluster
+	// does: sim conform --kubeconfig paces its rejects under them
+	// (--reject-interval).
 	t = time.Now()
 	if err := c.startKubeProxies(ctx); err != nil {
 		return err

@@ -173,7 +173,8 @@ func (m *clusterMachine) phase() {
 }
 
 // send writes a batch from the prober on the client's node: the kernel
-// prober's blocks and port walks, each block one request. A UDP block
+// prober's blocks and port walks, each block one request; with a Gap, one
+// probe a request, Gap apart (bounded: the batch's count times Gap). A UDP block
 // whose ports carried a probe to the same destination less than udpReuse
 // ago waits until they are free (bounded by udpReuse).
 func (m *clusterMachine) send(ctx context.Context, b Probe, r *rand.Rand) (int, error) {
@@ -203,7 +204,20 @@ func (m *clusterMachine) send(ctx context.Context, b Probe, r *rand.Rand) (int, 
 		proto = "udp"
 	}
 	total := 0
-	for _, bl := range planBlocks(b.N, r) {
+	blocks := planBlocks(b.N, r)
+	if b.Gap > 0 {
+		var one []block
+		for _, bl := range blocks {
+			one = append(one, bl.probes()...)
+		}
+		blocks = one
+	}
+	for i, bl := range blocks {
+		if i > 0 && b.Gap > 0 {
+			if err := m.idle(ctx, b.Gap); err != nil {
+				return total, err
+			}
+		}
 		if b.Proto == traffic.UDP {
 			if err := m.waitPorts(ctx, portKey{node, dst}, bl); err != nil {
 				return total, err

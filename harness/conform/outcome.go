@@ -32,6 +32,9 @@ const (
 	// microVM passes.)
 	leakMDE             = 0.01
 	deterministicProbes = 100
+	// PacedRejectProbes is a check's probe count when its rejects are
+	// paced (RemoteOptions.RejectInterval): 20 probes at 1.05 s take 21 s.
+	PacedRejectProbes = 20
 )
 
 // outcomePlan is how an outcome check samples: the looks of a sequential
@@ -58,6 +61,9 @@ func (s *suite) planOutcome(c *scenario.Check, want oracle.Outcome) (outcomePlan
 		return p, nil
 	}
 	n := deterministicProbes
+	if want.Kind == oracle.Reject && s.rejectGap > 0 {
+		n = PacedRejectProbes
+	}
 	p.looks, p.power = []int{n}, stats.LeakPower(n, leakMDE)
 	return p, nil
 }
@@ -111,6 +117,9 @@ func (s *suite) sampleTarget(ctx context.Context, c *scenario.Check, rc *report.
 	// 5-tuple repeats in the check, whatever a flush leaves (IPVS's own
 	// connection table).
 	probe := Probe{Client: tgt.client, Src: tgt.sources[0], Sources: tgt.sources, VIP: tgt.dst, Proto: tgt.proto}
+	if want.Kind == oracle.Reject {
+		probe.Gap = s.rejectGap
+	}
 	obs, err := s.sample(ctx, probe, plan)
 	if err != nil {
 		rc.Verdict, rc.Message = report.Error, err.Error()

@@ -410,6 +410,11 @@ type Probe struct {
 	VIP     netip.AddrPort
 	Proto   traffic.Proto
 	N       int
+	// Gap, when set, is the pause before each probe after the batch's
+	// first: rejects paced under the nodes' ICMP rate limit. Only the
+	// cluster machine sets it (suite.rejectGap); the namespace run lifts
+	// its nodes' limits instead.
+	Gap time.Duration
 }
 
 // source is the address block i is sent from.

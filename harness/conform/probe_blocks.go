@@ -59,3 +59,13 @@ func planBlocks(n int, r *rand.Rand) []block {
 
 // port is the source port of the block's j-th probe.
 func (b block) port(j int) uint16 { return traffic.BlockPort(b.Start, b.Step, j) }
+
+// probes splits the block into blocks of one probe each, probe j on the
+// port the whole block gives it, so that paced probes keep the walk.
+func (b block) probes() []block {
+	out := make([]block, b.N)
+	for j := range out {
+		out[j] = block{First: b.First + j, N: 1, Start: (b.Start + j*b.Step) % traffic.PortSpan, Step: b.Step}
+	}
+	return out
+}

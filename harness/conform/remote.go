@@ -43,9 +43,24 @@ type RemoteOptions struct {
 	// before probes are sent (default 3 s): after the deploy and after
 	// each timeline step.
 	Settle time.Duration
+	// RejectInterval paces the probes of a check whose every probe should
+	// be rejected, one probe per interval, PacedRejectProbes of them
+	// (sim conform's default is DefaultRejectInterval). A node answers a
+	// client with at most one ICMP error a second after a burst of six
+	// (the kernel's per-destination limit, net.ipv4.icmp_ratelimit 1000
+	// ms by default): faster, most rejects are never sent, and the check
+	// would read the limit's silence as drops. Zero: no pacing and the
+	// namespace run's probe count, for nodes whose limit is lifted.
+	RejectInterval time.Duration
 	// agents replaces the pods/proxy agents (tests).
 	agents agentAPI
 }
+
+// DefaultRejectInterval is sim conform's --reject-interval: a node's
+// ICMP error budget per client refills at one a second by default
+// (net.ipv4.icmp_ratelimit 1000 ms), and a twentieth more keeps a probe
+// clear of the refill's jiffy rounding.
+const DefaultRejectInterval = 1050 * time.Millisecond
 
 // remoteTypes are the check types a cluster run makes: the ones whose
 // clients are pods, which count arrivals and rejects, and whose timeline
@@ -110,7 +125,7 @@ func RunRemote(ctx context.Context, files []string, o Options, ro RemoteOptions)
 func clusterSuite(ctx context.Context, l *scenario.Loaded, o Options, ro RemoteOptions, alphaUnit float64, run *report.Run) *report.Suite {
 	start := time.Now()
 	out := &report.Suite{Scenario: l.Scenario.Metadata.Name, File: l.File, Figures: map[string]any{}}
-	s := &suite{o: o, l: l, alphaUnit: alphaUnit, out: out, start: start, remote: true}
+	s := &suite{o: o, l: l, alphaUnit: alphaUnit, out: out, start: start, remote: true, rejectGap: ro.RejectInterval}
 	defer func() { out.Duration = time.Since(start) }()
 	fail := func(err error) *report.Suite {
 		out.SetupError = err.Error()

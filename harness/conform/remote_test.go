@@ -37,11 +37,42 @@ type fakeCluster struct {
 	arrivals map[netip.Addr]map[uint32]map[agent.Arrival]int
 	rejects  map[netip.Addr]map[uint32]int
 	nextIP   int
+	// icmpLimit, when set, is the nodes' ICMP rate limit as the kernel
+	// applies it per destination (inet_peer_xrlim_allow): a budget of six
+	// errors, one more each icmpLimit; a probe that finds none is dropped
+	// silently.
+	icmpLimit time.Duration
+	tokens    map[netip.Addr]float64
+	lastICMP  map[netip.Addr]time.Time
+	// requests are the send requests, in order.
+	requests []agent.SendRequest
+}
+
+// icmpAllowed spends one of a's ICMP budget (always true without a limit).
+func (f *fakeCluster) icmpAllowed(a netip.Addr) bool {
+	if f.icmpLimit <= 0 {
+		return true
+	}
+	now := time.Now()
+	tok, ok := f.tokens[a]
+	if !ok {
+		tok = 6
+	} else {
+		tok = min(6, tok+float64(now.Sub(f.lastICMP[a]))/float64(f.icmpLimit))
+	}
+	f.lastICMP[a] = now
+	if tok < 1 {
+		f.tokens[a] = tok
+		return false
+	}
+	f.tokens[a] = tok - 1
+	return true
 }
 
 func newFakeCluster(t *testing.T, ctx context.Context, nodes []string, pick func(*rand.Rand, int) int) *fakeCluster {
 	f := &fakeCluster{c: fake.NewClientset(), rng: rand.New(rand.NewPCG(1, 2)), pick: pick,
-		arrivals: map[netip.Addr]map[uint32]map[agent.Arrival]int{}, rejects: map[netip.Addr]map[uint32]int{}}
+		arrivals: map[netip.Addr]map[uint32]map[agent.Arrival]int{}, rejects: map[netip.Addr]map[uint32]int{},
+		tokens: map[netip.Addr]float64{}, lastICMP: map[netip.Addr]time.Time{}}
 	for i, n := range nodes {
 		_, err := f.c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
@@ -144,8 +175,12 @@ func (f *fakeCluster) send(ctx context.Context, a remote.Agent, req agent.SendRe
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.requests = append(f.requests, req)
 	for range req.N {
 		if len(eps) == 0 {
+			if !f.icmpAllowed(a.IP) {
+				continue
+			}
 			if f.rejects[a.IP] == nil {
 				f.rejects[a.IP] = map[uint32]int{}
 			}
@@ -179,12 +214,20 @@ func (f *fakeCluster) counts(_ context.Context, a remote.Agent, tag uint32) (age
 
 func runFakeRemote(t *testing.T, pick func(*rand.Rand, int) int, files ...string) (*report.Run, *fakeCluster) {
 	t.Helper()
+	return runFakeRemoteLimited(t, pick, 0, 0, files...)
+}
+
+// runFakeRemoteLimited is runFakeRemote on nodes with an ICMP rate limit
+// (icmpLimit, zero: none) and rejects paced at rejectGap.
+func runFakeRemoteLimited(t *testing.T, pick func(*rand.Rand, int) int, icmpLimit, rejectGap time.Duration, files ...string) (*report.Run, *fakeCluster) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := newFakeCluster(t, ctx, []string{"worker-1", "worker-2"}, pick)
+	f.icmpLimit = icmpLimit
 	seed := uint64(7)
 	o := Options{Mode: cluster.ModeIPTables, Seed: &seed}
-	ro := RemoteOptions{Client: f.c, Settle: time.Millisecond, Ready: 10 * time.Second, agents: f}
+	ro := RemoteOptions{Client: f.c, Settle: time.Millisecond, Ready: 10 * time.Second, agents: f, RejectInterval: rejectGap}
 	run, err := RunRemote(ctx, files, o, ro)
 	if err != nil {
 		t.Fatal(err)
@@ -226,5 +269,47 @@ func TestRemoteRunCatchesAProxyFault(t *testing.T) {
 	run, _ := runFakeRemote(t, func(*rand.Rand, int) int { return 0 }, "../../scenarios/conformance/flapping.yaml")
 	if failed := run.Failed(); len(failed) == 0 || !strings.Contains(strings.Join(failed, " "), "flapping") {
 		t.Errorf("a proxy that always picks one endpoint passed: failed %v", failed)
+	}
+}
+
+// TestRemoteRejectsPaced: on nodes that keep an ICMP rate limit (scaled:
+// six errors, then one each 20 ms), a no-endpoints check whose probes go
+// out at full speed loses most rejects and fails; paced one per 21 ms it
+// passes with PacedRejectProbes probes, each its own request on its own
+// source port.
+func TestRemoteRejectsPaced(t *testing.T) {
+	const limit = 20 * time.Millisecond
+	file := "../../scenarios/conformance/no-endpoints.yaml"
+	uniform := func(r *rand.Rand, n int) int { return r.IntN(n) }
+	run, _ := runFakeRemoteLimited(t, uniform, limit, 0, file)
+	if failed := run.Failed(); len(failed) != 2 {
+		t.Errorf("unpaced under the limit: failed %v, want both no-endpoints checks", failed)
+	}
+	run, f := runFakeRemoteLimited(t, uniform, limit, limit+limit/20, file)
+	ran, _ := run.Verdicts()
+	if ran != 2 || len(run.Failed()) > 0 || len(run.EnvironmentErrors()) > 0 {
+		t.Fatalf("paced: ran %d, failed %v, environment %v", ran, run.Failed(), run.EnvironmentErrors())
+	}
+	for _, c := range run.Suites[0].Checks {
+		if c.N != PacedRejectProbes {
+			t.Errorf("%s: %d probes, want %d", c.Name, c.N, PacedRejectProbes)
+		}
+	}
+	ports := map[string]map[int]bool{}
+	for _, r := range f.requests {
+		if r.N != 1 {
+			t.Errorf("a paced request carries %d probes", r.N)
+		}
+		k := fmt.Sprint(r.Tag, r.VIP)
+		if ports[k] == nil {
+			ports[k] = map[int]bool{}
+		}
+		if ports[k][r.Start] {
+			t.Errorf("%s: source port %d twice", k, r.Start)
+		}
+		ports[k][r.Start] = true
+	}
+	if len(f.requests) != 2*PacedRejectProbes {
+		t.Errorf("%d requests, want %d", len(f.requests), 2*PacedRejectProbes)
 	}
 }

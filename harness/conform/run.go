@@ -478,6 +478,10 @@ type suite struct {
 	dumps *suiteDumps
 	// remote is a run on a cluster through its API (clusterSuite).
 	remote bool
+	// rejectGap paces the probes of a check that expects every probe
+	// rejected (RemoteOptions.RejectInterval); zero in the namespace run,
+	// whose nodes lift their ICMP rate limits.
+	rejectGap time.Duration
 }
 
 func runSuite(ctx context.Context, l *scenario.Loaded, o Options, faults proxy.Faults, alphaUnit float64, run *report.Run, d *dumper) *report.Suite {

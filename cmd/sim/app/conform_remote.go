@@ -25,6 +25,7 @@ type remoteFlags struct {
 	pull       string
 	settle     time.Duration
 	ready      time.Duration
+	rejectGap  time.Duration
 	printRBAC  bool
 }
 
@@ -34,6 +35,7 @@ func (r *remoteFlags) add(c *cobra.Command) {
 	c.Flags().StringSliceVar(&r.images, "image", nil, "with --kubeconfig: echo=IMAGE or prober=IMAGE, the agents' images (default "+remote.DefaultEchoImage+" and "+remote.DefaultProberImage+", imported on sim cluster's nodes; push harness/agent's kpsim-agent to your registry for another cluster)")
 	c.Flags().StringVar(&r.pull, "image-pull-policy", string(corev1.PullIfNotPresent), "with --kubeconfig: the agents' imagePullPolicy (Always, IfNotPresent, Never)")
 	c.Flags().DurationVar(&r.settle, "settle", 3*time.Second, "with --kubeconfig: the time a change is given to reach every node's proxy before probing (after the deploy and after each timeline step); nothing on a cluster says when a node proxy has synced")
+	c.Flags().DurationVar(&r.rejectGap, "reject-interval", conform.DefaultRejectInterval, "with --kubeconfig: the gap between the probes of a check whose every probe should be rejected: a node sends a client at most one ICMP error a second after a burst of six (net.ipv4.icmp_ratelimit, 1000 ms by default), and faster probes would read its silence as drops; such a check then sends "+fmt.Sprint(conform.PacedRejectProbes)+" probes. 0: no pacing and the namespace run's count, for nodes whose limit is lifted (sysctl net.ipv4.icmp_ratelimit=0)")
 	c.Flags().DurationVar(&r.ready, "ready-timeout", 3*time.Minute, "with --kubeconfig: bound on the wait for the agent pods (a pod that is not Ready by then is named with its node and reason)")
 	c.Flags().BoolVar(&r.printRBAC, "print-rbac", false, "print the ClusterRole a --kubeconfig run needs and exit")
 }
@@ -73,10 +75,10 @@ func (r *remoteFlags) options() (conform.RemoteOptions, error) {
 	default:
 		return ro, &UsageError{Err: fmt.Errorf("--image-pull-policy %q: Always, IfNotPresent or Never", r.pull)}
 	}
-	if r.settle < 0 || r.ready <= 0 {
-		return ro, &UsageError{Err: errors.New("--settle must be >= 0 and --ready-timeout > 0")}
+	if r.settle < 0 || r.ready <= 0 || r.rejectGap < 0 {
+		return ro, &UsageError{Err: errors.New("--settle and --reject-interval must be >= 0 and --ready-timeout > 0")}
 	}
-	ro.Settle, ro.Ready = r.settle, r.ready
+	ro.Settle, ro.Ready, ro.RejectInterval = r.settle, r.ready, r.rejectGap
 	if ro.Settle == 0 {
 		ro.Settle = time.Nanosecond // conform's default applies to 0
 	}
@@ -86,7 +88,7 @@ func (r *remoteFlags) options() (conform.RemoteOptions, error) {
 // onlyLocal lists the flags that make no sense with --kubeconfig.
 func (f *conformFlags) remoteConflicts(c *cobra.Command, ck *checkerFlags) error {
 	if f.remote.kubeconfig == "" {
-		for _, name := range []string{"node-map", "image", "image-pull-policy", "settle", "ready-timeout"} {
+		for _, name := range []string{"node-map", "image", "image-pull-policy", "settle", "ready-timeout", "reject-interval"} {
 			if c.Flags().Changed(name) {
 				return &UsageError{Err: fmt.Errorf("--%s is for --kubeconfig", name)}
 			}
