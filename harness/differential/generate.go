@@ -24,8 +24,8 @@ type GenConfig struct {
 	// reads only its own.
 	Others map[string]string
 	// ServiceCIDR holds every ClusterIP; a scenario takes 16 addresses of
-	// it from its seed (MaxSeeds of them fit a /16, the first block is left
-	// to the apiserver's own kubernetes Service).
+	// it from its seed (ipCycle blocks of them; the first block is left to
+	// the apiserver's own kubernetes Service, the last to the ballast).
 	ServiceCIDR netip.Prefix
 	// PodCIDR holds every endpoint address; a scenario takes a /20 of it
 	// from its seed.
@@ -193,13 +193,32 @@ func (sc *Scenario) Peak() int {
 	return n
 }
 
-// clusterIP is the i-th ClusterIP of the scenario.
+// clusterIP is the i-th ClusterIP of the scenario, in its seed's block of
+// 16 (ipCycle).
 func (g *gen) clusterIP(i int) netip.Addr {
 	a := g.cfg.ServiceCIDR.Masked().Addr().As4()
-	v := be32(a) + 16 + uint32(g.seed%MaxSeeds)*16 + uint32(i)
+	v := be32(a) + 16 + uint32(g.seed%ipCycle(g.cfg.ServiceCIDR))*16 + uint32(i)
 	ip := from32(v)
 	g.ips[ip] = true
 	return ip
+}
+
+// ipCycle is how many seeds in a row take distinct ClusterIP blocks: the
+// largest multiple of MaxSeeds (so that seeds distinct modulo MaxSeeds stay
+// disjoint) whose blocks fit the service CIDR between its first block (the
+// apiserver's kubernetes Service) and its last (the ballast), 3,910 in a
+// /16. Seeds that share one API batch after batch then never take an
+// address an earlier batch's Service held: with blocks cycling every
+// MaxSeeds, seed 341 creating 10.96.7.2 after seed 111's Services had been
+// deleted, some batches earlier, failed with "provided IP is already
+// allocated" (once, in a fresh-clone run: kube-apiserver still held the
+// address).
+func ipCycle(cidr netip.Prefix) uint64 {
+	blocks := uint64(1)<<(32-cidr.Bits())/16 - 2
+	if c := blocks / MaxSeeds * MaxSeeds; c > 0 {
+		return c
+	}
+	return MaxSeeds
 }
 
 // podIP is the next endpoint address of the scenario: from a random offset
