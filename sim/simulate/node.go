@@ -202,8 +202,8 @@ func take[T any](p *[]T, n int) []T {
 // shard is a part of a node's service ports with its own dataplane and
 // its part of the control schedule.
 type shard struct {
-	node   *engine.Node
-	table  bool // node.CT is the shard's sized table
+	node  *engine.Node
+	table bool // node.CT is the shard's sized table
 	// own is the node's own table (its arena's), put back when the sized
 	// one goes back to the pool early (giveTable).
 	own    *engine.Conntrack
@@ -343,12 +343,18 @@ func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]
 	out := make([]*nodeResult, len(w.modes))
 	g := newTrafficGen(w, ni, seed)
 	ch := wk.chunk(plan.n)
-	handle := func(r *nodeRun) error {
+	// handle runs a chunk through every shard of r; when the chunk is the
+	// node's whole run (whole), each shard's table goes back to the pool
+	// as soon as the shard is done.
+	handle := func(r *nodeRun, whole bool) error {
 		for k := range r.shards {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			r.handleShard(k, ch.byShard[k])
+			if whole && r.rq == nil {
+				r.giveTable(k)
+			}
 		}
 		return nil
 	}
@@ -357,14 +363,8 @@ func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]
 		for mi, md := range w.modes {
 			r := newNodeRun(w, md, ni, plan, seed, &wk.tables, wk.bufsOf(mi))
 			r.useRequests(rn, seed)
-			for k := range r.shards {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				r.handleShard(k, ch.byShard[k])
-				if r.rq == nil {
-					r.giveTable(k)
-				}
+			if err := handle(r, true); err != nil {
+				return nil, err
 			}
 			r.finish()
 			out[mi] = r.res
@@ -378,7 +378,7 @@ func runNode(ctx context.Context, w *world, ni int, seed uint64, wk *worker) ([]
 	}
 	for g.fill(ch, plan) {
 		for _, r := range runs {
-			if err := handle(r); err != nil {
+			if err := handle(r, false); err != nil {
 				return nil, err
 			}
 		}
@@ -494,9 +494,10 @@ func (r *nodeRun) takeTable(k int, need bool) {
 	sh.table = true
 }
 
-// giveTable hands shard k's sized table back to the pool once the shard
-// has handled its last connection (runNode's one-chunk run without
-// requests): the next shard takes the same table, so a worker holds one
+// giveTable hands shard k's sized table back to the pool (none: nothing
+// to do): at finish, or as soon as the shard has handled its last
+// connection (runNode's one-chunk run without requests), so that the next
+// shard takes the same table, so a worker holds one
 // table at a time instead of one per shard, some 60 MiB of the
 // simulator's peak memory at 1,000 Services. What is left for the shard
 // (finish's last control events) only flushes UDP entries, which the
@@ -744,10 +745,8 @@ func (r *nodeRun) finish() {
 		}
 	}
 	// Hand the tables back before the result is kept.
-	for k, sh := range r.shards {
-		if sh.table {
-			r.pool.put(r.plan.live[k], sh.node.CT)
-		}
+	for k := range r.shards {
+		r.giveTable(k)
 	}
 	r.shards = nil
 	if r.rq != nil {
