@@ -122,48 +122,81 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("no run ID")
 	}
 	p := &Plan{RunID: o.RunID, Home: HomeNamespace(o.RunID), nsOf: map[string]string{}, echoOf: map[netip.Addr]string{}, nodeOf: map[string]string{}}
+	if err := p.mapNodes(exp, o.Nodes); err != nil {
+		return nil, err
+	}
+	echoImage, proberImage, pull := cmp.Or(o.EchoImage, DefaultEchoImage), cmp.Or(o.ProberImage, DefaultProberImage), cmp.Or(o.PullPolicy, corev1.PullIfNotPresent)
+	p.Namespaces = append(p.Namespaces, p.namespace(p.Home))
+	echoes, err := p.placeSlices(exp)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range exp.Services {
+		ns, err := p.addNamespace(s.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		p.Services = append(p.Services, serviceForRun(s, ns, o.RunID))
+	}
+	p.addEchoPods(echoes, echoImage, pull)
+	p.proberNodes = p.clientNodes(exp)
+	p.Prober = proberDaemonSet(p.Home, o.RunID, proberImage, pull, p.proberNodes)
+	return p, nil
+}
+
+// mapNodes maps each scenario node to its cluster node: its own name
+// unless the node map says otherwise; a map entry for a node the scenario
+// lacks is an error.
+func (p *Plan) mapNodes(exp *scenario.Expanded, nodeMap map[string]string) error {
 	for _, n := range exp.Nodes {
 		p.nodeOf[n.Name] = n.Name
-		if to, ok := o.Nodes[n.Name]; ok {
+		if to, ok := nodeMap[n.Name]; ok {
 			p.nodeOf[n.Name] = to
 		}
 	}
-	for from := range o.Nodes {
+	for from := range nodeMap {
 		if _, ok := p.nodeOf[from]; !ok {
-			return nil, fmt.Errorf("node map: the scenario has no node %q", from)
+			return fmt.Errorf("node map: the scenario has no node %q", from)
 		}
 	}
-	echoImage, proberImage, pull := cmp.Or(o.EchoImage, DefaultEchoImage), cmp.Or(o.ProberImage, DefaultProberImage), cmp.Or(o.PullPolicy, corev1.PullIfNotPresent)
+	return nil
+}
 
-	p.Namespaces = append(p.Namespaces, p.namespace(p.Home))
-	addNS := func(ns string) (string, error) {
-		if to, ok := p.nsOf[ns]; ok {
-			return to, nil
-		}
-		to := p.Home + "-" + ns
-		if errs := validation.IsDNS1123Label(to); len(errs) > 0 {
-			return "", fmt.Errorf("namespace %q: the run's name for it, %q, is not a valid namespace name: %s", ns, to, strings.Join(errs, "; "))
-		}
-		p.nsOf[ns] = to
-		p.Namespaces = append(p.Namespaces, p.namespace(to))
+// addNamespace returns the run's namespace for scenario namespace ns,
+// adding it to the plan the first time.
+func (p *Plan) addNamespace(ns string) (string, error) {
+	if to, ok := p.nsOf[ns]; ok {
 		return to, nil
 	}
-
-	// Endpoint addresses: the ports each one serves and its node.
-	type echo struct {
-		ports map[corev1.Protocol]map[int32]bool
-		node  string
-		ns    string // the run namespace of the first slice naming it
-		pod   string // the scenario's targetRef name, for the echo pod's name
+	to := p.Home + "-" + ns
+	if errs := validation.IsDNS1123Label(to); len(errs) > 0 {
+		return "", fmt.Errorf("namespace %q: the run's name for it, %q, is not a valid namespace name: %s", ns, to, strings.Join(errs, "; "))
 	}
+	p.nsOf[ns] = to
+	p.Namespaces = append(p.Namespaces, p.namespace(to))
+	return to, nil
+}
+
+// echo is an endpoint address to serve: the ports it serves and its node.
+type echo struct {
+	ports map[corev1.Protocol]map[int32]bool
+	node  string
+	ns    string // the run namespace of the first slice naming it
+	pod   string // the scenario's targetRef name, for the echo pod's name
+}
+
+// placeSlices adds the scenario's EndpointSlices to the plan, in the run's
+// namespaces, on the mapped nodes, and returns the endpoint addresses
+// they name, each with its ports and node.
+func (p *Plan) placeSlices(exp *scenario.Expanded) (map[netip.Addr]*echo, error) {
 	echoes := map[netip.Addr]*echo{}
 	for _, sl := range exp.Slices {
-		ns, err := addNS(sl.Namespace)
+		ns, err := p.addNamespace(sl.Namespace)
 		if err != nil {
 			return nil, err
 		}
 		x := sl.DeepCopy()
-		forRun(&x.ObjectMeta, ns, o.RunID)
+		forRun(&x.ObjectMeta, ns, p.RunID)
 		x.Labels[discoveryv1.LabelManagedBy] = ManagedBy
 		for i, ep := range x.Endpoints {
 			where := fmt.Sprintf("EndpointSlice %s/%s endpoints[%d]", sl.Namespace, sl.Name, i)
@@ -192,40 +225,44 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 				if ep.TargetRef != nil && e.pod == "" {
 					e.pod = ep.TargetRef.Name
 				}
-				for j, port := range sl.Ports {
-					if port.Port == nil {
-						continue
-					}
-					if *port.Port == AgentPort {
-						return nil, fmt.Errorf("EndpointSlice %s/%s ports[%d]: port %d is the agents' own", sl.Namespace, sl.Name, j, AgentPort)
-					}
-					proto := corev1.ProtocolTCP
-					if port.Protocol != nil {
-						proto = *port.Protocol
-					}
-					if e.ports[proto] == nil {
-						e.ports[proto] = map[int32]bool{}
-					}
-					e.ports[proto][*port.Port] = true
+				if err := e.addPorts(sl); err != nil {
+					return nil, err
 				}
 			}
 		}
 		p.Slices = append(p.Slices, x)
 	}
-	for _, s := range exp.Services {
-		ns, err := addNS(s.Namespace)
-		if err != nil {
-			return nil, err
-		}
-		p.Services = append(p.Services, serviceForRun(s, ns, o.RunID))
-	}
+	return echoes, nil
+}
 
-	// An echo pod has the name of the scenario's pod (the endpoints'
-	// targetRef) in the run's namespace for the scenario's: a timeline step
-	// that names a pod names it here too.
-	addrs := slices.SortedFunc(maps.Keys(echoes), netip.Addr.Compare)
+// addPorts adds the ports of slice sl to those e serves.
+func (e *echo) addPorts(sl *discoveryv1.EndpointSlice) error {
+	for j, port := range sl.Ports {
+		if port.Port == nil {
+			continue
+		}
+		if *port.Port == AgentPort {
+			return fmt.Errorf("EndpointSlice %s/%s ports[%d]: port %d is the agents' own", sl.Namespace, sl.Name, j, AgentPort)
+		}
+		proto := corev1.ProtocolTCP
+		if port.Protocol != nil {
+			proto = *port.Protocol
+		}
+		if e.ports[proto] == nil {
+			e.ports[proto] = map[int32]bool{}
+		}
+		e.ports[proto][*port.Port] = true
+	}
+	return nil
+}
+
+// addEchoPods adds an echo pod per endpoint address, in address order. An
+// echo pod has the name of the scenario's pod (the endpoints' targetRef)
+// in the run's namespace for the scenario's: a timeline step that names a
+// pod names it here too.
+func (p *Plan) addEchoPods(echoes map[netip.Addr]*echo, image string, pull corev1.PullPolicy) {
 	used := map[string]bool{}
-	for _, ip := range addrs {
+	for _, ip := range slices.SortedFunc(maps.Keys(echoes), netip.Addr.Compare) {
 		e := echoes[ip]
 		name := "ep-" + strings.ReplaceAll(ip.String(), ".", "-")
 		if e.pod != "" && len(validation.IsDNS1123Subdomain(e.pod)) == 0 && !used[e.ns+"/"+e.pod] {
@@ -244,13 +281,17 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 				ports = append(ports, corev1.ContainerPort{ContainerPort: port, Protocol: proto})
 			}
 		}
-		pod := agentPod(name, e.ns, o.RunID, "echo", echoImage, pull, []string{"--ports", strings.Join(args, ",")}, ports)
+		pod := agentPod(name, e.ns, p.RunID, "echo", image, pull, []string{"--ports", strings.Join(args, ",")}, ports)
 		pod.Spec.NodeName = e.node
 		pod.Labels["kpsim.dev/address"] = strings.ReplaceAll(ip.String(), ".", "-")
 		p.Echo = append(p.Echo, pod)
 	}
+}
 
-	// Probers on the nodes of the scenario's pod clients.
+// clientNodes are the cluster nodes of the scenario's pod clients, sorted:
+// where the probers run. Without a client named, every node probes, as
+// the namespace run's default client does.
+func (p *Plan) clientNodes(exp *scenario.Expanded) []string {
 	nodes := map[string]bool{}
 	for _, c := range exp.Scenario.Traffic.Clients {
 		if c.Where != "" && c.Where != cluster.InPod {
@@ -262,14 +303,12 @@ func NewPlan(exp *scenario.Expanded, o Options) (*Plan, error) {
 			}
 		}
 	}
-	if len(nodes) == 0 { // no client named: every node probes, as the namespace run's default client
+	if len(nodes) == 0 {
 		for _, n := range p.nodeOf {
 			nodes[n] = true
 		}
 	}
-	p.proberNodes = slices.Sorted(maps.Keys(nodes))
-	p.Prober = proberDaemonSet(p.Home, o.RunID, proberImage, pull, p.proberNodes)
-	return p, nil
+	return slices.Sorted(maps.Keys(nodes))
 }
 
 func (p *Plan) namespace(name string) *corev1.Namespace {
