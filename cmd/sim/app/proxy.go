@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kpsim/kpsim/dataplane"
 	"github.com/kpsim/kpsim/dataplane/backends"
@@ -90,45 +91,62 @@ unreachable, the node unknown), 1 when its sync loop fails.`,
 	return c
 }
 
-func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
-	mode := cluster.Mode(f.mode)
-	if !mode.Valid() {
-		return &UsageError{Err: fmt.Errorf("--proxy-mode %q: %s", f.mode, cluster.ModeList())}
+// proxyArgs are sim proxy's flags, parsed.
+type proxyArgs struct {
+	mode    cluster.Mode
+	faults  proxy.Faults
+	metrics netip.AddrPort // invalid: no metrics server
+	cidr    netip.Prefix
+}
+
+// parse checks the flags (usage errors) and fills the host name when it
+// is not given.
+func (f *proxyFlags) parse() (proxyArgs, error) {
+	var a proxyArgs
+	a.mode = cluster.Mode(f.mode)
+	if !a.mode.Valid() {
+		return a, &UsageError{Err: fmt.Errorf("--proxy-mode %q: %s", f.mode, cluster.ModeList())}
 	}
-	faults, err := proxy.ParseFaults(f.faults)
-	if err != nil {
-		return &UsageError{Err: err}
+	var err error
+	if a.faults, err = proxy.ParseFaults(f.faults); err != nil {
+		return a, &UsageError{Err: err}
 	}
-	for _, name := range faults.Names() {
-		if why := proxy.Fault(name).NotBuilt(mode); why != "" {
-			return &UsageError{Err: proxy.NotBuiltError(proxy.Fault(name), mode, why)}
+	for _, name := range a.faults.Names() {
+		if why := proxy.Fault(name).NotBuilt(a.mode); why != "" {
+			return a, &UsageError{Err: proxy.NotBuiltError(proxy.Fault(name), a.mode, why)}
 		}
 	}
 	if f.kubeconfig == "" {
-		return &UsageError{Err: errors.New("--kubeconfig is required")}
+		return a, &UsageError{Err: errors.New("--kubeconfig is required")}
 	}
 	if (f.netns == "") == !f.ownNS {
-		return &UsageError{Err: errors.New("give exactly one of --netns NAME (a namespace to program) and --own-netns (the one sim runs in)")}
+		return a, &UsageError{Err: errors.New("give exactly one of --netns NAME (a namespace to program) and --own-netns (the one sim runs in)")}
 	}
-	var metricsAddr netip.AddrPort
 	if f.metricsBA != "" {
-		if metricsAddr, err = netip.ParseAddrPort(f.metricsBA); err != nil {
-			return &UsageError{Err: fmt.Errorf("--metrics-bind-address: %w", err)}
+		if a.metrics, err = netip.ParseAddrPort(f.metricsBA); err != nil {
+			return a, &UsageError{Err: fmt.Errorf("--metrics-bind-address: %w", err)}
 		}
 	}
-	var cidr netip.Prefix
 	if f.clusterCIDR != "" {
-		if cidr, err = netip.ParsePrefix(f.clusterCIDR); err != nil {
-			return &UsageError{Err: fmt.Errorf("--cluster-cidr: %w", err)}
+		if a.cidr, err = netip.ParsePrefix(f.clusterCIDR); err != nil {
+			return a, &UsageError{Err: fmt.Errorf("--cluster-cidr: %w", err)}
 		}
 	}
 	if f.minSync < 0 || f.sync <= 0 {
-		return &UsageError{Err: errors.New("--iptables-min-sync-period must be >= 0 and --iptables-sync-period > 0")}
+		return a, &UsageError{Err: errors.New("--iptables-min-sync-period must be >= 0 and --iptables-sync-period > 0")}
 	}
 	if f.hostname == "" {
 		if f.hostname, err = os.Hostname(); err != nil {
-			return &EnvError{Err: fmt.Errorf("no --hostname-override and no host name: %w", err)}
+			return a, &EnvError{Err: fmt.Errorf("no --hostname-override and no host name: %w", err)}
 		}
+	}
+	return a, nil
+}
+
+func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
+	a, err := f.parse()
+	if err != nil {
+		return err
 	}
 	client, err := kubeClient(f.kubeconfig)
 	if err != nil {
@@ -139,19 +157,9 @@ func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	node, err := client.CoreV1().Nodes().Get(ctx, f.hostname, metav1.GetOptions{})
+	nodeIP, err := nodeInternalIP(ctx, client, f.hostname)
 	if err != nil {
-		return &EnvError{Err: fmt.Errorf("node %s: %w", f.hostname, err)}
-	}
-	var nodeIP netip.Addr
-	for _, a := range node.Status.Addresses {
-		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP && ip.Is4() {
-			nodeIP = ip
-			break
-		}
-	}
-	if !nodeIP.IsValid() {
-		return &EnvError{Err: fmt.Errorf("node %s has no IPv4 InternalIP", f.hostname)}
+		return err
 	}
 	var ns *netns.Namespace
 	if f.ownNS {
@@ -175,8 +183,8 @@ func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
 		return &EnvError{Err: fmt.Errorf("the API server's objects: %w", err)}
 	}
 	defer api.Stop()
-	cfg := dataplane.NodeConfig{NodeName: f.hostname, ClusterCIDR: cidr, NodeIPs: []netip.Addr{nodeIP}, MasqueradeAll: f.masqueradeAll, Faults: faults}
-	b, err := backends.New(mode, ns, cfg, backends.Options{NodeIPs: []netip.Addr{nodeIP}})
+	cfg := dataplane.NodeConfig{NodeName: f.hostname, ClusterCIDR: a.cidr, NodeIPs: []netip.Addr{nodeIP}, MasqueradeAll: f.masqueradeAll, Faults: a.faults}
+	b, err := backends.New(a.mode, ns, cfg, backends.Options{NodeIPs: []netip.Addr{nodeIP}})
 	if err != nil {
 		return &EnvError{Err: err}
 	}
@@ -184,7 +192,7 @@ func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
 		defer cl.Close()
 	}
 	sy := dataplane.NewSyncer(dataplane.SyncConfig{MinSyncPeriod: f.minSync, SyncPeriod: f.sync, RetryPeriod: f.sync}, b, tr, nil)
-	h, err := backends.NewHealth(mode, ns, cfg, nodeIP, 2*f.sync)
+	h, err := backends.NewHealth(a.mode, ns, cfg, nodeIP, 2*f.sync)
 	if err != nil {
 		return &EnvError{Err: err}
 	}
@@ -194,22 +202,15 @@ func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
 	if err != nil {
 		return &EnvError{Err: err}
 	}
-	sy.SetConntrack(conntrack.Cleaner{Table: ct, Faults: faults})
-	if metricsAddr.IsValid() {
-		var l net.Listener
-		if err := ns.Do(func() (err error) { l, err = net.Listen("tcp", metricsAddr.String()); return err }); err != nil {
-			return &EnvError{Err: fmt.Errorf("--metrics-bind-address %s: %w", metricsAddr, err)}
+	sy.SetConntrack(conntrack.Cleaner{Table: ct, Faults: a.faults})
+	if a.metrics.IsValid() {
+		srv, err := serveSyncMetrics(ns, a.metrics, sy)
+		if err != nil {
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			_ = sy.Metrics().WriteText(w)
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
 	}
-	fmt.Fprintf(s.Err, "sim proxy: node %s (%s), %s mode in %s, faults %v: syncing\n", f.hostname, nodeIP, mode, ns.Name, faults.Names())
+	fmt.Fprintf(s.Err, "sim proxy: node %s (%s), %s mode in %s, faults %v: syncing\n", f.hostname, nodeIP, a.mode, ns.Name, a.faults.Names())
 	go func() {
 		select {
 		case <-sy.Synced():
@@ -221,4 +222,35 @@ func runProxy(c *cobra.Command, s Streams, f *proxyFlags) error {
 		return fmt.Errorf("sync loop: %w", err)
 	}
 	return nil
+}
+
+// nodeInternalIP is the IPv4 InternalIP of the Node called name.
+func nodeInternalIP(ctx context.Context, client kubernetes.Interface, name string) (netip.Addr, error) {
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return netip.Addr{}, &EnvError{Err: fmt.Errorf("node %s: %w", name, err)}
+	}
+	for _, a := range node.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP && ip.Is4() {
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, &EnvError{Err: fmt.Errorf("node %s has no IPv4 InternalIP", name)}
+}
+
+// serveSyncMetrics serves the syncer's kube-proxy metrics on /metrics at
+// addr, listening inside ns.
+func serveSyncMetrics(ns *netns.Namespace, addr netip.AddrPort, sy *dataplane.Syncer) (*http.Server, error) {
+	var l net.Listener
+	if err := ns.Do(func() (err error) { l, err = net.Listen("tcp", addr.String()); return err }); err != nil {
+		return nil, &EnvError{Err: fmt.Errorf("--metrics-bind-address %s: %w", addr, err)}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_ = sy.Metrics().WriteText(w)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return srv, nil
 }
