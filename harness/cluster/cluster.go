@@ -186,36 +186,14 @@ func (c *Cluster) up(ctx context.Context) error {
 			return err
 		}
 	}
-	ncfg := &netns.Config{RunID: id, ServiceCIDR: serviceCIDR, ControlPlane: controlPlaneAddr}
-	for i, n := range c.cfg.Nodes {
-		pod := PodCIDR(i)
-		ncfg.Nodes = append(ncfg.Nodes, netns.NodeConfig{Name: n,
-			Addr:    netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 16),
-			PodCIDR: pod, Gateway: pod.Addr().Next()})
-	}
-	var err error
-	if c.topo, err = netns.Build(ctx, ncfg); err != nil {
-		return fmt.Errorf("could not build the namespaces: %w", err)
-	}
-	c.dir = netns.RunDir(id)
-	c.logf("run %s: namespaces %s*, folder %s", id, netns.RunPrefix(id), c.dir)
-	if err := c.controlPlanePodRoutes(ncfg); err != nil {
+	ncfg, err := c.buildNamespaces(ctx, id)
+	if err != nil {
 		return err
-	}
-	cpDir := filepath.Join(c.dir, "cp")
-	if err := os.MkdirAll(cpDir, 0o700); err != nil {
-		return err
-	}
-	bin := upstream.Binaries{Etcd: filepath.Join(c.cfg.Bin, "etcd"), APIServer: filepath.Join(c.cfg.Bin, "kube-apiserver"), KubeProxy: filepath.Join(c.cfg.Bin, "kube-proxy")}
-	users := []upstream.User{{Name: "system:kube-controller-manager"}, {Name: "system:kube-scheduler"}}
-	for _, n := range c.cfg.Nodes {
-		users = append(users, upstream.User{Name: "system:node:" + n, Groups: []string{"system:nodes"}})
 	}
 	c.step("namespaces", start)
 	t := time.Now()
-	c.cp, err = upstream.StartControlPlane(ctx, upstream.ControlPlaneConfig{NS: c.topo.ControlPlane(), Addr: controlPlaneAddr.Addr(), Dir: cpDir,
-		ServiceCIDR: serviceCIDR, Bin: bin, Log: c.cfg.Log, Users: users, NodeAuthorization: true})
-	if err != nil {
+	cpDir := filepath.Join(c.dir, "cp")
+	if err := c.startControlPlane(ctx, cpDir); err != nil {
 		return err
 	}
 	c.step("etcd and kube-apiserver", t)
@@ -234,38 +212,8 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for i, name := range c.cfg.Nodes {
-		n := &Node{
-			Spec: NodeSpec{Name: name, IP: ncfg.Nodes[i].Addr.Addr(), CgroupRoot: filepath.Join(c.cg.Path, name, "pods"),
-				Bin: c.cfg.Bin, CNIBin: filepath.Join(c.cfg.Bin, "cni")},
-			Files:   NodeFiles{Dir: filepath.Join(c.dir, name)},
-			PodCIDR: ncfg.Nodes[i].PodCIDR,
-		}
-		c.nodes = append(c.nodes, n)
-		kc, err := c.cp.UserKubeconfig("system:node:" + name)
-		if err != nil {
-			return err
-		}
-		if err := WriteNodeFiles(n.Files, n.Spec, kc); err != nil {
-			return err
-		}
-		for file, data := range images {
-			if err := os.WriteFile(filepath.Join(n.Files.ImagesDir(), file), data, 0o644); err != nil {
-				return fmt.Errorf("could not write node %s's image archive: %w", name, err)
-			}
-		}
-		for _, sub := range []string{filepath.Join(name, "daemons"), filepath.Join(name, "pods")} {
-			if err := c.cg.Mkdir(sub); err != nil {
-				return err
-			}
-		}
-		nodeNS, ok := c.topo.Node(name)
-		if !ok {
-			return fmt.Errorf("no namespace for node %s", name)
-		}
-		n.launcher, err = upstream.StartProcess(nodeNS.NS, n.Files.Dir, "launcher", LauncherArgs(),
-			LauncherEnv(n.Files, n.Spec, c.cg.ProcsFiles(filepath.Join(name, "daemons")))...)
-		if err != nil {
+	for i := range c.cfg.Nodes {
+		if err := c.launchNode(ncfg.Nodes[i], images); err != nil {
 			return err
 		}
 	}
@@ -290,6 +238,84 @@ func (c *Cluster) up(ctx context.Context) error {
 	}
 	c.step("kube-proxy ("+c.cfg.ProxyMode+") synced on every node", t)
 	return nil
+}
+
+// buildNamespaces builds run id's namespaces (the control plane and a node
+// namespace per node, each with its address and pod CIDR) and the control
+// plane's routes to the pods, and returns their configuration.
+func (c *Cluster) buildNamespaces(ctx context.Context, id string) (*netns.Config, error) {
+	ncfg := &netns.Config{RunID: id, ServiceCIDR: serviceCIDR, ControlPlane: controlPlaneAddr}
+	for i, n := range c.cfg.Nodes {
+		pod := PodCIDR(i)
+		ncfg.Nodes = append(ncfg.Nodes, netns.NodeConfig{Name: n,
+			Addr:    netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 16),
+			PodCIDR: pod, Gateway: pod.Addr().Next()})
+	}
+	var err error
+	if c.topo, err = netns.Build(ctx, ncfg); err != nil {
+		return nil, fmt.Errorf("could not build the namespaces: %w", err)
+	}
+	c.dir = netns.RunDir(id)
+	c.logf("run %s: namespaces %s*, folder %s", id, netns.RunPrefix(id), c.dir)
+	if err := c.controlPlanePodRoutes(ncfg); err != nil {
+		return nil, err
+	}
+	return ncfg, nil
+}
+
+// startControlPlane starts etcd and kube-apiserver in the control-plane
+// namespace, with Node and RBAC authorization and a token user for the
+// controller manager, the scheduler and each node's kubelet.
+func (c *Cluster) startControlPlane(ctx context.Context, cpDir string) error {
+	if err := os.MkdirAll(cpDir, 0o700); err != nil {
+		return err
+	}
+	bin := upstream.Binaries{Etcd: filepath.Join(c.cfg.Bin, "etcd"), APIServer: filepath.Join(c.cfg.Bin, "kube-apiserver"), KubeProxy: filepath.Join(c.cfg.Bin, "kube-proxy")}
+	users := []upstream.User{{Name: "system:kube-controller-manager"}, {Name: "system:kube-scheduler"}}
+	for _, n := range c.cfg.Nodes {
+		users = append(users, upstream.User{Name: "system:node:" + n, Groups: []string{"system:nodes"}})
+	}
+	var err error
+	c.cp, err = upstream.StartControlPlane(ctx, upstream.ControlPlaneConfig{NS: c.topo.ControlPlane(), Addr: controlPlaneAddr.Addr(), Dir: cpDir,
+		ServiceCIDR: serviceCIDR, Bin: bin, Log: c.cfg.Log, Users: users, NodeAuthorization: true})
+	return err
+}
+
+// launchNode writes a node's files and image archives, makes its cgroups
+// and starts its launcher (containerd and the kubelet) in its namespace.
+func (c *Cluster) launchNode(nc netns.NodeConfig, images map[string][]byte) error {
+	name := nc.Name
+	n := &Node{
+		Spec: NodeSpec{Name: name, IP: nc.Addr.Addr(), CgroupRoot: filepath.Join(c.cg.Path, name, "pods"),
+			Bin: c.cfg.Bin, CNIBin: filepath.Join(c.cfg.Bin, "cni")},
+		Files:   NodeFiles{Dir: filepath.Join(c.dir, name)},
+		PodCIDR: nc.PodCIDR,
+	}
+	c.nodes = append(c.nodes, n)
+	kc, err := c.cp.UserKubeconfig("system:node:" + name)
+	if err != nil {
+		return err
+	}
+	if err := WriteNodeFiles(n.Files, n.Spec, kc); err != nil {
+		return err
+	}
+	for file, data := range images {
+		if err := os.WriteFile(filepath.Join(n.Files.ImagesDir(), file), data, 0o644); err != nil {
+			return fmt.Errorf("could not write node %s's image archive: %w", name, err)
+		}
+	}
+	for _, sub := range []string{filepath.Join(name, "daemons"), filepath.Join(name, "pods")} {
+		if err := c.cg.Mkdir(sub); err != nil {
+			return err
+		}
+	}
+	nodeNS, ok := c.topo.Node(name)
+	if !ok {
+		return fmt.Errorf("no namespace for node %s", name)
+	}
+	n.launcher, err = upstream.StartProcess(nodeNS.NS, n.Files.Dir, "launcher", LauncherArgs(),
+		LauncherEnv(n.Files, n.Spec, c.cg.ProcsFiles(filepath.Join(name, "daemons")))...)
+	return err
 }
 
 // images are the OCI archives every node imports, by file name: the pause
